@@ -1,0 +1,156 @@
+//! Events the loop emits and the reasons it ends.
+//!
+//! Events flow one way, from the loop to reporters (progress, transcripts, JSON
+//! output). No reporter can reach back into the loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Message;
+use crate::usage::Usage;
+
+/// Why a loop ended. Every loop ends with exactly one of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Terminal {
+    /// The model answered without asking for tools.
+    Completed,
+    MaxTurns { limit: u32 },
+    BudgetExceeded { budget: Budget, limit: f64, used: f64 },
+    Timeout { after_ms: u64 },
+    Aborted { during: Phase },
+    PromptTooLong { message: String },
+    ModelError { kind: String, message: String },
+    HookStopped { message: String },
+}
+
+impl Terminal {
+    /// Short machine-readable name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::MaxTurns { .. } => "max_turns",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
+            Self::Timeout { .. } => "timeout",
+            Self::Aborted { .. } => "aborted",
+            Self::PromptTooLong { .. } => "prompt_too_long",
+            Self::ModelError { .. } => "model_error",
+            Self::HookStopped { .. } => "hook_stopped",
+        }
+    }
+
+    /// Whether the agent stopped at a limit, keeping partial work.
+    pub fn is_limit(&self) -> bool {
+        matches!(self, Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. })
+    }
+}
+
+impl std::fmt::Display for Terminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Completed => write!(f, "completed"),
+            Self::MaxTurns { limit } => write!(f, "stopped after the turn limit of {limit}"),
+            Self::BudgetExceeded { budget, limit, used } => {
+                write!(f, "stopped at the {budget} budget: used {used}, limit {limit}")
+            }
+            Self::Timeout { after_ms } => write!(f, "timed out after {:.1}s", *after_ms as f64 / 1000.0),
+            Self::Aborted { during } => write!(f, "aborted during {during}"),
+            Self::PromptTooLong { message } => write!(f, "prompt too long: {message}"),
+            Self::ModelError { kind, message } => write!(f, "model error ({kind}): {message}"),
+            Self::HookStopped { message } => write!(f, "stopped by a hook: {message}"),
+        }
+    }
+}
+
+/// Which budget ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    Tokens,
+    CostUsd,
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Tokens => "token",
+            Self::CostUsd => "cost (usd)",
+        })
+    }
+}
+
+/// What the loop was doing when it was aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Streaming,
+    Tools,
+    Idle,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Streaming => "model streaming",
+            Self::Tools => "tool calls",
+            Self::Idle => "idle",
+        })
+    }
+}
+
+/// Something that happened in a loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    TurnStarted { turn: u32, model: String },
+    TextDelta { text: String },
+    /// The whole assistant message of a turn, once it is complete.
+    AssistantMessage { turn: u32, message: Message },
+    ToolUseStarted { id: String, name: String, input: serde_json::Value },
+    ToolUseFinished { id: String, name: String, is_error: bool, duration_ms: u64, output: String },
+    Usage { turn: u32, model: String, usage: Usage, total: Usage, cost_usd: f64, total_cost_usd: f64 },
+    Retry { attempt: u32, delay_ms: u64, error: String },
+    Fallback { from: String, to: String, error: String },
+    Compaction { before_tokens: u64, after_tokens: u64, reason: String },
+    Terminal { reason: Terminal, turns: u32 },
+}
+
+impl Event {
+    pub(crate) fn retry(attempt: u32, delay: Duration, error: String) -> Self {
+        Self::Retry { attempt, delay_ms: delay.as_millis() as u64, error }
+    }
+}
+
+/// Receives the events of a loop. Called from the loop's task: keep it cheap.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: Event);
+}
+
+/// Drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}
+
+impl<F: Fn(Event) + Send + Sync> EventSink for F {
+    fn emit(&self, event: Event) {
+        self(event)
+    }
+}
+
+impl EventSink for tokio::sync::mpsc::UnboundedSender<Event> {
+    fn emit(&self, event: Event) {
+        // A closed receiver means nobody listens any more; that is not the loop's problem.
+        let _ = self.send(event);
+    }
+}
+
+impl<T: EventSink + ?Sized> EventSink for Arc<T> {
+    fn emit(&self, event: Event) {
+        (**self).emit(event)
+    }
+}

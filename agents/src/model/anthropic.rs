@@ -1,0 +1,465 @@
+//! The Anthropic Messages API provider: streaming over SSE, tool use, thinking blocks,
+//! prompt-cache breakpoints and usage with cache tokens.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use super::retry::{Attempt, AttemptError, Limiter, RetryPolicy, with_retries};
+use super::sse::{self, cut_short, protocol};
+use super::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink};
+use crate::message::ContentBlock;
+use crate::usage::Usage;
+
+const API_VERSION: &str = "2023-06-01";
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Settings of the Anthropic provider.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    pub base_url: String,
+    /// Sent as `x-api-key`.
+    pub api_key: Option<String>,
+    /// Sent as `authorization: Bearer`, for gateways that want a token instead.
+    pub auth_token: Option<String>,
+    pub retry: RetryPolicy,
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> Self {
+        Self {
+            base_url: DEFAULT_BASE_URL.to_string(),
+            api_key: None,
+            auth_token: None,
+            retry: RetryPolicy::default(),
+            max_concurrent_requests: 64,
+        }
+    }
+}
+
+impl AnthropicConfig {
+    /// Reads `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY` and `ANTHROPIC_AUTH_TOKEN`.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self {
+            base_url: var("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_string()),
+            api_key: var("ANTHROPIC_API_KEY"),
+            auth_token: var("ANTHROPIC_AUTH_TOKEN"),
+            ..Self::default()
+        }
+    }
+}
+
+/// Talks to `POST {base_url}/v1/messages`.
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    retry: RetryPolicy,
+    limiter: std::sync::Arc<Limiter>,
+}
+
+impl AnthropicProvider {
+    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
+        if config.api_key.is_none() && config.auth_token.is_none() {
+            return Err(ModelError::Config {
+                message: "no api key: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN), or use the scripted provider to run offline"
+                    .to_string(),
+            });
+        }
+        let base = config.base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") { format!("{base}/messages") } else { format!("{base}/v1/messages") };
+        let mut headers = HeaderMap::new();
+        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
+        headers.insert(HeaderName::from_static("accept"), HeaderValue::from_static("text/event-stream"));
+        if let Some(key) = &config.api_key {
+            headers.insert(HeaderName::from_static("x-api-key"), secret_header(key)?);
+        }
+        if let Some(token) = &config.auth_token {
+            headers.insert(HeaderName::from_static("authorization"), secret_header(&format!("Bearer {token}"))?);
+        }
+        Ok(Self {
+            client: sse::client()?,
+            limiter: Limiter::shared(&url, config.max_concurrent_requests),
+            url,
+            headers,
+            retry: config.retry,
+        })
+    }
+
+}
+
+/// One request of [`AnthropicProvider::send`], tried as often as the policy allows.
+struct Call<'a> {
+    provider: &'a AnthropicProvider,
+    body: Value,
+    model: &'a str,
+}
+
+#[async_trait]
+impl Attempt for Call<'_> {
+    async fn attempt(&self, sink: StreamSink<'_>) -> Result<ModelResponse, AttemptError> {
+        let p = self.provider;
+        let response = sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body).await?;
+        let mut events = std::pin::pin!(sse::events(response));
+        let mut acc = Accumulator::new(self.model);
+        while let Some(event) = events.next().await {
+            let event = event?;
+            if acc.push(&event.event, &event.data, sink)? {
+                return acc.finish();
+            }
+        }
+        Err(cut_short())
+    }
+}
+
+fn secret_header(value: &str) -> Result<HeaderValue, ModelError> {
+    let mut v = HeaderValue::from_str(value.trim()).map_err(|_| ModelError::Config {
+        message: "the api key holds characters that cannot go in an http header; check the variable".to_string(),
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        let call = Call { provider: self, body: request_body(request), model: request.model };
+        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, sink, &call).await
+    }
+}
+
+/// The JSON body of a streaming Messages request, with cache breakpoints on the tool
+/// list, on each system part marked `cache`, and on the newest message.
+pub fn request_body(request: &ModelRequest<'_>) -> Value {
+    let ephemeral = json!({"type": "ephemeral"});
+    let system: Vec<Value> = request
+        .system
+        .iter()
+        .map(|part| {
+            let mut v = json!({"type": "text", "text": part.text});
+            if part.cache {
+                v["cache_control"] = ephemeral.clone();
+            }
+            v
+        })
+        .collect();
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+        .collect();
+    if let Some(last) = tools.last_mut() {
+        last["cache_control"] = ephemeral.clone();
+    }
+    let mut messages = serde_json::to_value(request.messages).unwrap_or(Value::Array(Vec::new()));
+    if let Some(block) = messages
+        .as_array_mut()
+        .and_then(|m| m.last_mut())
+        .and_then(|m| m.get_mut("content"))
+        .and_then(Value::as_array_mut)
+        .and_then(|c| c.iter_mut().rev().find(|b| cacheable(b)))
+    {
+        block["cache_control"] = ephemeral;
+    }
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "stream": true,
+        "messages": messages,
+    });
+    if !system.is_empty() {
+        body["system"] = Value::Array(system);
+    }
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
+    }
+    body
+}
+
+/// Thinking blocks cannot carry a cache breakpoint.
+fn cacheable(block: &Value) -> bool {
+    !matches!(block.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
+}
+
+/// A content block while it streams in.
+#[derive(Debug)]
+enum Partial {
+    Text(String),
+    Thinking { thinking: String, signature: String },
+    Redacted(String),
+    ToolUse { id: String, name: String, json: String },
+}
+
+/// Builds a response from stream events. Plain data in, plain data out, so it is tested
+/// without HTTP.
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    model: String,
+    open: BTreeMap<usize, Partial>,
+    done: BTreeMap<usize, ContentBlock>,
+    usage: Usage,
+    stop_reason: Option<StopReason>,
+}
+
+impl Accumulator {
+    pub(crate) fn new(model: &str) -> Self {
+        Self { model: model.to_string(), open: BTreeMap::new(), done: BTreeMap::new(), usage: Usage::default(), stop_reason: None }
+    }
+
+    /// Takes one SSE event; true once the message is complete.
+    pub(crate) fn push(&mut self, name: &str, data: &str, sink: StreamSink<'_>) -> Result<bool, AttemptError> {
+        if name == "ping" || data.trim().is_empty() {
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| protocol(format!("bad json in a `{name}` event: {e}")))?;
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or(name);
+        match kind {
+            "message_start" => {
+                if let Some(m) = v.pointer("/message/model").and_then(Value::as_str) {
+                    self.model = m.to_string();
+                }
+                if let Some(u) = v.pointer("/message/usage") {
+                    self.merge_usage(u);
+                }
+            }
+            "content_block_start" => {
+                let index = index_of(&v)?;
+                let block = v.get("content_block").ok_or_else(|| protocol("content_block_start without a block"))?;
+                let partial = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => Partial::Text(str_at(block, "text")),
+                    Some("thinking") => Partial::Thinking { thinking: str_at(block, "thinking"), signature: str_at(block, "signature") },
+                    Some("redacted_thinking") => Partial::Redacted(str_at(block, "data")),
+                    Some("tool_use") => Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() },
+                    other => return Err(protocol(format!("unknown content block type {other:?}"))),
+                };
+                self.open.insert(index, partial);
+            }
+            "content_block_delta" => {
+                let index = index_of(&v)?;
+                let delta = v.get("delta").ok_or_else(|| protocol("content_block_delta without a delta"))?;
+                let partial = self.open.get_mut(&index).ok_or_else(|| protocol(format!("delta for block {index}, which never started")))?;
+                match (delta.get("type").and_then(Value::as_str), partial) {
+                    (Some("text_delta"), Partial::Text(t)) => {
+                        let piece = str_at(delta, "text");
+                        t.push_str(&piece);
+                        sink(StreamEvent::TextDelta(piece));
+                    }
+                    (Some("input_json_delta"), Partial::ToolUse { json, .. }) => json.push_str(&str_at(delta, "partial_json")),
+                    (Some("thinking_delta"), Partial::Thinking { thinking, .. }) => {
+                        let piece = str_at(delta, "thinking");
+                        thinking.push_str(&piece);
+                        sink(StreamEvent::ThinkingDelta(piece));
+                    }
+                    (Some("signature_delta"), Partial::Thinking { signature, .. }) => signature.push_str(&str_at(delta, "signature")),
+                    (Some("citations_delta"), _) => {}
+                    (t, _) => return Err(protocol(format!("delta {t:?} does not fit block {index}"))),
+                }
+            }
+            "content_block_stop" => {
+                let index = index_of(&v)?;
+                let partial = self.open.remove(&index).ok_or_else(|| protocol(format!("stop for block {index}, which never started")))?;
+                let block = finish_block(partial)?;
+                sink(StreamEvent::BlockComplete { index, block: block.clone() });
+                self.done.insert(index, block);
+            }
+            "message_delta" => {
+                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(StopReason::parse(r));
+                }
+                if let Some(u) = v.get("usage") {
+                    self.merge_usage(u);
+                }
+            }
+            "message_stop" => return Ok(true),
+            "error" => return Err(stream_error(&v)),
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// Usage fields are cumulative: a later event replaces what an earlier one said.
+    fn merge_usage(&mut self, u: &Value) {
+        let get = |k: &str| u.get(k).and_then(Value::as_u64);
+        if let Some(n) = get("input_tokens") {
+            self.usage.input_tokens = n;
+        }
+        if let Some(n) = get("output_tokens") {
+            self.usage.output_tokens = n;
+        }
+        if let Some(n) = get("cache_creation_input_tokens") {
+            self.usage.cache_creation_input_tokens = n;
+        }
+        if let Some(n) = get("cache_read_input_tokens") {
+            self.usage.cache_read_input_tokens = n;
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<ModelResponse, AttemptError> {
+        if !self.open.is_empty() {
+            return Err(cut_short());
+        }
+        let content: Vec<ContentBlock> = self.done.into_values().collect();
+        let has_tools = content.iter().any(|b| matches!(b, ContentBlock::ToolUse { .. }));
+        let stop_reason = self.stop_reason.unwrap_or(if has_tools { StopReason::ToolUse } else { StopReason::EndTurn });
+        Ok(ModelResponse { content, stop_reason, usage: self.usage, model: self.model })
+    }
+}
+
+fn finish_block(partial: Partial) -> Result<ContentBlock, AttemptError> {
+    Ok(match partial {
+        Partial::Text(text) => ContentBlock::Text { text },
+        Partial::Thinking { thinking, signature } => ContentBlock::Thinking { thinking, signature },
+        Partial::Redacted(data) => ContentBlock::RedactedThinking { data },
+        Partial::ToolUse { id, name, json } => {
+            let input = if json.trim().is_empty() {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_str(&json).map_err(|e| protocol(format!("the input of tool call `{name}` is not valid json: {e}")))?
+            };
+            ContentBlock::ToolUse { id, name, input }
+        }
+    })
+}
+
+/// An `error` event inside a stream. Overload and server errors are worth a retry.
+fn stream_error(v: &Value) -> AttemptError {
+    let kind = v.pointer("/error/type").and_then(Value::as_str).unwrap_or("error").to_string();
+    let message = super::short(v.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message"));
+    match kind.as_str() {
+        "overloaded_error" => AttemptError {
+            error: ModelError::Overloaded { status: 529, attempts: 1, message },
+            retryable: true,
+            overloaded: true,
+            retry_after: None,
+        },
+        "api_error" | "rate_limit_error" | "timeout_error" => {
+            AttemptError::retryable(ModelError::Server { status: 500, attempts: 1, message: format!("{kind}: {message}") })
+        }
+        _ if super::looks_like_prompt_too_long(&message) => AttemptError::fatal(ModelError::PromptTooLong { message }),
+        _ => AttemptError::fatal(ModelError::InvalidRequest { status: 400, message: format!("{kind}: {message}") }),
+    }
+}
+
+fn index_of(v: &Value) -> Result<usize, AttemptError> {
+    v.get("index").and_then(Value::as_u64).map(|i| i as usize).ok_or_else(|| protocol("event without an index"))
+}
+
+fn str_at(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Message, ToolSpec};
+    use crate::model::SystemPart;
+
+    fn feed(events: &[(&str, Value)]) -> (Result<ModelResponse, AttemptError>, Vec<StreamEvent>) {
+        let mut seen = Vec::new();
+        let mut sink = |e: StreamEvent| seen.push(e);
+        let mut acc = Accumulator::new("m");
+        for (name, data) in events {
+            match acc.push(name, &data.to_string(), &mut sink) {
+                Ok(true) => return (acc.finish(), seen),
+                Ok(false) => {}
+                Err(e) => return (Err(e), seen),
+            }
+        }
+        (Err(cut_short()), seen)
+    }
+
+    #[test]
+    fn builds_text_thinking_and_tool_use() {
+        let (resp, seen) = feed(&[
+            ("message_start", json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}})),
+            ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}})),
+            ("content_block_stop", json!({"type":"content_block_stop","index":0})),
+            ("ping", json!({"type":"ping"})),
+            ("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hel"}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"lo"}})),
+            ("content_block_stop", json!({"type":"content_block_stop","index":1})),
+            ("content_block_start", json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"Echo","input":{}}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}})),
+            ("content_block_delta", json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":": 1}"}})),
+            ("content_block_stop", json!({"type":"content_block_stop","index":2})),
+            ("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}})),
+            ("message_stop", json!({"type":"message_stop"})),
+        ]);
+        let resp = resp.unwrap();
+        assert_eq!(resp.model, "claude-x");
+        assert_eq!(resp.stop_reason, StopReason::ToolUse);
+        assert_eq!(resp.usage, Usage { input_tokens: 10, output_tokens: 42, cache_creation_input_tokens: 5, cache_read_input_tokens: 90 });
+        assert_eq!(
+            resp.content,
+            vec![
+                ContentBlock::Thinking { thinking: "hmm".into(), signature: "sig".into() },
+                ContentBlock::text("Hello"),
+                ContentBlock::ToolUse { id: "t1".into(), name: "Echo".into(), input: json!({"a": 1}) },
+            ]
+        );
+        assert!(seen.contains(&StreamEvent::TextDelta("Hel".into())));
+        let completes = seen.iter().filter(|e| matches!(e, StreamEvent::BlockComplete { .. })).count();
+        assert_eq!(completes, 3);
+    }
+
+    #[test]
+    fn overloaded_event_is_retryable_and_others_are_not() {
+        let (r, _) = feed(&[("error", json!({"type":"error","error":{"type":"overloaded_error","message":"busy"}}))]);
+        let e = r.unwrap_err();
+        assert!(e.retryable && e.overloaded);
+        let (r, _) = feed(&[("error", json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}}))]);
+        assert!(!r.unwrap_err().retryable);
+    }
+
+    #[test]
+    fn malformed_and_cut_streams_are_retryable() {
+        let mut sink = |_e: StreamEvent| {};
+        let mut acc = Accumulator::new("m");
+        let err = acc.push("content_block_delta", "{not json", &mut sink).unwrap_err();
+        assert!(err.retryable);
+        let (r, _) = feed(&[
+            ("message_start", json!({"type":"message_start","message":{}})),
+            ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+        ]);
+        assert!(r.unwrap_err().retryable);
+    }
+
+    #[test]
+    fn body_has_cache_breakpoints_on_stable_prefix_and_newest_message() {
+        let system = [SystemPart { text: "static".into(), cache: true }, SystemPart { text: "dynamic".into(), cache: false }];
+        let tools = [
+            ToolSpec { name: "A".into(), description: "a".into(), input_schema: json!({"type":"object"}) },
+            ToolSpec { name: "B".into(), description: "b".into(), input_schema: json!({"type":"object"}) },
+        ];
+        let messages = [Message::user("hi")];
+        let req = ModelRequest {
+            agent_id: "a",
+            model: "m",
+            system: &system,
+            messages: &messages,
+            tools: &tools,
+            max_tokens: 100,
+            give_up_on_overload_after: None,
+        };
+        let body = request_body(&req);
+        assert_eq!(body["stream"], json!(true));
+        assert!(body["system"][0].get("cache_control").is_some());
+        assert!(body["system"][1].get("cache_control").is_none());
+        assert!(body["tools"][0].get("cache_control").is_none());
+        assert!(body["tools"][1].get("cache_control").is_some());
+        assert!(body["messages"][0]["content"][0].get("cache_control").is_some());
+    }
+}

@@ -1,0 +1,266 @@
+//! Retries with exponential backoff and jitter, and the per-endpoint limiter that every
+//! agent of a process shares.
+//!
+//! The limiter is process-wide and keyed by endpoint, so a rate limit seen by one agent
+//! slows the whole fan-out instead of every agent hammering the API on its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::header::HeaderMap;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+
+use super::{ModelError, ModelResponse, StreamEvent, StreamSink};
+
+/// How a provider retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    /// Longest `retry-after` honoured; a longer one is cut to this.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 10,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(32),
+            max_retry_after: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempt + 1`, after `attempt` failed (1-based):
+    /// `retry_after` when the server gave one, else exponential backoff with up to 25%
+    /// jitter on top.
+    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(wait) = retry_after {
+            return wait.min(self.max_retry_after);
+        }
+        let exp = attempt.saturating_sub(1).min(20);
+        let backoff = self.base_delay.saturating_mul(1u32 << exp).min(self.max_delay);
+        let jitter = rand::rng().random_range(0.0..=0.25);
+        backoff + backoff.mul_f64(jitter)
+    }
+}
+
+/// One failed attempt, classified.
+#[derive(Debug, Clone)]
+pub struct AttemptError {
+    pub error: ModelError,
+    pub retryable: bool,
+    /// The server said "overloaded" (HTTP 529 or an `overloaded_error` event).
+    pub overloaded: bool,
+    pub retry_after: Option<Duration>,
+}
+
+impl AttemptError {
+    pub fn fatal(error: ModelError) -> Self {
+        Self { error, retryable: false, overloaded: false, retry_after: None }
+    }
+
+    pub fn retryable(error: ModelError) -> Self {
+        Self { error, retryable: true, overloaded: false, retry_after: None }
+    }
+}
+
+/// Whether an HTTP status is worth another try.
+pub fn is_retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429) || (500..=599).contains(&status)
+}
+
+/// Reads `retry-after-ms` or `retry-after` (seconds, possibly fractional).
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    let secs = get("retry-after")?.parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// Limits concurrent requests to one endpoint and holds every caller back while the
+/// endpoint has asked for a pause (a `retry-after` on a 429 or 529).
+#[derive(Debug)]
+pub struct Limiter {
+    permits: Semaphore,
+    pause_until: Mutex<Option<Instant>>,
+}
+
+impl Limiter {
+    pub fn new(max_concurrent: usize) -> Self {
+        Self { permits: Semaphore::new(max_concurrent.max(1)), pause_until: Mutex::new(None) }
+    }
+
+    /// The limiter shared by every provider of this process that talks to `endpoint`.
+    pub fn shared(endpoint: &str, max_concurrent: usize) -> Arc<Limiter> {
+        static ALL: OnceLock<Mutex<HashMap<String, Arc<Limiter>>>> = OnceLock::new();
+        let all = ALL.get_or_init(Default::default);
+        let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(endpoint.to_string()).or_insert_with(|| Arc::new(Limiter::new(max_concurrent))).clone()
+    }
+
+    /// Waits out any pause, then takes a request slot.
+    pub async fn acquire(&self) -> Result<SemaphorePermit<'_>, ModelError> {
+        loop {
+            let until = *self.pause_until.lock().unwrap_or_else(|e| e.into_inner());
+            match until {
+                Some(t) if t > Instant::now() => tokio::time::sleep_until(t).await,
+                _ => break,
+            }
+        }
+        self.permits
+            .acquire()
+            .await
+            .map_err(|_| ModelError::Config { message: "the request limiter was closed".to_string() })
+    }
+
+    /// Asks every caller to wait until `now + wait`.
+    pub fn pause(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut guard = self.pause_until.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none_or(|t| t < until) {
+            *guard = Some(until);
+        }
+    }
+}
+
+/// One try at a model call, which [`with_retries`] repeats.
+#[async_trait::async_trait]
+pub trait Attempt: Send + Sync {
+    async fn attempt(&self, sink: StreamSink<'_>) -> Result<ModelResponse, AttemptError>;
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or runs out of tries.
+///
+/// `give_up_on_overload_after` ends early after that many overloaded answers in a row,
+/// so the caller can switch to a fallback model.
+pub async fn with_retries(
+    policy: &RetryPolicy,
+    limiter: &Limiter,
+    give_up_on_overload_after: Option<u32>,
+    sink: StreamSink<'_>,
+    attempt: &dyn Attempt,
+) -> Result<ModelResponse, ModelError> {
+    let mut overloaded_in_a_row = 0u32;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        sink(StreamEvent::AttemptStarted { attempt: n });
+        let result = {
+            let _permit = limiter.acquire().await?;
+            attempt.attempt(&mut *sink).await
+        };
+        let failure = match result {
+            Ok(response) => return Ok(response),
+            Err(failure) => failure,
+        };
+        overloaded_in_a_row = if failure.overloaded { overloaded_in_a_row + 1 } else { 0 };
+        let out_of_tries = n >= policy.max_attempts;
+        let fall_back = give_up_on_overload_after.is_some_and(|limit| overloaded_in_a_row >= limit);
+        if !failure.retryable || out_of_tries || fall_back {
+            return Err(with_attempts(failure.error, n));
+        }
+        let delay = policy.delay(n, failure.retry_after);
+        if failure.retry_after.is_some() {
+            limiter.pause(delay);
+        }
+        tracing::debug!(attempt = n, ?delay, error = %failure.error, "model call failed; retrying");
+        sink(StreamEvent::Retrying { attempt: n, delay, error: failure.error.to_string() });
+        tokio::time::sleep(delay).await;
+    }
+}
+
+fn with_attempts(error: ModelError, n: u32) -> ModelError {
+    match error {
+        ModelError::Overloaded { status, message, .. } => ModelError::Overloaded { status, attempts: n, message },
+        ModelError::Server { status, message, .. } => ModelError::Server { status, attempts: n, message },
+        ModelError::Network { message, .. } => ModelError::Network { attempts: n, message },
+        other => other,
+    }
+}
+
+/// Classifies an HTTP error answer.
+pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> AttemptError {
+    let message = super::error_message(body);
+    let retry_after = retry_after(headers);
+    let error = match status {
+        401 | 403 => ModelError::Auth { status, message },
+        413 => ModelError::PromptTooLong { message },
+        400 if super::looks_like_prompt_too_long(&message) => ModelError::PromptTooLong { message },
+        529 => ModelError::Overloaded { status, attempts: 1, message },
+        s if is_retryable_status(s) => ModelError::Server { status, attempts: 1, message },
+        _ => ModelError::InvalidRequest { status, message },
+    };
+    AttemptError { retryable: is_retryable_status(status), overloaded: status == 529, retry_after, error }
+}
+
+/// Classifies a transport failure (connect, reset, body cut short).
+pub fn classify_transport(err: &reqwest::Error) -> AttemptError {
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    AttemptError::retryable(ModelError::Network { attempts: 1, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy { base_delay: Duration::from_millis(100), max_delay: Duration::from_secs(1), ..Default::default() };
+        let d1 = p.delay(1, None);
+        assert!(d1 >= Duration::from_millis(100) && d1 <= Duration::from_millis(125), "{d1:?}");
+        let d3 = p.delay(3, None);
+        assert!(d3 >= Duration::from_millis(400) && d3 <= Duration::from_millis(500), "{d3:?}");
+        let d10 = p.delay(10, None);
+        assert!(d10 >= Duration::from_secs(1) && d10 <= Duration::from_millis(1250), "{d10:?}");
+    }
+
+    #[test]
+    fn retry_after_wins_and_is_capped() {
+        let p = RetryPolicy { max_retry_after: Duration::from_secs(5), ..Default::default() };
+        assert_eq!(p.delay(1, Some(Duration::from_secs(2))), Duration::from_secs(2));
+        assert_eq!(p.delay(1, Some(Duration::from_secs(50))), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn parses_retry_after_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "1.5".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
+        h.insert("retry-after-ms", "20".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(20)));
+        let mut bad = HeaderMap::new();
+        bad.insert("retry-after", "soon".parse().unwrap());
+        assert_eq!(retry_after(&bad), None);
+    }
+
+    #[test]
+    fn status_classes() {
+        let h = HeaderMap::new();
+        assert!(!classify_status(401, &h, "{}").retryable);
+        assert!(matches!(classify_status(401, &h, "{}").error, ModelError::Auth { .. }));
+        let ptl = classify_status(400, &h, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#);
+        assert!(matches!(ptl.error, ModelError::PromptTooLong { .. }) && !ptl.retryable);
+        for s in [429, 500, 502, 503, 504, 529] {
+            assert!(classify_status(s, &h, "").retryable, "{s}");
+        }
+        assert!(classify_status(529, &h, "").overloaded);
+    }
+}

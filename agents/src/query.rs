@@ -1,0 +1,396 @@
+//! The query loop: the one async loop that every agent, nested agent and synthesis runs
+//! through. It sends the history to the model, runs the tools the model asks for,
+//! appends their results and repeats, until it reaches an explicit [`Terminal`].
+//!
+//! The loop owns budgets, turn limits, the wall-clock timeout and cancellation. It keeps
+//! one invariant above all: every `tool_use` in the history is answered by exactly one
+//! `tool_result`, whatever interrupts it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Budget, Event, EventSink, Phase, Terminal};
+use crate::message::{ContentBlock, Message, Role};
+use crate::model::{ModelError, ModelProvider, ModelRequest, StreamEvent, SystemPart};
+use crate::tool::{ToolCall, ToolOutput, ToolRunner};
+use crate::usage::{PriceTable, Usage};
+
+/// Tool calls that may share one parallel run.
+pub const MAX_PARALLEL_TOOLS: usize = 10;
+
+/// Overloaded answers in a row before the loop switches to the fallback model.
+pub const OVERLOADS_BEFORE_FALLBACK: u32 = 3;
+
+/// Limits of one loop. `None` means unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Model calls.
+    pub max_turns: Option<u32>,
+    /// Tokens processed, as [`Usage::total`] counts them.
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock time of the whole loop.
+    pub timeout: Option<Duration>,
+}
+
+/// How one loop runs.
+#[derive(Debug, Clone)]
+pub struct QueryConfig {
+    pub agent_id: String,
+    pub model: String,
+    /// Used after the main model stays overloaded through its retries.
+    pub fallback_model: Option<String>,
+    pub system: Vec<SystemPart>,
+    pub max_output_tokens: u32,
+    pub limits: Limits,
+    pub prices: Arc<PriceTable>,
+}
+
+impl QueryConfig {
+    pub fn new(agent_id: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            model: model.into(),
+            fallback_model: None,
+            system: Vec::new(),
+            max_output_tokens: 8192,
+            limits: Limits::default(),
+            prices: Arc::new(PriceTable::default()),
+        }
+    }
+}
+
+/// How a loop ended and everything it produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryOutcome {
+    pub terminal: Terminal,
+    /// The whole history, the initial messages included.
+    pub messages: Vec<Message>,
+    /// The text of the last assistant message.
+    pub final_text: String,
+    /// Model calls made.
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// The model that answered last.
+    pub model: String,
+}
+
+/// Why a wait ended early.
+enum Interrupt {
+    Cancelled,
+    TimedOut,
+}
+
+struct Loop<'a> {
+    provider: &'a dyn ModelProvider,
+    tools: &'a dyn ToolRunner,
+    config: &'a QueryConfig,
+    events: &'a dyn EventSink,
+    cancel: &'a CancellationToken,
+    deadline: Option<Instant>,
+    started: Instant,
+    messages: Vec<Message>,
+    turns: u32,
+    usage: Usage,
+    cost_usd: f64,
+    model: String,
+    fell_back: bool,
+}
+
+/// Runs one agent until it reaches a terminal state.
+pub async fn query(
+    provider: &dyn ModelProvider,
+    tools: &dyn ToolRunner,
+    config: &QueryConfig,
+    messages: Vec<Message>,
+    events: &dyn EventSink,
+    cancel: &CancellationToken,
+) -> QueryOutcome {
+    let started = Instant::now();
+    let mut state = Loop {
+        provider,
+        tools,
+        config,
+        events,
+        cancel,
+        deadline: config.limits.timeout.map(|t| started + t),
+        started,
+        messages,
+        turns: 0,
+        usage: Usage::default(),
+        cost_usd: 0.0,
+        model: config.model.clone(),
+        fell_back: false,
+    };
+    let terminal = state.run().await;
+    events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
+    let final_text = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
+    QueryOutcome {
+        terminal,
+        messages: state.messages,
+        final_text,
+        turns: state.turns,
+        usage: state.usage,
+        cost_usd: state.cost_usd,
+        model: state.model,
+    }
+}
+
+impl Loop<'_> {
+    async fn run(&mut self) -> Terminal {
+        let specs = self.tools.specs();
+        loop {
+            if let Some(end) = self.check_limits() {
+                return end;
+            }
+            self.turns += 1;
+            self.events.emit(Event::TurnStarted { turn: self.turns, model: self.model.clone() });
+
+            let request = ModelRequest {
+                agent_id: &self.config.agent_id,
+                model: &self.model,
+                system: &self.config.system,
+                messages: &self.messages,
+                tools: &specs,
+                max_tokens: self.config.max_output_tokens,
+                give_up_on_overload_after: match (&self.config.fallback_model, self.fell_back) {
+                    (Some(_), false) => Some(OVERLOADS_BEFORE_FALLBACK),
+                    _ => None,
+                },
+            };
+            let mut streamed: BTreeMap<usize, ContentBlock> = BTreeMap::new();
+            let events = self.events;
+            let mut sink = |event: StreamEvent| match event {
+                StreamEvent::AttemptStarted { .. } => streamed.clear(),
+                StreamEvent::TextDelta(text) => events.emit(Event::TextDelta { text }),
+                StreamEvent::ThinkingDelta(_) => {}
+                StreamEvent::BlockComplete { index, block } => {
+                    streamed.insert(index, block);
+                }
+                StreamEvent::Retrying { attempt, delay, error } => events.emit(Event::retry(attempt, delay, error)),
+            };
+            let result = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => Err(Interrupt::Cancelled),
+                _ = sleep_until(self.deadline) => Err(Interrupt::TimedOut),
+                r = self.provider.send(&request, &mut sink) => Ok(r),
+            };
+            let response = match result {
+                Err(why) => {
+                    let blocks = streamed.into_values().collect();
+                    return self.interrupted(Phase::Streaming, why, blocks);
+                }
+                Ok(Err(error)) => match self.model_failed(error) {
+                    Some(end) => return end,
+                    None => continue,
+                },
+                Ok(Ok(response)) => response,
+            };
+
+            let cost = self.config.prices.cost(&response.model, &response.usage);
+            self.usage += response.usage;
+            self.cost_usd += cost;
+            self.model = response.model.clone();
+            self.events.emit(Event::Usage {
+                turn: self.turns,
+                model: response.model.clone(),
+                usage: response.usage,
+                total: self.usage,
+                cost_usd: cost,
+                total_cost_usd: self.cost_usd,
+            });
+
+            let calls = tool_calls(&response.content);
+            if response.content.is_empty() {
+                return Terminal::Completed;
+            }
+            self.push_assistant(response.content);
+            if calls.is_empty() {
+                return Terminal::Completed;
+            }
+            if let Err(why) = self.run_tools(&calls).await {
+                return match why {
+                    Interrupt::Cancelled => Terminal::Aborted { during: Phase::Tools },
+                    Interrupt::TimedOut => self.timeout(),
+                };
+            }
+        }
+    }
+
+    /// The limits checked before each model call.
+    fn check_limits(&self) -> Option<Terminal> {
+        let limits = &self.config.limits;
+        if self.cancel.is_cancelled() {
+            return Some(Terminal::Aborted { during: Phase::Idle });
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(self.timeout());
+        }
+        if let Some(limit) = limits.max_turns.filter(|&l| self.turns >= l) {
+            return Some(Terminal::MaxTurns { limit });
+        }
+        if let Some(limit) = limits.max_tokens.filter(|&l| self.usage.total() >= l) {
+            return Some(Terminal::BudgetExceeded { budget: Budget::Tokens, limit: limit as f64, used: self.usage.total() as f64 });
+        }
+        if let Some(limit) = limits.max_cost_usd.filter(|&l| self.cost_usd >= l) {
+            return Some(Terminal::BudgetExceeded { budget: Budget::CostUsd, limit, used: self.cost_usd });
+        }
+        None
+    }
+
+    fn timeout(&self) -> Terminal {
+        Terminal::Timeout { after_ms: self.started.elapsed().as_millis() as u64 }
+    }
+
+    /// Decides what a failed model call means: `None` continues the loop.
+    fn model_failed(&mut self, error: ModelError) -> Option<Terminal> {
+        match error {
+            ModelError::Overloaded { .. } if !self.fell_back && self.config.fallback_model.is_some() => {
+                let to = self.config.fallback_model.clone().unwrap_or_default();
+                tracing::warn!(agent = %self.config.agent_id, from = %self.model, %to, "model overloaded; switching to the fallback model");
+                self.events.emit(Event::Fallback { from: self.model.clone(), to: to.clone(), error: error.to_string() });
+                self.model = to;
+                self.fell_back = true;
+                self.turns -= 1;
+                None
+            }
+            ModelError::PromptTooLong { message } => Some(Terminal::PromptTooLong { message }),
+            other => Some(Terminal::ModelError { kind: other.kind().to_string(), message: other.to_string() }),
+        }
+    }
+
+    /// Keeps the complete blocks of an interrupted answer, answers its tool calls with
+    /// synthetic results, and names the terminal.
+    fn interrupted(&mut self, phase: Phase, why: Interrupt, blocks: Vec<ContentBlock>) -> Terminal {
+        if !blocks.is_empty() {
+            let calls = tool_calls(&blocks);
+            self.push_assistant(blocks);
+            if !calls.is_empty() {
+                let text = match why {
+                    Interrupt::Cancelled => "not run: the agent was aborted while the model was still answering",
+                    Interrupt::TimedOut => "not run: the agent's time limit ran out while the model was still answering",
+                };
+                let results = calls.iter().map(|c| ContentBlock::tool_result(&c.id, text, true)).collect();
+                self.messages.push(Message { role: Role::User, content: results });
+            }
+        }
+        match why {
+            Interrupt::Cancelled => Terminal::Aborted { during: phase },
+            Interrupt::TimedOut => self.timeout(),
+        }
+    }
+
+    fn push_assistant(&mut self, content: Vec<ContentBlock>) {
+        let message = Message { role: Role::Assistant, content };
+        self.events.emit(Event::AssistantMessage { turn: self.turns, message: message.clone() });
+        self.messages.push(message);
+    }
+
+    /// Runs the calls of one answer and appends their results in the model's order.
+    /// On interrupt, the calls that did not finish get synthetic results.
+    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), Interrupt> {
+        let mut slots: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+        let tool_cancel = self.cancel.child_token();
+        let interrupted = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Some(Interrupt::Cancelled),
+            _ = sleep_until(self.deadline) => Some(Interrupt::TimedOut),
+            _ = run_batches(self.tools, calls, &mut slots, &tool_cancel, self.events) => None,
+        };
+        tool_cancel.cancel();
+        let mut results = Vec::with_capacity(calls.len());
+        for (call, slot) in calls.iter().zip(slots) {
+            let output = match slot {
+                Some(output) => output,
+                None => {
+                    let text = match interrupted {
+                        Some(Interrupt::TimedOut) => "the agent's time limit ran out before this tool call finished",
+                        _ => "the agent was aborted before this tool call finished",
+                    };
+                    self.events.emit(Event::ToolUseFinished {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        is_error: true,
+                        duration_ms: 0,
+                        output: text.to_string(),
+                    });
+                    ToolOutput::error(text)
+                }
+            };
+            results.push(ContentBlock::tool_result(&call.id, output.content, output.is_error));
+        }
+        self.messages.push(Message { role: Role::User, content: results });
+        match interrupted {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Splits `calls` into runs (consecutive concurrency-safe calls together, every other
+/// call alone) and runs them in order, filling `slots` as calls finish.
+async fn run_batches(
+    tools: &dyn ToolRunner,
+    calls: &[ToolCall],
+    slots: &mut [Option<ToolOutput>],
+    cancel: &CancellationToken,
+    events: &dyn EventSink,
+) {
+    let mut i = 0;
+    while i < calls.len() {
+        let mut end = i + 1;
+        if tools.is_concurrency_safe(&calls[i]) {
+            while end < calls.len() && end - i < MAX_PARALLEL_TOOLS && tools.is_concurrency_safe(&calls[end]) {
+                end += 1;
+            }
+        }
+        let mut running: FuturesUnordered<_> = (i..end)
+            .map(|k| async move { (k, run_one(tools, &calls[k], cancel.clone(), events).await) })
+            .collect();
+        while let Some((k, output)) = running.next().await {
+            slots[k] = Some(output);
+        }
+        i = end;
+    }
+}
+
+async fn run_one(tools: &dyn ToolRunner, call: &ToolCall, cancel: CancellationToken, events: &dyn EventSink) -> ToolOutput {
+    events.emit(Event::ToolUseStarted { id: call.id.clone(), name: call.name.clone(), input: call.input.clone() });
+    let started = Instant::now();
+    let output = tools.run(call, cancel).await;
+    events.emit(Event::ToolUseFinished {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        is_error: output.is_error,
+        duration_ms: started.elapsed().as_millis() as u64,
+        output: output.content.clone(),
+    });
+    output
+}
+
+fn tool_calls(content: &[ContentBlock]) -> Vec<ToolCall> {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => {
+                Some(ToolCall { id: id.clone(), name: name.clone(), input: input.clone() })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

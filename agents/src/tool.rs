@@ -1,0 +1,68 @@
+//! The tool-runner interface the loop calls tools through.
+//!
+//! The loop knows nothing of what a tool does or where it runs. The tool pool (with its
+//! pipeline of schema checks, hooks and permissions) implements [`ToolRunner`]; tests
+//! use small in-process runners.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::ToolSpec;
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+/// What a tool call gave back to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: false }
+    }
+
+    pub fn error(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: true }
+    }
+}
+
+/// Runs the tools of one agent.
+#[async_trait]
+pub trait ToolRunner: Send + Sync {
+    /// The tools offered to the model, in the order they are sent.
+    fn specs(&self) -> Vec<ToolSpec>;
+
+    /// Whether `call` may run in parallel with its neighbours. Fails closed.
+    fn is_concurrency_safe(&self, _call: &ToolCall) -> bool {
+        false
+    }
+
+    /// Runs one call. The runner must return soon after `cancel` fires; the loop does
+    /// not wait for it past that point anyway.
+    async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput;
+}
+
+/// A runner with no tools.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTools;
+
+#[async_trait]
+impl ToolRunner for NoTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    async fn run(&self, call: &ToolCall, _cancel: CancellationToken) -> ToolOutput {
+        ToolOutput::error(format!("no tool named `{}` is available to this agent", call.name))
+    }
+}

@@ -1,0 +1,116 @@
+//! The command-line grammar of `orch`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "orch", version, about = "A sandboxed multi-agent orchestrator for CI.")]
+pub struct Cli {
+    /// More logs on stderr (-v debug, -vv trace). `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one ad-hoc agent on PROMPT and print its final answer.
+    Exec(ExecArgs),
+}
+
+/// Which model API to talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// The Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL).
+    Anthropic,
+    /// An OpenAI-compatible chat-completions API (OPENAI_API_KEY, OPENAI_BASE_URL).
+    Openai,
+    /// Deterministic turns from a script file (--script); runs offline.
+    Scripted,
+}
+
+/// Model selection shared by every command that runs agents.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// The model API.
+    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
+    pub provider: ProviderKind,
+    /// The model name.
+    #[arg(long, env = "ORCH_MODEL", default_value = "claude-sonnet-4-5")]
+    pub model: String,
+    /// A model to switch to when the main one stays overloaded.
+    #[arg(long)]
+    pub fallback_model: Option<String>,
+    /// The turn script for `--provider scripted`.
+    #[arg(long, env = "ORCH_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table (model name to {input, output, cache_write, cache_read}
+    /// in USD per million tokens) that overrides the built-in prices.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// What the agent should do.
+    pub prompt: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The agent id (selects its turns in a script).
+    #[arg(long, default_value = "main")]
+    pub agent_id: String,
+    /// Most model calls before the agent stops.
+    #[arg(long, default_value_t = 40)]
+    pub max_turns: u32,
+    /// Most tokens (input, cache and output) before the agent stops.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// Most spend in US dollars before the agent stops.
+    #[arg(long)]
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock limit, such as `90s`, `10m` or `1h`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Stream events as JSON lines on stdout (the final answer is in the last event).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `500ms`, `90s`, `10m`, `2h` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration; write it like 90s, 10m or 1h"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" | "secs" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" | "mins" => value * 60.0,
+        "h" | "hr" | "hours" => value * 3600.0,
+        other => return Err(format!("unknown unit `{other}` in `{text}`; use ms, s, m or h")),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 24.0 * 3600.0 {
+        return Err(format!("`{text}` is out of range; give a positive duration of at most a week"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

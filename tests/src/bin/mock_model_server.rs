@@ -1,0 +1,170 @@
+//! `mock-model-server`: the test kit's mock model server as a process, serving scripted
+//! steps from a file for out-of-process use (benchmarks, CLI tests).
+//!
+//! ```text
+//! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default]
+//! ```
+//!
+//! Prints `listening on http://127.0.0.1:PORT` as its first stdout line, then serves
+//! until killed. `--repeat-default` keeps serving the script's last step once the queue
+//! is empty (otherwise an empty queue answers HTTP 400 "no scripted step left").
+//!
+//! The script is a YAML (or JSON) list of steps, each the serde form of
+//! `orch_testkit::mock::Step` (see `orch_testkit::mock::parse_steps`):
+//!
+//! ```yaml
+//! - reply:
+//!     text: "Let me read it."
+//!     thinking: {text: "the user wants a.rs", signature: "sig"}   # optional
+//!     tool_calls:
+//!       - {name: Read, input: {file_path: a.rs}}                  # id optional
+//!     stop_reason: tool_use                                        # optional
+//!     usage: {input_tokens: 100, output_tokens: 20,                # optional, missing
+//!             cache_creation_input_tokens: 0, cache_read_input_tokens: 50}  # fields are 0
+//! - status: {code: 529, retry_after: "0"}                          # body: optional
+//! - cut_after: {turn: {text: "partial"}, events: 3}
+//! - malformed: {turn: {text: "oops"}}                              # turn optional
+//! - stream_error: {error_type: overloaded_error, message: Overloaded}
+//! - prompt_too_long
+//! - delay: {ms: 50, step: {reply: {text: "slow"}}}
+//! - stall
+//! - reply: {text: "done"}
+//! ```
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use orch_testkit::mock::{MockServer, Step, parse_steps};
+
+const USAGE: &str = "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default]";
+
+#[derive(Debug)]
+struct Args {
+    script: PathBuf,
+    port: u16,
+    latency_ms: u64,
+    repeat_default: bool,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut script = None;
+    let mut port = 0;
+    let mut latency_ms = 0;
+    let mut repeat_default = false;
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--script" => script = Some(PathBuf::from(value("--script")?)),
+            "--port" => {
+                port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?;
+            }
+            "--latency-ms" => {
+                latency_ms = value("--latency-ms")?.parse().map_err(|e| format!("--latency-ms: {e}"))?;
+            }
+            "--repeat-default" => repeat_default = true,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    let script = script.ok_or(format!("--script is required\n{USAGE}"))?;
+    Ok(Args { script, port, latency_ms, repeat_default })
+}
+
+fn load_script(path: &Path) -> Result<Vec<Step>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_steps(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Starts the server with the script queued, as the arguments say.
+async fn start(args: &Args) -> Result<MockServer, String> {
+    let steps = load_script(&args.script)?;
+    let server =
+        MockServer::start_on(args.port).await.map_err(|e| format!("cannot bind 127.0.0.1:{}: {e}", args.port))?;
+    if args.repeat_default {
+        server.set_default(steps.last().cloned());
+    }
+    server.push_all(steps);
+    server.set_latency(Duration::from_millis(args.latency_ms));
+    Ok(server)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let server = start(&args).await?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", server.url()).map_err(|e| e.to_string())?;
+    stdout.flush().map_err(|e| e.to_string())?;
+    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let result = match parse_args(std::env::args().skip(1)) {
+        Ok(args) => run(args).await,
+        Err(message) => Err(message),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mock-model-server: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Args, String> {
+        parse_args(list.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let parsed = args(&["--script", "s.yaml", "--port", "4000", "--latency-ms", "25", "--repeat-default"]).unwrap();
+        assert_eq!(parsed.script, PathBuf::from("s.yaml"));
+        assert_eq!((parsed.port, parsed.latency_ms, parsed.repeat_default), (4000, 25, true));
+
+        let defaults = args(&["--script", "s.json"]).unwrap();
+        assert_eq!((defaults.port, defaults.latency_ms, defaults.repeat_default), (0, 0, false));
+
+        assert!(args(&[]).unwrap_err().contains("--script is required"));
+        assert!(args(&["--script"]).unwrap_err().contains("needs a value"));
+        assert!(args(&["--script", "s", "--port", "x"]).unwrap_err().starts_with("--port"));
+        assert!(args(&["--bogus"]).unwrap_err().contains("unknown argument"));
+    }
+
+    /// The example of the module doc, served: the queue holds it, and with
+    /// `--repeat-default` the last step keeps answering.
+    #[tokio::test]
+    async fn serves_the_documented_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script.yaml");
+        let doc: String = include_str!("mock_model_server.rs")
+            .lines()
+            .skip_while(|line| *line != "//! ```yaml")
+            .skip(1)
+            .take_while(|line| *line != "//! ```")
+            .map(|line| format!("{}\n", line.trim_start_matches("//!").strip_prefix(' ').unwrap_or("")))
+            .collect();
+        std::fs::write(&script, doc).unwrap();
+
+        let parsed = args(&["--script", script.to_str().unwrap(), "--repeat-default"]).unwrap();
+        let server = start(&parsed).await.unwrap();
+        assert_eq!(server.remaining(), 9);
+        assert!(server.url().starts_with("http://127.0.0.1:"));
+    }
+
+    #[tokio::test]
+    async fn a_bad_script_is_reported_with_its_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("bad.json");
+        std::fs::write(&script, r#"[{"reply": {"text": "ok"}}, {"status": {"cod": 500}}]"#).unwrap();
+        let parsed = args(&["--script", script.to_str().unwrap()]).unwrap();
+        let err = start(&parsed).await.err().unwrap();
+        assert!(err.contains("bad.json: step 2:"), "{err}");
+    }
+}
