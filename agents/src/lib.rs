@@ -8,9 +8,13 @@
 //! - this crate knows nothing of YAML workflows, git worktrees, terminals or GitHub.
 
 pub mod event;
+pub mod hooks;
 pub mod message;
 pub mod model;
+pub mod permissions;
+pub mod pipeline;
 pub mod query;
+pub mod tools;
 pub mod tool;
 pub mod usage;
 

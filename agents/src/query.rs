@@ -6,13 +6,16 @@
 //! one invariant above all: every `tool_use` in the history is answered by exactly one
 //! `tool_result`, whatever interrupts it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -166,32 +169,63 @@ impl Loop<'_> {
                     _ => None,
                 },
             };
-            let mut streamed: BTreeMap<usize, ContentBlock> = BTreeMap::new();
+            let tools = self.tools;
             let events = self.events;
+            let mut streamed: BTreeMap<usize, ContentBlock> = BTreeMap::new();
+            let mut early = Early::new(self.cancel.child_token());
+            let (early_tx, mut early_rx) = mpsc::unbounded_channel::<(ToolCall, CancellationToken)>();
             let mut sink = |event: StreamEvent| match event {
-                StreamEvent::AttemptStarted { .. } => streamed.clear(),
+                StreamEvent::AttemptStarted { .. } => {
+                    streamed.clear();
+                    early.restart();
+                }
                 StreamEvent::TextDelta(text) => events.emit(Event::TextDelta { text }),
                 StreamEvent::ThinkingDelta(_) => {}
                 StreamEvent::BlockComplete { index, block } => {
+                    if let ContentBlock::ToolUse { id, name, input } = &block {
+                        let call = ToolCall { id: id.clone(), name: name.clone(), input: input.clone() };
+                        if early.admit(tools, &call) {
+                            let _ = early_tx.send((call, early.token.clone()));
+                        }
+                    }
                     streamed.insert(index, block);
                 }
                 StreamEvent::Retrying { attempt, delay, error } => events.emit(Event::retry(attempt, delay, error)),
             };
-            let result = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => Err(Interrupt::Cancelled),
-                _ = sleep_until(self.deadline) => Err(Interrupt::TimedOut),
-                r = self.provider.send(&request, &mut sink) => Ok(r),
+            let mut running = FuturesUnordered::new();
+            let mut done: HashMap<String, ToolOutput> = HashMap::new();
+            let result = {
+                let send = self.provider.send(&request, &mut sink);
+                tokio::pin!(send);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = self.cancel.cancelled() => break Err(Interrupt::Cancelled),
+                        _ = sleep_until(self.deadline) => break Err(Interrupt::TimedOut),
+                        Some((call, token)) = early_rx.recv() => running.push(run_owned(tools, call, token, events)),
+                        Some((id, output)) = running.next(), if !running.is_empty() => {
+                            done.insert(id, output);
+                        }
+                        r = &mut send => break Ok(r),
+                    }
+                }
             };
+            while let Ok((call, token)) = early_rx.try_recv() {
+                running.push(run_owned(tools, call, token, events));
+            }
             let response = match result {
                 Err(why) => {
+                    early.token.cancel();
                     let blocks = streamed.into_values().collect();
-                    return self.interrupted(Phase::Streaming, why, blocks);
+                    return self.interrupted(Phase::Streaming, why, blocks, &done);
                 }
-                Ok(Err(error)) => match self.model_failed(error) {
-                    Some(end) => return end,
-                    None => continue,
-                },
+                Ok(Err(error)) => {
+                    early.token.cancel();
+                    match self.model_failed(error) {
+                        Some(end) => return end,
+                        None => continue,
+                    }
+                }
                 Ok(Ok(response)) => response,
             };
 
@@ -216,7 +250,9 @@ impl Loop<'_> {
             if calls.is_empty() {
                 return Terminal::Completed;
             }
-            if let Err(why) = self.run_tools(&calls).await {
+            let started_early = calls.iter().take_while(|c| early.started.contains(&c.id)).count();
+            let early_run = EarlyRun { running, done, token: early.token, count: started_early };
+            if let Err(why) = self.run_tools(&calls, early_run).await {
                 return match why {
                     Interrupt::Cancelled => Terminal::Aborted { during: Phase::Tools },
                     Interrupt::TimedOut => self.timeout(),
@@ -269,7 +305,13 @@ impl Loop<'_> {
 
     /// Keeps the complete blocks of an interrupted answer, answers its tool calls with
     /// synthetic results, and names the terminal.
-    fn interrupted(&mut self, phase: Phase, why: Interrupt, blocks: Vec<ContentBlock>) -> Terminal {
+    fn interrupted(
+        &mut self,
+        phase: Phase,
+        why: Interrupt,
+        blocks: Vec<ContentBlock>,
+        done: &HashMap<String, ToolOutput>,
+    ) -> Terminal {
         if !blocks.is_empty() {
             let calls = tool_calls(&blocks);
             self.push_assistant(blocks);
@@ -278,7 +320,13 @@ impl Loop<'_> {
                     Interrupt::Cancelled => "not run: the agent was aborted while the model was still answering",
                     Interrupt::TimedOut => "not run: the agent's time limit ran out while the model was still answering",
                 };
-                let results = calls.iter().map(|c| ContentBlock::tool_result(&c.id, text, true)).collect();
+                let results = calls
+                    .iter()
+                    .map(|c| match done.get(&c.id) {
+                        Some(out) => ContentBlock::tool_result(&c.id, out.content.clone(), out.is_error),
+                        None => ContentBlock::tool_result(&c.id, text, true),
+                    })
+                    .collect();
                 self.messages.push(Message { role: Role::User, content: results });
             }
         }
@@ -295,15 +343,24 @@ impl Loop<'_> {
     }
 
     /// Runs the calls of one answer and appends their results in the model's order.
-    /// On interrupt, the calls that did not finish get synthetic results.
-    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), Interrupt> {
+    /// Calls that started early, while the answer streamed, are awaited first; the rest
+    /// run in batches. On interrupt, the calls that did not finish get synthetic results.
+    async fn run_tools(&mut self, calls: &[ToolCall], early: EarlyRun<'_>) -> Result<(), Interrupt> {
         let mut slots: Vec<Option<ToolOutput>> = vec![None; calls.len()];
         let tool_cancel = self.cancel.child_token();
-        let interrupted = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Some(Interrupt::Cancelled),
-            _ = sleep_until(self.deadline) => Some(Interrupt::TimedOut),
-            _ = run_batches(self.tools, calls, &mut slots, &tool_cancel, self.events) => None,
+        let (tools, events) = (self.tools, self.events);
+        let interrupted = {
+            let k = early.count;
+            let work = async {
+                early.finish(tools, calls, &mut slots).await;
+                run_batches(tools, &calls[k..], &mut slots[k..], &tool_cancel, events).await;
+            };
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => Some(Interrupt::Cancelled),
+                _ = sleep_until(self.deadline) => Some(Interrupt::TimedOut),
+                _ = work => None,
+            }
         };
         tool_cancel.cancel();
         let mut results = Vec::with_capacity(calls.len());
@@ -335,8 +392,99 @@ impl Loop<'_> {
     }
 }
 
+/// Which calls of a streaming answer start before the answer is complete: an unbroken
+/// run of read-only, concurrency-safe calls from the first call on, at most
+/// [`MAX_PARALLEL_TOOLS`]. The first call that cannot start early closes the gate, so
+/// no call ever runs before a call the model made earlier.
+struct Early {
+    parent: CancellationToken,
+    token: CancellationToken,
+    open: bool,
+    started: Vec<String>,
+}
+
+impl Early {
+    fn new(parent: CancellationToken) -> Self {
+        Self { token: parent.child_token(), parent, open: true, started: Vec::new() }
+    }
+
+    /// A new attempt of the same request: what the old attempt started is stale.
+    fn restart(&mut self) {
+        self.token.cancel();
+        self.token = self.parent.child_token();
+        self.open = true;
+        self.started.clear();
+    }
+
+    fn admit(&mut self, tools: &dyn ToolRunner, call: &ToolCall) -> bool {
+        if self.open && self.started.len() < MAX_PARALLEL_TOOLS && tools.can_start_early(call) {
+            self.started.push(call.id.clone());
+            return true;
+        }
+        self.open = false;
+        false
+    }
+}
+
+type Running<'a> = FuturesUnordered<Pin<Box<dyn Future<Output = (String, ToolOutput)> + Send + 'a>>>;
+
+/// The early calls of one answer, as the tools phase takes them over.
+struct EarlyRun<'a> {
+    running: Running<'a>,
+    done: HashMap<String, ToolOutput>,
+    token: CancellationToken,
+    /// How many leading calls of the answer started early.
+    count: usize,
+}
+
+impl EarlyRun<'_> {
+    /// Waits for the early calls and puts their results in the first slots. A failing
+    /// `Bash` among them cancels the rest, as in any parallel run.
+    async fn finish(mut self, tools: &dyn ToolRunner, calls: &[ToolCall], slots: &mut [Option<ToolOutput>]) {
+        let early = &calls[..self.count];
+        let mut failed: Option<String> = None;
+        let mut place = |id: String, output: ToolOutput, failed: &mut Option<String>| {
+            if let Some(k) = early.iter().position(|c| c.id == id) {
+                slots[k] = Some(sibling_outcome(tools, &early[k], output, failed, &self.token));
+            }
+        };
+        for (id, output) in std::mem::take(&mut self.done) {
+            place(id, output, &mut failed);
+        }
+        while let Some((id, output)) = self.running.next().await {
+            place(id, output, &mut failed);
+        }
+        self.token.cancel();
+    }
+}
+
+/// Applies the sibling rule to one finished call of a parallel run: the first failing
+/// call that cancels its siblings fires `batch`; later failures are reported as
+/// cancelled because of it.
+fn sibling_outcome(
+    tools: &dyn ToolRunner,
+    call: &ToolCall,
+    output: ToolOutput,
+    failed: &mut Option<String>,
+    batch: &CancellationToken,
+) -> ToolOutput {
+    if let Some(first) = failed.as_ref()
+        && output.is_error
+    {
+        return ToolOutput::error(format!(
+            "cancelled: the parallel call {first} failed first; run this call again if it is still needed"
+        ));
+    }
+    if output.is_error && failed.is_none() && tools.cancels_siblings_on_error(call) {
+        *failed = Some(format!("{} ({})", call.name, call.id));
+        batch.cancel();
+    }
+    output
+}
+
 /// Splits `calls` into runs (consecutive concurrency-safe calls together, every other
-/// call alone) and runs them in order, filling `slots` as calls finish.
+/// call alone) and runs them in order, filling `slots` as calls finish. A failing call
+/// that cancels its siblings (`Bash`) stops the rest of its run.
 async fn run_batches(
     tools: &dyn ToolRunner,
     calls: &[ToolCall],
@@ -352,14 +500,32 @@ async fn run_batches(
                 end += 1;
             }
         }
+        let batch = cancel.child_token();
         let mut running: FuturesUnordered<_> = (i..end)
-            .map(|k| async move { (k, run_one(tools, &calls[k], cancel.clone(), events).await) })
+            .map(|k| {
+                let batch = batch.clone();
+                async move { (k, run_one(tools, &calls[k], batch, events).await) }
+            })
             .collect();
+        let mut failed = None;
         while let Some((k, output)) = running.next().await {
-            slots[k] = Some(output);
+            slots[k] = Some(sibling_outcome(tools, &calls[k], output, &mut failed, &batch));
         }
         i = end;
     }
+}
+
+/// [`run_one`] over an owned call, tagged with its id, for calls started early.
+fn run_owned<'a>(
+    tools: &'a dyn ToolRunner,
+    call: ToolCall,
+    cancel: CancellationToken,
+    events: &'a dyn EventSink,
+) -> Pin<Box<dyn Future<Output = (String, ToolOutput)> + Send + 'a>> {
+    Box::pin(async move {
+        let output = run_one(tools, &call, cancel, events).await;
+        (call.id, output)
+    })
 }
 
 async fn run_one(tools: &dyn ToolRunner, call: &ToolCall, cancel: CancellationToken, events: &dyn EventSink) -> ToolOutput {

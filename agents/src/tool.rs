@@ -47,6 +47,18 @@ pub trait ToolRunner: Send + Sync {
         false
     }
 
+    /// Whether `call` may start while the response is still streaming, as soon as its
+    /// block is complete: only read-only, concurrency-safe calls. Fails closed.
+    fn can_start_early(&self, _call: &ToolCall) -> bool {
+        false
+    }
+
+    /// Whether a failure of `call` cancels its siblings still running in the same
+    /// parallel run (a failing `Bash` makes the others pointless).
+    fn cancels_siblings_on_error(&self, _call: &ToolCall) -> bool {
+        false
+    }
+
     /// Runs one call. The runner must return soon after `cancel` fires; the loop does
     /// not wait for it past that point anyway.
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput;

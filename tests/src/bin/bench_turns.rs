@@ -1,1 +1,517 @@
-fn main() {}
+//! `bench-turns`: the "harness overhead per turn" benchmark (issue 2; the numbers live
+//! in `BENCHMARKS.md`, section "Harness overhead per turn"; `tests/bench/turns.sh` runs
+//! the whole comparison).
+//!
+//! The session: one agent, 21 turns that each make exactly one tool call, then a final
+//! text answer, so 22 model requests against the mock model server with no added
+//! latency. A *turn* is the time from one model request to the next as the mock server
+//! sees them arrive: streaming the answer, running the tool call, the loop's
+//! bookkeeping, and building and sending the next request. A session has 21 of them.
+//!
+//! ```text
+//! bench-turns run [--turns N] [--server URL]
+//!     Runs the session through `orch_agents::query` in this process, with the Anthropic
+//!     provider and an in-process `Echo` tool. Without --server it starts its own mock
+//!     server as a child process (`bench-turns serve`, so the mock never counts towards
+//!     this process's memory). Prints one JSON line: the per-turn times between
+//!     `TurnStarted` events, the session time and this process's peak RSS (VmHWM).
+//! bench-turns steps [--turns N] [--tool NAME] [--input JSON]
+//!     Prints the session's step file (JSON; see `mock-model-server`): N turns calling
+//!     the tool (default `Echo` with `{"text": "turn K"}`), then a final text answer.
+//! bench-turns serve --steps FILE --log FILE [--port N] [--stdin]
+//!     The mock model server as a process (`orch_testkit::mock::MockServer`, as in
+//!     `mock-model-server`) that also logs when each request arrived. Prints
+//!     `listening on http://127.0.0.1:PORT`, then answers requests with the steps in
+//!     order. Stops on SIGTERM or SIGINT (or when stdin closes, with --stdin) and then
+//!     writes the log: one JSON line per request, in arrival order, `at_ms` counted
+//!     from the server's start.
+//! bench-turns stats --log FILE --harness NAME --expect N [--client FILE] [--rss-kb N] [--wall-ns N]
+//!     One JSON result line from a server log: the per-turn times between main-loop
+//!     requests (Messages requests that offer tools), merged with the measurements the
+//!     caller took of the process (peak RSS from GNU time, wall time) and `run`'s own
+//!     JSON line. Fails unless the log holds exactly N requests, all of the main loop.
+//! bench-turns table FILE
+//!     The Markdown table of a file of result lines: per harness, the median over runs.
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use orch_agents::model::anthropic::{AnthropicConfig, AnthropicProvider};
+use orch_agents::{Event, EventSink, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query};
+use orch_testkit::mock::{MockServer, RecordedRequest, Step, parse_steps};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "usage: bench-turns run [--turns N] [--server URL]
+       bench-turns steps [--turns N] [--tool NAME] [--input JSON]
+       bench-turns serve --steps FILE --log FILE [--port N] [--stdin]
+       bench-turns stats --log FILE --harness NAME --expect N [--client FILE] [--rss-kb N] [--wall-ns N]
+       bench-turns table FILE";
+
+/// Tool-call turns in a session (each followed by one more request).
+const DEFAULT_TURNS: usize = 21;
+/// The model named in the requests; the mock server echoes it back.
+const MODEL: &str = "claude-sonnet-4-5";
+const PROMPT: &str = "Call the tool each time the conversation asks for it, then answer briefly.";
+const FINAL_TEXT: &str = "All done.";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().unwrap_or_default();
+    let flags = args.collect::<Vec<_>>();
+    let result = match command.as_str() {
+        "run" => Flags::parse(&flags, &["--turns", "--server"], &[]).and_then(|f| run(&f)),
+        "steps" => Flags::parse(&flags, &["--turns", "--tool", "--input"], &[]).and_then(|f| steps(&f)),
+        "serve" => Flags::parse(&flags, &["--steps", "--log", "--port"], &["--stdin"]).and_then(|f| serve(&f)),
+        "stats" => Flags::parse(&flags, &["--log", "--harness", "--expect", "--client", "--rss-kb", "--wall-ns"], &[])
+            .and_then(|f| stats(&f)),
+        "table" => match flags.as_slice() {
+            [file] => table(Path::new(file)),
+            _ => Err(USAGE.to_owned()),
+        },
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bench-turns {command}: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `--name value` pairs and bare switches.
+struct Flags(BTreeMap<String, Option<String>>);
+
+impl Flags {
+    fn parse(args: &[String], valued: &[&str], switches: &[&str]) -> Result<Flags, String> {
+        let mut map = BTreeMap::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            if valued.contains(&arg.as_str()) {
+                let value = args.next().ok_or(format!("{arg} needs a value"))?;
+                map.insert(arg.clone(), Some(value.clone()));
+            } else if switches.contains(&arg.as_str()) {
+                map.insert(arg.clone(), None);
+            } else {
+                return Err(format!("unknown argument {arg:?}\n{USAGE}"));
+            }
+        }
+        Ok(Flags(map))
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| v.as_deref())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    fn required(&self, name: &str) -> Result<&str, String> {
+        self.get(name).ok_or(format!("{name} is required\n{USAGE}"))
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, String>
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.get(name).map(|v| v.parse().map_err(|e| format!("{name} {v:?}: {e}"))).transpose()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// steps
+
+/// The session's script: `turns` replies each calling `tool` once, then the final text.
+fn session_steps(turns: usize, tool: &str, input: Option<&Value>) -> Vec<Step> {
+    (1..=turns)
+        .map(|n| Step::tool(tool, input.cloned().unwrap_or_else(|| json!({"text": format!("turn {n}")}))))
+        .chain([Step::text(FINAL_TEXT)])
+        .collect()
+}
+
+fn steps_json(steps: &[Step]) -> Result<String, String> {
+    serde_json::to_string_pretty(steps).map_err(|e| e.to_string())
+}
+
+fn steps(flags: &Flags) -> Result<(), String> {
+    let turns = flags.number("--turns")?.unwrap_or(DEFAULT_TURNS);
+    let input = flags
+        .get("--input")
+        .map(|text| serde_json::from_str::<Value>(text).map_err(|e| format!("--input: {e}")))
+        .transpose()?;
+    let steps = session_steps(turns, flags.get("--tool").unwrap_or("Echo"), input.as_ref());
+    println!("{}", steps_json(&steps)?);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// serve
+
+fn serve(flags: &Flags) -> Result<(), String> {
+    let path = flags.required("--steps")?;
+    let log = PathBuf::from(flags.required("--log")?);
+    let port = flags.number("--port")?.unwrap_or(0);
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let steps = parse_steps(&text).map_err(|e| format!("{path}: {e}"))?;
+    runtime()?.block_on(async {
+        let server = MockServer::start_on(port).await.map_err(|e| format!("cannot bind 127.0.0.1:{port}: {e}"))?;
+        let started = Instant::now();
+        server.push_all(steps);
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "listening on {}", server.url()).map_err(|e| e.to_string())?;
+        stdout.flush().map_err(|e| e.to_string())?;
+        stop_signal(flags.has("--stdin")).await?;
+        write_log(&log, started, &server.requests())
+    })
+}
+
+/// Waits for SIGTERM, SIGINT or (with `stdin`) the end of stdin.
+async fn stop_signal(stdin: bool) -> Result<(), String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let eof = async {
+        if stdin {
+            // Reading ends when the parent closes the pipe or goes away.
+            let _ = tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink())).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+        () = eof => {}
+    }
+    Ok(())
+}
+
+fn write_log(path: &Path, started: Instant, requests: &[RecordedRequest]) -> Result<(), String> {
+    let mut out = String::new();
+    for request in requests {
+        let line = json!({
+            "at_ms": millis(request.received_at.saturating_duration_since(started)),
+            "path": request.path,
+            "model": request.model(),
+            "stream": request.is_stream(),
+            "messages": request.messages().len(),
+            "tools": request.tool_names().len(),
+            "bytes": request.body.len(),
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    std::fs::write(path, out).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+// ---------------------------------------------------------------------------------------
+// run
+
+/// `Echo`: answers with its `text` input, in process (no tool host).
+struct Echo;
+
+#[async_trait]
+impl ToolRunner for Echo {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "Echo".into(),
+            description: "Returns its input text.".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            }),
+        }]
+    }
+
+    async fn run(&self, call: &ToolCall, _cancel: CancellationToken) -> ToolOutput {
+        match call.input.get("text").and_then(Value::as_str) {
+            Some(text) if call.name == "Echo" => ToolOutput::ok(text),
+            _ => ToolOutput::error(format!("no tool `{}` taking {}", call.name, call.input)),
+        }
+    }
+}
+
+/// Notes when each turn starts.
+#[derive(Default)]
+struct TurnClock(Mutex<Vec<Instant>>);
+
+impl EventSink for TurnClock {
+    fn emit(&self, event: Event) {
+        if let Event::TurnStarted { .. } = event {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
+        }
+    }
+}
+
+/// A mock server started by `run` as a child process.
+struct ChildServer {
+    child: Child,
+    url: String,
+    log: PathBuf,
+    steps: PathBuf,
+}
+
+impl ChildServer {
+    fn start(turns: usize) -> Result<ChildServer, String> {
+        let dir = std::env::temp_dir();
+        let stem = format!("bench-turns-{}", std::process::id());
+        let steps = dir.join(format!("{stem}-steps.json"));
+        let log = dir.join(format!("{stem}-requests.jsonl"));
+        std::fs::write(&steps, steps_json(&session_steps(turns, "Echo", None))?)
+            .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .arg("--steps")
+            .arg(&steps)
+            .arg("--log")
+            .arg(&log)
+            .arg("--stdin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start the mock server: {e}"))?;
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
+        }
+        let Some(url) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            return Err(format!("the mock server said {line:?} instead of its address"));
+        };
+        Ok(ChildServer { url: url.to_owned(), child, log, steps })
+    }
+
+    /// Stops the server (closing its stdin) and reads its request log.
+    fn stop(mut self) -> Result<Vec<Value>, String> {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        let log = read_log(&self.log);
+        let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(&self.steps);
+        if !status.success() {
+            return Err(format!("the mock server exited with {status}"));
+        }
+        log
+    }
+}
+
+fn run(flags: &Flags) -> Result<(), String> {
+    let turns = flags.number("--turns")?.unwrap_or(DEFAULT_TURNS);
+    let child = match flags.get("--server") {
+        Some(_) => None,
+        None => Some(ChildServer::start(turns)?),
+    };
+    let url = flags.get("--server").or(child.as_ref().map(|c| c.url.as_str())).unwrap_or_default().to_owned();
+    let session = runtime()?.block_on(session(&url, turns));
+    let server = child.map(ChildServer::stop).transpose()?;
+    let session = session?;
+    let turn_ms = intervals_ms(&session.turn_starts);
+    let mut line = json!({
+        "harness": "orch",
+        "turns": turn_ms.len(),
+        "requests": session.turn_starts.len(),
+        "median_ms": median(&turn_ms),
+        "p90_ms": percentile(&turn_ms, 0.9),
+        "max_ms": turn_ms.iter().copied().fold(0.0, f64::max),
+        "session_ms": millis(session.elapsed),
+        "vmhwm_kb": peak_rss_kb()?,
+        "turn_ms": turn_ms,
+    });
+    if let Some(log) = server {
+        line["server"] = server_stats(&log);
+    }
+    println!("{line}");
+    Ok(())
+}
+
+struct Session {
+    turn_starts: Vec<Instant>,
+    elapsed: Duration,
+}
+
+async fn session(url: &str, turns: usize) -> Result<Session, String> {
+    let provider = AnthropicProvider::new(AnthropicConfig {
+        base_url: url.to_owned(),
+        api_key: Some("bench".to_owned()),
+        ..AnthropicConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut config = QueryConfig::new("bench", MODEL);
+    config.limits.max_turns = Some(u32::try_from(turns + 2).map_err(|e| e.to_string())?);
+    let clock = TurnClock::default();
+    let started = Instant::now();
+    let outcome =
+        query(&provider, &Echo, &config, vec![Message::user(PROMPT)], &clock, &CancellationToken::new()).await;
+    let elapsed = started.elapsed();
+    if outcome.terminal != Terminal::Completed || outcome.final_text != FINAL_TEXT {
+        return Err(format!("the session ended with {} after {} turns", outcome.terminal, outcome.turns));
+    }
+    let turn_starts = clock.0.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if turn_starts.len() != turns + 1 {
+        return Err(format!("expected {} model requests, saw {}", turns + 1, turn_starts.len()));
+    }
+    Ok(Session { turn_starts, elapsed })
+}
+
+/// The peak resident set size of this process, in KiB.
+fn peak_rss_kb() -> Result<u64, String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or("no VmHWM in /proc/self/status".to_owned())
+}
+
+// ---------------------------------------------------------------------------------------
+// stats and table
+
+fn read_log(path: &Path) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).map_err(|e| format!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// The turn times of a server log: the gaps between main-loop requests, which are the
+/// Messages requests that offer tools.
+fn server_stats(log: &[Value]) -> Value {
+    let main: Vec<f64> = log
+        .iter()
+        .filter(|r| r["path"] == "/v1/messages" && r["tools"].as_u64().unwrap_or(0) > 0)
+        .filter_map(|r| r["at_ms"].as_f64())
+        .collect();
+    let turn_ms: Vec<f64> = main.windows(2).map(|w| w[1] - w[0]).collect();
+    json!({
+        "requests": log.len(),
+        "main_requests": main.len(),
+        "turns": turn_ms.len(),
+        "median_ms": median(&turn_ms),
+        "p90_ms": percentile(&turn_ms, 0.9),
+        "span_ms": main.last().zip(main.first()).map(|(l, f)| l - f),
+        "turn_ms": turn_ms,
+    })
+}
+
+fn stats(flags: &Flags) -> Result<(), String> {
+    let path = flags.required("--log")?;
+    let log = read_log(Path::new(path))?;
+    let expect: usize = flags.number("--expect")?.ok_or(format!("--expect is required\n{USAGE}"))?;
+    let server = server_stats(&log);
+    if server["requests"] != expect || server["main_requests"] != expect {
+        return Err(format!(
+            "{path}: expected {expect} model requests, all of the main loop; saw {} requests, {} of them offering tools",
+            server["requests"], server["main_requests"]
+        ));
+    }
+    let mut line = json!({
+        "harness": flags.required("--harness")?,
+        "server": server,
+        "rss_kb": flags.number::<u64>("--rss-kb")?,
+        "wall_ms": flags.number::<u64>("--wall-ns")?.map(|ns| ns as f64 / 1e6),
+    });
+    if let Some(path) = flags.get("--client") {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        let client: Value = serde_json::from_str(text.trim()).map_err(|e| format!("{path}: {e}"))?;
+        line["client"] = client;
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn table(path: &Path) -> Result<(), String> {
+    let results = read_log(path)?;
+    let mut harnesses: Vec<&str> = Vec::new();
+    for r in &results {
+        if let Some(h) = r["harness"].as_str().filter(|h| !harnesses.contains(h)) {
+            harnesses.push(h);
+        }
+    }
+    let mut out = String::from(
+        "| harness | runs | median ms/turn | p90 ms/turn | first→last request | process wall | peak RSS |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut notes = String::new();
+    for harness in harnesses {
+        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == harness).collect();
+        let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
+        out.push_str(&format!(
+            "| {harness} | {} | {} | {} | {} | {} | {} |\n",
+            runs.len(),
+            ms(med("/server/median_ms")),
+            ms(med("/server/p90_ms")),
+            ms(med("/server/span_ms")),
+            ms(med("/wall_ms")),
+            mb(med("/rss_kb")),
+        ));
+        if runs.iter().any(|r| r.get("client").is_some_and(Value::is_object)) {
+            notes.push_str(&format!(
+                "\n{harness}, measured in process (median over runs): {} ms/turn median, {} ms/turn p90 \
+                 between `TurnStarted` events, session {} ms, VmHWM {}.\n",
+                ms(med("/client/median_ms")),
+                ms(med("/client/p90_ms")),
+                ms(med("/client/session_ms")),
+                mb(med("/client/vmhwm_kb")),
+            ));
+        }
+    }
+    print!("{out}{notes}");
+    Ok(())
+}
+
+fn ms(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v < 10.0 => format!("{v:.3}"),
+        Some(v) => format!("{v:.1}"),
+        None => "–".to_owned(),
+    }
+}
+
+fn mb(kb: Option<f64>) -> String {
+    kb.map_or("–".to_owned(), |kb| format!("{:.1} MB", kb * 1024.0 / 1e6))
+}
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    // The same runtime as the `orch` binary.
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn intervals_ms(instants: &[Instant]) -> Vec<f64> {
+    instants.windows(2).map(|w| millis(w[1].duration_since(w[0]))).collect()
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// Nearest-rank percentile (`q` in 0..=1).
+fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.saturating_sub(1)).copied()
+}

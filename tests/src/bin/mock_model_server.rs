@@ -115,6 +115,7 @@ async fn main() -> ExitCode {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests fail loudly
 mod tests {
     use super::*;
 

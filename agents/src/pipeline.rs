@@ -1,0 +1,260 @@
+//! The tool pool of one agent and the pipeline every call goes through:
+//! lookup, schema check, `validate`, PreToolUse hooks, the permission decision, the
+//! call in the agent's tool host, PostToolUse hooks, and result mapping (a result over
+//! its limit is saved to the run directory and replaced by a preview and the path).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::hooks::{HookDecision, Hooks, NoHooks};
+use crate::message::ToolSpec;
+use crate::permissions::{AskFallback, Decision, Mode, Permissions};
+use crate::tool::{ToolCall, ToolOutput, ToolRunner};
+use crate::tools::DynTool;
+use crate::tools::host::{HostRequest, ToolExecutor};
+
+/// How much of an oversized result the model sees inline.
+pub const PREVIEW_BYTES: usize = 2_000;
+
+/// A tool pool that could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("unknown tool `{name}`; the tools are: {known}")]
+    UnknownTool { name: String, known: String },
+    #[error("the input schema of tool `{name}` does not compile: {message}")]
+    BadSchema { name: String, message: String },
+}
+
+struct Entry {
+    tool: Arc<dyn DynTool>,
+    schema: jsonschema::Validator,
+}
+
+/// The tools one agent may use, bound to its tool host, its permissions and hooks.
+pub struct ToolPool {
+    agent_id: String,
+    entries: Vec<Entry>,
+    executor: Arc<dyn ToolExecutor>,
+    permissions: Permissions,
+    hooks: Arc<dyn Hooks>,
+    results_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ToolPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolPool")
+            .field("agent_id", &self.agent_id)
+            .field("tools", &self.entries.iter().map(|e| e.tool.name()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ToolPool {
+    /// A pool of `tools` (sorted by name, so the prompt prefix is stable) that run
+    /// through `executor`.
+    pub fn new(
+        agent_id: impl Into<String>,
+        tools: Vec<Arc<dyn DynTool>>,
+        executor: Arc<dyn ToolExecutor>,
+        permissions: Permissions,
+    ) -> Result<Self, PoolError> {
+        let mut entries = Vec::with_capacity(tools.len());
+        for tool in tools {
+            let schema = jsonschema::validator_for(&tool.input_schema())
+                .map_err(|e| PoolError::BadSchema { name: tool.name().to_string(), message: e.to_string() })?;
+            entries.push(Entry { tool, schema });
+        }
+        entries.sort_by_key(|e| e.tool.name());
+        entries.dedup_by_key(|e| e.tool.name());
+        Ok(Self {
+            agent_id: agent_id.into(),
+            entries,
+            executor,
+            permissions,
+            hooks: Arc::new(NoHooks),
+            results_dir: None,
+        })
+    }
+
+    pub fn with_hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Where oversized results are saved (`<dir>/<agent>/<tool_use_id>.txt`).
+    pub fn with_results_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.results_dir = Some(dir.into());
+        self
+    }
+
+    /// Picks `names` out of `available`; an unknown name is an error.
+    pub fn select(available: &[Arc<dyn DynTool>], names: &[String]) -> Result<Vec<Arc<dyn DynTool>>, PoolError> {
+        names
+            .iter()
+            .map(|name| {
+                available.iter().find(|t| t.name() == name).cloned().ok_or_else(|| PoolError::UnknownTool {
+                    name: name.clone(),
+                    known: available.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+                })
+            })
+            .collect()
+    }
+
+    fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.tool.name() == name)
+    }
+
+    /// Steps 1 to 3: lookup, schema, `validate`.
+    fn check(&self, name: &str, input: &Value) -> Result<&Entry, String> {
+        let entry = self.entry(name).ok_or_else(|| {
+            let known: Vec<_> = self.entries.iter().map(|e| e.tool.name()).collect();
+            format!("no tool named `{name}` is available to this agent; its tools are: {}", known.join(", "))
+        })?;
+        if let Some(error) = entry.schema.iter_errors(input).next() {
+            let at = error.instance_path().to_string();
+            let place = if at.is_empty() { String::new() } else { format!(" at `{at}`") };
+            return Err(format!("invalid input for {name}{place}: {error}; fix the input and call again"));
+        }
+        entry.tool.validate(input).map_err(|e| format!("invalid input for {name}: {e}"))?;
+        Ok(entry)
+    }
+
+    /// Step 5, given what the hooks said.
+    fn permit(&self, tool: &dyn DynTool, input: &Value, hook: Option<&HookDecision>) -> Result<(), String> {
+        if let Some(reason) = self.permissions.hard_denial(tool, input) {
+            return Err(format!("permission denied: {reason}"));
+        }
+        if let Some(HookDecision::Ask(reason)) = hook {
+            let lifted = self.permissions.mode == Mode::Bypass || self.permissions.ask_fallback == AskFallback::Allow;
+            if !lifted {
+                // Deny rules still get their say first, for a clearer reason.
+                if let Decision::Deny(r) = self.permissions.decide(tool, input, false) {
+                    return Err(format!("permission denied: {r}"));
+                }
+                return Err(format!(
+                    "permission denied: a hook asks for approval ({reason}), and nobody can approve in an unattended run"
+                ));
+            }
+        }
+        let hook_allowed = matches!(hook, Some(HookDecision::Allow | HookDecision::Ask(_)));
+        match self.permissions.decide(tool, input, hook_allowed) {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(format!("permission denied: {reason}")),
+        }
+    }
+
+    async fn pipeline(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput {
+        let mut input = call.input.clone();
+        let mut entry = match self.check(&call.name, &input) {
+            Ok(e) => e,
+            Err(message) => return ToolOutput::error(message),
+        };
+        let pre = self.hooks.pre_tool_use(call).await;
+        if let Some(HookDecision::Deny(reason)) = &pre.decision {
+            return ToolOutput::error(format!("blocked by a PreToolUse hook: {reason}"));
+        }
+        if let Some(updated) = pre.updated_input {
+            input = updated;
+            entry = match self.check(&call.name, &input) {
+                Ok(e) => e,
+                Err(message) => return ToolOutput::error(format!("a PreToolUse hook rewrote the input badly: {message}")),
+            };
+        }
+        if let Err(message) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
+            return ToolOutput::error(message);
+        }
+        let request = HostRequest { tool: call.name.clone(), input: input.clone() };
+        let mut output = match self.executor.execute(request, cancel).await {
+            Ok(output) => output,
+            Err(message) => ToolOutput::error(format!("the tool host failed while running {}: {message}", call.name)),
+        };
+        let effective = ToolCall { id: call.id.clone(), name: call.name.clone(), input };
+        let post = self.hooks.post_tool_use(&effective, &output).await;
+        if let Some(reason) = post.block {
+            output.is_error = true;
+            output.content.push_str(&format!("\n\nA PostToolUse hook objected: {reason}"));
+        }
+        for context in [pre.context, post.context].into_iter().flatten() {
+            output.content.push_str(&format!("\n\n{context}"));
+        }
+        self.map_result(call, entry.tool.max_result_bytes(), output).await
+    }
+
+    /// Step 8: an oversized result goes to a file; the model gets a preview and the path.
+    async fn map_result(&self, call: &ToolCall, limit: usize, output: ToolOutput) -> ToolOutput {
+        if output.content.len() <= limit {
+            return output;
+        }
+        let total = output.content.len();
+        let preview = &output.content[..floor_char_boundary(&output.content, PREVIEW_BYTES.min(limit))];
+        let saved = match &self.results_dir {
+            Some(dir) => self.save(dir, &call.id, &output.content).await,
+            None => Err("no run directory is set".to_string()),
+        };
+        let note = match saved {
+            Ok(path) => format!(
+                "[the result is {total} bytes, over the {limit}-byte limit; it is saved in full at {}. \
+                 Read it with offset and limit, or Grep it, to see more]",
+                path.display()
+            ),
+            Err(e) => format!("[the result is {total} bytes, over the {limit}-byte limit, and could not be saved ({e}); the rest is cut]"),
+        };
+        ToolOutput { content: format!("{preview}\n…\n{note}"), is_error: output.is_error }
+    }
+
+    async fn save(&self, dir: &std::path::Path, id: &str, content: &str) -> Result<PathBuf, String> {
+        let dir = dir.join(sanitize(&self.agent_id));
+        tokio::fs::create_dir_all(&dir).await.map_err(|e| e.to_string())?;
+        let path = dir.join(format!("{}.txt", sanitize(id)));
+        tokio::fs::write(&path, content).await.map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect()
+}
+
+fn floor_char_boundary(s: &str, mut at: usize) -> usize {
+    if at >= s.len() {
+        return s.len();
+    }
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+#[async_trait]
+impl ToolRunner for ToolPool {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.entries
+            .iter()
+            .map(|e| ToolSpec {
+                name: e.tool.name().to_string(),
+                description: e.tool.description().to_string(),
+                input_schema: e.tool.input_schema(),
+            })
+            .collect()
+    }
+
+    fn is_concurrency_safe(&self, call: &ToolCall) -> bool {
+        self.entry(&call.name).is_some_and(|e| e.tool.is_concurrency_safe(&call.input))
+    }
+
+    fn can_start_early(&self, call: &ToolCall) -> bool {
+        self.entry(&call.name).is_some_and(|e| e.tool.is_concurrency_safe(&call.input) && e.tool.is_read_only(&call.input))
+    }
+
+    fn cancels_siblings_on_error(&self, call: &ToolCall) -> bool {
+        call.name == "Bash"
+    }
+
+    async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput {
+        self.pipeline(call, cancel).await
+    }
+}

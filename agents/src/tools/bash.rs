@@ -1,0 +1,684 @@
+//! `Bash`: runs a shell command in the agent's worktree, inside the tool host.
+//!
+//! The command runs as `bash -c` (or `sh -c` where bash is missing) in its own process
+//! group, with no stdin. Both output streams are read concurrently into bounded buffers
+//! (a head and a ring-buffer tail each), so endless output costs fixed memory. When the
+//! command ends, times out or is cancelled, the whole process group is killed, so
+//! background children do not outlive the call.
+//!
+//! Processes that leave the group (`setsid`, `setpgid`) are not reached by the group
+//! kill; the sandbox layer (cgroup, per-agent uid) is what bounds those. This code only
+//! stops waiting for pipes they hold open.
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, Command};
+use tokio::task::JoinSet;
+
+use super::bash_readonly;
+use super::{Tool, ToolContext, ToolError};
+
+/// The timeout when the call gives none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// The longest timeout a call may ask for.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+/// How long a timed-out command gets between SIGTERM and SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_millis(200);
+/// How long to keep reading pipes after the command has ended and its group was
+/// killed; a process that escaped the group may hold them open forever.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// How long to wait for the shell to be reaped after SIGKILL before giving up on it
+/// (`kill_on_drop` and tokio's orphan reaping take over).
+const REAP_WAIT: Duration = Duration::from_millis(500);
+/// The most output characters (stdout and stderr together) a result shows.
+pub const MAX_OUTPUT_CHARS: usize = 30_000;
+/// Characters kept from the start of each stream while reading.
+const HEAD_CHARS: usize = MAX_OUTPUT_CHARS / 2;
+/// Characters kept from the end of each stream while reading.
+const TAIL_CHARS: usize = MAX_OUTPUT_CHARS - HEAD_CHARS;
+const READ_CHUNK: usize = 64 * 1024;
+const STDERR_MARKER: &str = "--- stderr ---";
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashInput {
+    /// The command line, run with `bash -c` in the working directory.
+    pub command: String,
+    /// Timeout in milliseconds (default 120000, at most 600000). On timeout the
+    /// command and everything it started is killed.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    /// A few words saying what the command does, e.g. "Run the unit tests".
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bash;
+
+#[async_trait]
+impl Tool for Bash {
+    type Input = BashInput;
+    const NAME: &'static str = "Bash";
+
+    fn description(&self) -> &'static str {
+        "Run a shell command with bash in your working directory (the repository worktree) and \
+         get back its output: stdout, then stderr after a '--- stderr ---' line. Use it for \
+         builds, tests, git and other programs. For files, use the dedicated tools instead: \
+         Read to look at a file (not cat/head/tail), Grep to search contents (not grep/rg), \
+         Glob to find files by name (not find/ls -R), Edit and Write to change files (not \
+         sed, awk or echo redirections).\n\
+         This runs unattended in CI: there is no terminal, stdin is empty and nobody can \
+         answer a prompt, so never start anything interactive (editors, pagers, `git rebase \
+         -i`, `git commit` without -m, password or confirmation prompts); pass flags such as \
+         --yes or --no-pager where a tool might ask.\n\
+         Every call starts a fresh shell: `cd` and variables do not carry over, so use paths \
+         relative to the working directory or chain steps with &&. Quote paths that contain \
+         spaces.\n\
+         The command is killed after 120000 ms (2 minutes) by default; set `timeout` in \
+         milliseconds, up to 600000 (10 minutes), for long builds or test suites. When the \
+         command ends, anything it left running in the background is killed, so do not start \
+         servers expecting them to stay up. A non-zero exit code is returned as an error that \
+         includes the output. Output longer than 30000 characters is cut in the middle, so \
+         narrow noisy commands (e.g. pipe through `tail -n 100` or grep for what you need)."
+    }
+
+    fn is_read_only(&self, input: &Self::Input) -> bool {
+        bash_readonly::is_read_only(&input.command)
+    }
+
+    fn is_concurrency_safe(&self, input: &Self::Input) -> bool {
+        bash_readonly::is_read_only(&input.command)
+    }
+
+    fn is_destructive(&self, input: &Self::Input) -> bool {
+        !bash_readonly::is_read_only(&input.command)
+    }
+
+    fn validate(&self, input: &Self::Input) -> Result<(), String> {
+        if input.command.trim().is_empty() {
+            return Err("command is empty; give the shell command to run".into());
+        }
+        match input.timeout {
+            Some(0) => Err("timeout must be at least 1 ms (it is in milliseconds)".into()),
+            Some(t) if t > MAX_TIMEOUT_MS => {
+                Err(format!("timeout {t} ms is over the maximum of {MAX_TIMEOUT_MS} ms (10 minutes)"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn permission_subject(&self, input: &Self::Input) -> Option<String> {
+        Some(input.command.clone())
+    }
+
+    async fn call(&self, input: Self::Input, ctx: &ToolContext) -> Result<String, ToolError> {
+        Tool::validate(self, &input).map_err(ToolError)?;
+        let timeout_ms = input.timeout.unwrap_or(DEFAULT_TIMEOUT_MS);
+        tracing::debug!(command = %input.command, description = ?input.description, timeout_ms, "Bash");
+        let run = run(&input.command, ctx, Duration::from_millis(timeout_ms)).await?;
+        let output = run.output();
+        match run.end {
+            End::Exited(status) => match (status.code(), status.signal()) {
+                (Some(0), _) => Ok(if output.is_empty() { "(no output)".into() } else { output }),
+                (Some(code), _) => Err(failure(format!("Command failed with exit code {code}"), &output)),
+                (None, Some(sig)) => {
+                    let core = if status.core_dumped() { " (core dumped)" } else { "" };
+                    Err(failure(format!("Command was killed by signal {}{core}", signal_name(sig)), &output))
+                }
+                (None, None) => Err(failure(format!("Command ended abnormally ({status})"), &output)),
+            },
+            End::TimedOut => Err(failure(
+                format!("Command timed out after {timeout_ms} ms; it and its child processes were killed"),
+                &output,
+            )),
+            End::Cancelled => Err(failure("Command cancelled; it and its child processes were killed".into(), &output)),
+        }
+    }
+}
+
+fn failure(headline: String, output: &str) -> ToolError {
+    if output.is_empty() {
+        ToolError(format!("{headline}\n(no output)"))
+    } else {
+        ToolError(format!("{headline}\n{output}"))
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig).map(|s| s.as_str().to_owned()).unwrap_or_else(|_| format!("{sig}"))
+}
+
+/// How the command ended.
+#[derive(Debug)]
+enum End {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+#[derive(Debug)]
+struct Run {
+    end: End,
+    stdout: Capture,
+    stderr: Capture,
+}
+
+impl Run {
+    /// Stdout, then stderr under a marker, within [`MAX_OUTPUT_CHARS`] in all.
+    fn output(&self) -> String {
+        let (out_budget, err_budget) = budgets(self.stdout.total, self.stderr.total);
+        let stdout = self.stdout.render(out_budget);
+        let stderr = self.stderr.render(err_budget);
+        let stdout = stdout.trim_end_matches('\n');
+        let stderr = stderr.trim_end_matches('\n');
+        match (stdout.is_empty(), stderr.is_empty()) {
+            (_, true) => stdout.to_owned(),
+            (true, false) => format!("{STDERR_MARKER}\n{stderr}"),
+            (false, false) => format!("{stdout}\n{STDERR_MARKER}\n{stderr}"),
+        }
+    }
+}
+
+/// Splits [`MAX_OUTPUT_CHARS`] between the two streams: each gets up to half, and what
+/// one does not use goes to the other.
+fn budgets(out: usize, err: usize) -> (usize, usize) {
+    if out + err <= MAX_OUTPUT_CHARS {
+        (out, err)
+    } else if out <= HEAD_CHARS {
+        (out, MAX_OUTPUT_CHARS - out)
+    } else if err <= TAIL_CHARS {
+        (MAX_OUTPUT_CHARS - err, err)
+    } else {
+        (HEAD_CHARS, TAIL_CHARS)
+    }
+}
+
+/// One output stream, kept as its first [`HEAD_CHARS`] and last [`TAIL_CHARS`]
+/// characters, decoded as UTF-8 (invalid bytes become U+FFFD) as it arrives.
+struct Capture {
+    decoder: encoding_rs::Decoder,
+    head: String,
+    head_chars: usize,
+    tail: VecDeque<char>,
+    /// Every character seen, kept or not.
+    total: usize,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture").field("head_chars", &self.head_chars).field("total", &self.total).finish()
+    }
+}
+
+impl Capture {
+    fn new() -> Self {
+        Self {
+            decoder: encoding_rs::UTF_8.new_decoder_without_bom_handling(),
+            head: String::new(),
+            head_chars: 0,
+            tail: VecDeque::new(),
+            total: 0,
+            finished: false,
+        }
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        self.decode(bytes, false);
+    }
+
+    /// Flushes a trailing incomplete UTF-8 sequence (as U+FFFD).
+    fn finish(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.decode(&[], true);
+        }
+    }
+
+    fn decode(&mut self, bytes: &[u8], last: bool) {
+        let Some(cap) = self.decoder.max_utf8_buffer_length(bytes.len()) else {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            self.push_str(&text);
+            return;
+        };
+        let mut text = String::with_capacity(cap);
+        let _ = self.decoder.decode_to_string(bytes, &mut text, last);
+        self.push_str(&text);
+    }
+
+    fn push_str(&mut self, text: &str) {
+        let mut rest = text;
+        if self.head_chars < HEAD_CHARS {
+            let room = HEAD_CHARS - self.head_chars;
+            let split = rest.char_indices().nth(room).map_or(rest.len(), |(i, _)| i);
+            let (into_head, after) = rest.split_at(split);
+            let n = into_head.chars().count();
+            self.head.push_str(into_head);
+            self.head_chars += n;
+            self.total += n;
+            rest = after;
+        }
+        if rest.is_empty() {
+            return;
+        }
+        let n = rest.chars().count();
+        self.total += n;
+        if n >= TAIL_CHARS {
+            self.tail.clear();
+            self.tail.extend(rest.chars().skip(n - TAIL_CHARS));
+        } else {
+            let overflow = (self.tail.len() + n).saturating_sub(TAIL_CHARS);
+            self.tail.drain(..overflow);
+            self.tail.extend(rest.chars());
+        }
+    }
+
+    /// The stream in at most `budget` characters (plus a note): cut in the middle when
+    /// longer.
+    fn render(&self, budget: usize) -> String {
+        let tail: String = self.tail.iter().collect();
+        if self.total <= budget {
+            return self.head.clone() + &tail;
+        }
+        let budget = budget.min(HEAD_CHARS + TAIL_CHARS);
+        let keep_head = budget - budget / 2;
+        let keep_tail = budget / 2;
+        // Everything seen is still here when the stream fit in head and tail.
+        let whole;
+        let (start_from, end_from): (&str, &str) = if self.total <= HEAD_CHARS + TAIL_CHARS {
+            whole = self.head.clone() + &tail;
+            (&whole, &whole)
+        } else {
+            (&self.head, &tail)
+        };
+        let start: String = start_from.chars().take(keep_head).collect();
+        let end_len = end_from.chars().count();
+        let end: String = end_from.chars().skip(end_len.saturating_sub(keep_tail)).collect();
+        let cut = self.total - keep_head - keep_tail;
+        let unit = if cut == 1 { "character" } else { "characters" };
+        format!("{start}\n\n[... {cut} {unit} cut from the middle ...]\n\n{end}")
+    }
+}
+
+/// Kills the command's process group when dropped, unless disarmed: covers the call
+/// future being dropped half-way.
+struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn signal(&self, sig: Signal) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH (the group is gone) is the expected, fine outcome.
+            let _ = killpg(pgid, sig);
+        }
+    }
+
+    /// SIGKILLs the group and stops guarding it.
+    fn kill_and_disarm(&mut self) {
+        self.signal(Signal::SIGKILL);
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
+    Command::new(shell)
+        .arg("-c")
+        .arg(command)
+        .current_dir(ctx.session.cwd())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+}
+
+async fn read_into(mut pipe: impl AsyncRead + Unpin, capture: Arc<Mutex<Capture>>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => capture.lock().unwrap_or_else(|e| e.into_inner()).push_bytes(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+}
+
+async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run, ToolError> {
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolError::new("Command cancelled before it started"));
+    }
+    let cwd = ctx.session.cwd();
+    match tokio::fs::metadata(cwd).await {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(ToolError(format!("working directory {} is not a directory", cwd.display()))),
+        Err(e) => return Err(ToolError(format!("working directory {} is not usable: {e}", cwd.display()))),
+    }
+    let mut child = match spawn("bash", command, ctx) {
+        Err(e) if e.kind() == ErrorKind::NotFound => spawn("sh", command, ctx),
+        other => other,
+    }
+    .map_err(|e| ToolError(format!("could not start the shell: {e}")))?;
+    // Declared after `child`, so it drops first: the group is killed while the shell is
+    // not yet reaped and its pid (the group id) cannot have been reused.
+    let mut group = GroupGuard { pgid: child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw) };
+
+    let stdout = Arc::new(Mutex::new(Capture::new()));
+    let stderr = Arc::new(Mutex::new(Capture::new()));
+    let mut readers = JoinSet::new();
+    if let Some(pipe) = child.stdout.take() {
+        readers.spawn(read_into(pipe, stdout.clone()));
+    }
+    if let Some(pipe) = child.stderr.take() {
+        readers.spawn(read_into(pipe, stderr.clone()));
+    }
+
+    let end = tokio::select! {
+        biased;
+        _ = ctx.cancel.cancelled() => End::Cancelled,
+        status = child.wait() => match status {
+            Ok(status) => End::Exited(status),
+            Err(e) => {
+                group.kill_and_disarm();
+                return Err(ToolError(format!("could not wait for the command: {e}")));
+            }
+        },
+        _ = tokio::time::sleep(timeout) => End::TimedOut,
+    };
+
+    match end {
+        // The shell is done; anything it left in its group goes now.
+        End::Exited(_) => group.kill_and_disarm(),
+        End::TimedOut => {
+            group.signal(Signal::SIGTERM);
+            let _ = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+            group.signal(Signal::SIGKILL);
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+            group.pgid = None;
+        }
+        End::Cancelled => {
+            group.signal(Signal::SIGKILL);
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+            group.pgid = None;
+        }
+    }
+
+    // Writers are dead unless something escaped the group; read what is left, briefly.
+    let drained = tokio::time::timeout(DRAIN_GRACE, async { while readers.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::debug!("Bash: output pipes still open after the command ended (a process left its group)");
+        readers.abort_all();
+    }
+    drop(readers);
+
+    let take = |c: &Arc<Mutex<Capture>>| {
+        let mut guard = c.lock().unwrap_or_else(|e| e.into_inner());
+        guard.finish();
+        std::mem::replace(&mut *guard, Capture::new())
+    };
+    Ok(Run { end, stdout: take(&stdout), stderr: take(&stderr) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{DynTool, Session};
+    use serde_json::json;
+    use std::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx(dir: &std::path::Path) -> ToolContext {
+        ToolContext { session: Arc::new(Session::new(dir)), cancel: CancellationToken::new() }
+    }
+
+    async fn bash(ctx: &ToolContext, input: serde_json::Value) -> Result<String, ToolError> {
+        DynTool::validate(&Bash, &input).map_err(ToolError)?;
+        DynTool::call(&Bash, input, ctx).await
+    }
+
+    /// Whether `pid` is a live (non-zombie) process.
+    fn alive(pid: i32) -> bool {
+        if nix::sys::signal::kill(Pid::from_raw(pid), None).is_err() {
+            return false;
+        }
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the parenthesised command name.
+            Ok(stat) => stat.rsplit_once(')').is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    async fn gone_soon(pid: i32) -> bool {
+        for _ in 0..40 {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// The first line of `text` that is a number.
+    fn pid_in(text: &str) -> i32 {
+        text.lines().find_map(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("no pid in {text:?}"))
+    }
+
+    #[tokio::test]
+    async fn echoes_and_runs_in_the_session_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        assert_eq!(bash(&ctx, json!({"command": "echo hello"})).await.unwrap(), "hello");
+        let pwd = bash(&ctx, json!({"command": "pwd -P", "description": "Print the directory"})).await.unwrap();
+        assert_eq!(std::path::Path::new(&pwd), dir.path().canonicalize().unwrap());
+        assert_eq!(bash(&ctx, json!({"command": "true"})).await.unwrap(), "(no output)");
+        // stdin is empty, not inherited.
+        assert_eq!(bash(&ctx, json!({"command": "cat; echo done"})).await.unwrap(), "done");
+    }
+
+    #[tokio::test]
+    async fn reports_exit_codes_signals_and_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let err = bash(&ctx, json!({"command": "echo out; echo err >&2; exit 3"})).await.unwrap_err().0;
+        assert!(err.contains("exit code 3"), "{err}");
+        assert!(err.contains("out\n--- stderr ---\nerr"), "{err}");
+        let ok = bash(&ctx, json!({"command": "echo warn >&2"})).await.unwrap();
+        assert_eq!(ok, "--- stderr ---\nwarn");
+        assert!(!ok.contains("exit code"));
+        let err = bash(&ctx, json!({"command": "kill -KILL $$"})).await.unwrap_err().0;
+        assert!(err.contains("signal SIGKILL"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn validates_input() {
+        let v = |input| DynTool::validate(&Bash, &input);
+        assert!(v(json!({"command": "  "})).unwrap_err().contains("empty"));
+        assert!(v(json!({"command": "ls", "timeout": 0})).is_err());
+        assert!(v(json!({"command": "ls", "timeout": 600_001})).unwrap_err().contains("600000"));
+        assert!(v(json!({"command": "ls", "timeout": 600_000})).is_ok());
+        assert!(v(json!({"command": "ls", "bogus": 1})).is_err());
+        assert_eq!(DynTool::permission_subject(&Bash, &json!({"command": "rm -rf x"})).as_deref(), Some("rm -rf x"));
+        let read = json!({"command": "git status && ls"});
+        let write = json!({"command": "git diff && rm -rf x"});
+        assert!(DynTool::is_read_only(&Bash, &read) && DynTool::is_concurrency_safe(&Bash, &read));
+        assert!(!DynTool::is_destructive(&Bash, &read));
+        assert!(!DynTool::is_read_only(&Bash, &write) && !DynTool::is_concurrency_safe(&Bash, &write));
+        assert!(DynTool::is_destructive(&Bash, &write));
+        let schema = DynTool::input_schema(&Bash).to_string();
+        assert!(schema.contains("\"command\"") && schema.contains("\"timeout\"") && schema.contains("\"description\""));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        let err = bash(&ctx, json!({"command": "sleep 1000 & echo $!; sleep 30", "timeout": 300})).await.unwrap_err().0;
+        assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+        assert!(err.contains("timed out after 300 ms"), "{err}");
+        let child = pid_in(&err);
+        assert!(gone_soon(child).await, "background child {child} survived the timeout");
+    }
+
+    #[tokio::test]
+    async fn timeout_escalates_to_sigkill() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        let err = bash(&ctx, json!({"command": "trap '' TERM; echo $$; while :; do sleep 0.05; done", "timeout": 200}))
+            .await
+            .unwrap_err()
+            .0;
+        assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+        assert!(err.contains("timed out"), "{err}");
+        assert!(gone_soon(pid_in(&err)).await);
+    }
+
+    #[tokio::test]
+    async fn background_children_do_not_outlive_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        // The child keeps stdout open; the call must not wait for it.
+        let out = bash(&ctx, json!({"command": "sleep 1000 & echo $!"})).await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        let child = pid_in(&out);
+        assert!(gone_soon(child).await, "background child {child} survived");
+    }
+
+    #[tokio::test]
+    async fn does_not_wait_for_pipes_held_by_escaped_processes() {
+        if std::process::Command::new("setsid").arg("--version").output().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        // The `sh` leaves the group for a new session and keeps stdout open.
+        let out = bash(&ctx, json!({"command": "setsid sh -c 'echo $$; exec sleep 1000' & sleep 0.2; echo started"}))
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        assert!(out.ends_with("started"), "{out}");
+        // The escaped process is the sandbox layer's to kill; the test cleans it up by pid.
+        let escaped = pid_in(&out);
+        assert!(alive(escaped), "the escaped process should still run (the group kill cannot reach it)");
+        let _ = nix::sys::signal::kill(Pid::from_raw(escaped), Signal::SIGKILL);
+        assert!(gone_soon(escaped).await);
+    }
+
+    #[tokio::test]
+    async fn cancellation_returns_promptly_and_kills_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let marker = dir.path().join("pid");
+        let cancel = ctx.cancel.clone();
+        let command = format!("sleep 1000 & echo $! > '{}'; sleep 1000", marker.display());
+        let call = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { bash(&ctx, json!({"command": command})).await }
+        });
+        let mut child = None;
+        for _ in 0..100 {
+            if let Ok(text) = std::fs::read_to_string(&marker)
+                && let Ok(pid) = text.trim().parse::<i32>()
+            {
+                child = Some(pid);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let child = child.expect("the command wrote its child's pid");
+        let started = Instant::now();
+        cancel.cancel();
+        let err = call.await.unwrap().unwrap_err().0;
+        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        assert!(err.contains("cancelled"), "{err}");
+        assert!(gone_soon(child).await, "background child {child} survived cancellation");
+    }
+
+    #[tokio::test]
+    async fn endless_output_is_bounded_and_cut_in_the_middle() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        let err = bash(&ctx, json!({"command": "yes", "timeout": 500})).await.unwrap_err().0;
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        assert!(err.contains("timed out after 500 ms"), "{err:.200}");
+        let note = err.find("characters cut from the middle ...]").expect("a cut note");
+        let cut: usize = err[..note].rsplit("[... ").next().unwrap().trim().parse().unwrap();
+        assert!(cut > 100_000, "only {cut} cut");
+        assert!(err.chars().count() < MAX_OUTPUT_CHARS + 200, "{} chars", err.chars().count());
+        assert!(err.ends_with("y\ny"), "{:?}", &err[err.len() - 10..]);
+    }
+
+    #[tokio::test]
+    async fn truncates_to_exactly_30000_characters() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        // Exactly at the limit: untouched. (`head -c` counts bytes; all ASCII here.)
+        let out = bash(&ctx, json!({"command": "yes x | tr -d '\\n' | head -c 30000"})).await.unwrap();
+        assert_eq!(out.len(), 30_000);
+        assert!(!out.contains("cut"));
+        // One over: one character cut, 15000 kept on each side.
+        let out =
+            bash(&ctx, json!({"command": "printf a; yes x | tr -d '\\n' | head -c 29999; printf b"})).await.unwrap();
+        let (start, rest) = out.split_once("\n\n[... 1 character cut from the middle ...]\n\n").unwrap();
+        assert_eq!(start.len(), 15_000);
+        assert!(start.starts_with('a'));
+        assert_eq!(rest.len(), 15_000);
+        assert!(rest.ends_with('b'));
+        // Multi-byte characters are counted as characters, and stay whole.
+        let out = bash(&ctx, json!({"command": "for i in $(seq 40000); do printf 'é'; done"})).await.unwrap();
+        let (start, rest) = out.split_once("\n\n[... 10000 characters cut from the middle ...]\n\n").unwrap();
+        assert_eq!((start.chars().count(), rest.chars().count()), (15_000, 15_000));
+        assert!(start.chars().chain(rest.chars()).all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn shares_the_budget_between_streams() {
+        assert_eq!(budgets(10, 20), (10, 20));
+        assert_eq!(budgets(100_000, 200), (29_800, 200));
+        assert_eq!(budgets(200, 100_000), (200, 29_800));
+        assert_eq!(budgets(100_000, 100_000), (15_000, 15_000));
+        let mut c = Capture::new();
+        for _ in 0..1000 {
+            c.push_bytes(&[b'a'; 1000]);
+        }
+        c.push_bytes("xyz".as_bytes());
+        c.finish();
+        assert_eq!(c.total, 1_000_003);
+        assert_eq!((c.head.len(), c.tail.len()), (HEAD_CHARS, TAIL_CHARS));
+        let shown = c.render(29_800);
+        assert!(shown.contains("[... 970203 characters cut from the middle ...]"), "{:.100}", &shown[14_890..]);
+        assert!(shown.ends_with("axyz"));
+        // A multi-byte character split across reads is decoded whole.
+        let mut c = Capture::new();
+        c.push_bytes(&[0xc3]);
+        c.push_bytes(&[0xa9, b'!', 0xff]);
+        c.finish();
+        assert_eq!(c.render(100), "é!\u{fffd}");
+    }
+}

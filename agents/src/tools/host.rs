@@ -1,0 +1,78 @@
+//! The two ends of a tool call that crosses into the tool host: the request and reply
+//! shapes, the coordinator-side [`ToolExecutor`] interface, and the host-side
+//! [`HostTools`] that runs the call against the agent's [`Session`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{DynTool, Session, ToolContext};
+use crate::tool::ToolOutput;
+
+/// A call as it travels to the tool host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRequest {
+    pub tool: String,
+    pub input: Value,
+}
+
+/// Runs calls where the agent's tools live. The product's executor talks to the
+/// agent's confined tool host; the error is the host failing, not the tool.
+#[async_trait]
+pub trait ToolExecutor: Send + Sync {
+    async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String>;
+}
+
+/// The host side: the tools of one agent and their shared session.
+#[derive(Debug)]
+pub struct HostTools {
+    tools: Vec<Arc<dyn DynTool>>,
+    session: Arc<Session>,
+}
+
+impl std::fmt::Debug for dyn DynTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tool({})", self.name())
+    }
+}
+
+impl HostTools {
+    pub fn new(tools: Vec<Arc<dyn DynTool>>, session: Arc<Session>) -> Self {
+        Self { tools, session }
+    }
+
+    /// Runs one request. Unknown tools and bad input are error results, not failures.
+    pub async fn run(&self, request: HostRequest, cancel: CancellationToken) -> ToolOutput {
+        let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
+            return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
+        };
+        let ctx = ToolContext { session: self.session.clone(), cancel };
+        match tool.call(request.input, &ctx).await {
+            Ok(content) => ToolOutput::ok(content),
+            Err(e) => ToolOutput::error(e.0),
+        }
+    }
+
+    /// Decodes a request payload, runs it, and encodes the reply.
+    pub async fn handle_json(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+        let request: HostRequest = serde_json::from_value(payload).map_err(|e| format!("bad tool request: {e}"))?;
+        let output = self.run(request, cancel).await;
+        serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"))
+    }
+}
+
+/// Runs calls in this process. For tests of the pipeline only: the product always
+/// crosses into a tool host.
+#[derive(Debug)]
+pub struct InProcess(pub HostTools);
+
+#[async_trait]
+impl ToolExecutor for InProcess {
+    async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String> {
+        Ok(self.0.run(request, cancel).await)
+    }
+}

@@ -1,0 +1,357 @@
+//! `Read`: shows a text file with line numbers, and remembers what was read so that
+//! `Write` and `Edit` can refuse to clobber a file the agent has not seen.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::text::{self, MAX_TEXT_FILE_BYTES};
+use super::{FileStamp, Tool, ToolContext, ToolError};
+
+/// Lines shown when no limit is given.
+pub const DEFAULT_LIMIT: u64 = 2000;
+
+/// Lines longer than this many characters are cut.
+pub const MAX_LINE_CHARS: usize = 2000;
+
+/// Room kept under the result limit for the notes after the numbered lines.
+const NOTE_ROOM: usize = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadInput {
+    /// The file to read: an absolute path, or one relative to the working directory.
+    pub file_path: String,
+    /// The line number to start at, counting from 1. Omit it to start at the top.
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// How many lines to show at most (2000 when omitted).
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Read;
+
+#[async_trait]
+impl Tool for Read {
+    type Input = ReadInput;
+    const NAME: &'static str = "Read";
+
+    fn description(&self) -> &'static str {
+        "Show the contents of a text file, each line prefixed by its line number and a tab \
+         (the number and tab are not part of the file). Up to 2000 lines are shown per call, \
+         and less when the lines are long; a note at the end gives the `offset` to continue \
+         from. For a large file, use Grep to find the part you need, then Read it with \
+         `offset` and `limit`. Lines longer than 2000 characters are cut. A file must be \
+         Read before Write may overwrite it or Edit may change it, and Read again if it \
+         changed since. UTF-8 and UTF-16 (with a byte order mark) are decoded; binary files \
+         are refused, and so are directories (use LS for those). Reading several files at \
+         once is fine."
+    }
+
+    fn is_read_only(&self, _input: &Self::Input) -> bool {
+        true
+    }
+
+    fn is_concurrency_safe(&self, _input: &Self::Input) -> bool {
+        true
+    }
+
+    fn is_destructive(&self, _input: &Self::Input) -> bool {
+        false
+    }
+
+    fn validate(&self, input: &Self::Input) -> Result<(), String> {
+        if input.file_path.trim().is_empty() {
+            return Err("file_path is empty; give the path of the file to read".into());
+        }
+        if input.offset == Some(0) {
+            return Err("offset counts from 1; use 1 (or leave it out) to start at the first line".into());
+        }
+        if input.limit == Some(0) {
+            return Err("limit is 0, which would show nothing; give a positive number of lines or leave it out".into());
+        }
+        Ok(())
+    }
+
+    fn permission_subject(&self, input: &Self::Input) -> Option<String> {
+        Some(input.file_path.clone())
+    }
+
+    async fn call(&self, input: Self::Input, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = ctx.session.resolve(&input.file_path);
+        let shown_path = path.display();
+        let metadata = match tokio::fs::metadata(&path).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ToolError(text::missing_file_message(&input.file_path, &path).await));
+            }
+            Err(e) => return Err(ToolError(text::io_error_message("read", &path, &e))),
+        };
+        if metadata.is_dir() {
+            return Err(ToolError(format!(
+                "{shown_path} is a directory, not a file. Use LS to list it, or Glob to find files in it."
+            )));
+        }
+        if !metadata.is_file() {
+            return Err(ToolError(format!(
+                "{shown_path} is not a regular file (a device, socket or pipe); Read only shows regular files."
+            )));
+        }
+        if metadata.len() > MAX_TEXT_FILE_BYTES {
+            return Err(ToolError(format!(
+                "{shown_path} is {} bytes, more than Read loads ({MAX_TEXT_FILE_BYTES} bytes). Use Grep to find \
+                 the lines you need, or Bash with head, tail or sed -n to show a part.",
+                metadata.len()
+            )));
+        }
+        let bytes = tokio::fs::read(&path).await.map_err(|e| ToolError(text::io_error_message("read", &path, &e)))?;
+        if text::is_binary(&bytes) {
+            return Err(ToolError(format!(
+                "{shown_path} looks like a binary file (it has NUL bytes), and Read only shows text. \
+                 If you need to inspect it, use Bash (for example `file` or `xxd | head`)."
+            )));
+        }
+        let decoded = text::decode(&bytes);
+        ctx.session.record_read(&path, FileStamp::of(&bytes, &metadata));
+
+        let lines = text::split_lines(&decoded.text);
+        let total = lines.len() as u64;
+        if total == 0 {
+            return Ok(format!("{shown_path} is empty (0 lines)."));
+        }
+        let start = input.offset.unwrap_or(1).max(1);
+        if start > total {
+            return Ok(format!(
+                "{shown_path} has only {total} line{}; offset {start} is past the end of the file, so nothing \
+                 is shown. Use an offset from 1 to {total}.",
+                plural(total)
+            ));
+        }
+        let limit = input.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        let end = total.min(start.saturating_add(limit - 1));
+        let budget = self.max_result_bytes().saturating_sub(NOTE_ROOM);
+
+        let mut out = String::new();
+        let mut last_shown = start - 1;
+        let mut stopped_for_size = false;
+        for (n, line) in (start..=end).zip(&lines[(start - 1) as usize..end as usize]) {
+            let entry = format!("{n:>6}\t{}\n", cut_line(line));
+            if n > start && out.len() + entry.len() > budget {
+                stopped_for_size = true;
+                break;
+            }
+            out.push_str(&entry);
+            last_shown = n;
+        }
+
+        let mut notes = Vec::new();
+        if last_shown < total {
+            let why = if stopped_for_size {
+                format!(", stopped early to keep the output under {budget} bytes")
+            } else {
+                String::new()
+            };
+            notes.push(format!(
+                "(Showing lines {start}-{last_shown} of {total}{why}. To continue, Read with offset={}.)",
+                last_shown + 1
+            ));
+        } else if start > 1 {
+            notes.push(format!("(Showing lines {start}-{last_shown} of {total}; that is the end of the file.)"));
+        }
+        if decoded.lossy {
+            notes.push(
+                "(The file is not valid UTF-8: bytes that could not be decoded are shown as \u{FFFD}. \
+                 Edit refuses such a file; Write can replace it whole.)"
+                    .to_owned(),
+            );
+        }
+        if !notes.is_empty() {
+            out.push('\n');
+            out.push_str(&notes.join("\n"));
+            out.push('\n');
+        }
+        Ok(out)
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `line`, cut to [`MAX_LINE_CHARS`] characters with a marker saying so.
+fn cut_line(line: &str) -> std::borrow::Cow<'_, str> {
+    match line.char_indices().nth(MAX_LINE_CHARS) {
+        None => line.into(),
+        Some((at, _)) => {
+            let chars = line.chars().count();
+            format!("{}… [line cut: showing {MAX_LINE_CHARS} of {chars} characters]", &line[..at]).into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::text::{TextEncoding, encode};
+    use crate::tools::{DynTool, Session};
+    use serde_json::json;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    fn setup() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext { session: Arc::new(Session::new(dir.path())), cancel: Default::default() };
+        (dir, ctx)
+    }
+
+    async fn read(ctx: &ToolContext, input: serde_json::Value) -> Result<String, ToolError> {
+        DynTool::call(&Read, input, ctx).await
+    }
+
+    fn numbered(range: std::ops::RangeInclusive<u64>) -> String {
+        range.map(|n| format!("{n:>6}\tline {n}\n")).collect()
+    }
+
+    fn write_lines(dir: &Path, name: &str, n: u64) {
+        let body: String = (1..=n).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+
+    #[tokio::test]
+    async fn shows_numbered_lines_and_records_the_whole_file() {
+        let (dir, ctx) = setup();
+        write_lines(dir.path(), "a.txt", 3);
+        let out = read(&ctx, json!({"file_path": "a.txt"})).await.unwrap();
+        assert_eq!(out, "     1\tline 1\n     2\tline 2\n     3\tline 3\n");
+        // A range still stamps the whole file.
+        let path = dir.path().join("a.txt");
+        let _ = read(&ctx, json!({"file_path": path.to_str().unwrap(), "offset": 2, "limit": 1})).await.unwrap();
+        let stamp = ctx.session.last_read(&path).unwrap();
+        assert!(stamp.matches(&std::fs::read(&path).unwrap()));
+    }
+
+    #[tokio::test]
+    async fn offset_and_limit_select_lines_and_say_how_to_continue() {
+        let (dir, ctx) = setup();
+        write_lines(dir.path(), "ten.txt", 10);
+        let out = read(&ctx, json!({"file_path": "ten.txt", "offset": 3, "limit": 2})).await.unwrap();
+        assert!(out.starts_with(&numbered(3..=4)), "{out}");
+        assert!(!out.contains("line 5"), "{out}");
+        assert!(out.contains("Showing lines 3-4 of 10") && out.contains("offset=5"), "{out}");
+        let tail = read(&ctx, json!({"file_path": "ten.txt", "offset": 9})).await.unwrap();
+        assert!(tail.starts_with(&numbered(9..=10)), "{tail}");
+        assert!(tail.contains("end of the file"), "{tail}");
+        let past = read(&ctx, json!({"file_path": "ten.txt", "offset": 11})).await.unwrap();
+        assert!(past.contains("past the end") && past.contains("10 lines") && past.contains("1 to 10"), "{past}");
+    }
+
+    #[tokio::test]
+    async fn default_limit_is_2000_lines() {
+        let (dir, ctx) = setup();
+        // Short lines, so the size budget is not what stops it.
+        let body: String = (1..=2500).map(|_| "x\n").collect();
+        std::fs::write(dir.path().join("long.txt"), body).unwrap();
+        let out = read(&ctx, json!({"file_path": "long.txt"})).await.unwrap();
+        assert!(out.contains("  2000\tx\n") && !out.contains("  2001\t"), "{}", &out[out.len() - 300..]);
+        assert!(out.contains("Showing lines 1-2000 of 2500") && out.contains("offset=2001"));
+    }
+
+    #[tokio::test]
+    async fn output_stays_under_the_result_limit() {
+        let (dir, ctx) = setup();
+        let body: String = (1..=2000).map(|i| format!("{i:0>100}\n")).collect();
+        std::fs::write(dir.path().join("wide.txt"), body).unwrap();
+        let out = read(&ctx, json!({"file_path": "wide.txt"})).await.unwrap();
+        assert!(out.len() <= DynTool::max_result_bytes(&Read), "{}", out.len());
+        assert!(out.contains("stopped early") && out.contains("To continue, Read with offset="), "{out}");
+    }
+
+    #[tokio::test]
+    async fn empty_file_says_so() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("empty"), "").unwrap();
+        let out = read(&ctx, json!({"file_path": "empty"})).await.unwrap();
+        assert!(out.contains("is empty"), "{out}");
+        // Recorded, so Write may overwrite it.
+        assert!(ctx.session.last_read(&dir.path().join("empty")).is_some());
+    }
+
+    #[tokio::test]
+    async fn cuts_long_lines_with_a_marker() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("l"), format!("{}\nshort\n", "x".repeat(2500))).unwrap();
+        let out = read(&ctx, json!({"file_path": "l"})).await.unwrap();
+        let first = out.lines().next().unwrap();
+        assert!(first.contains(&"x".repeat(2000)) && !first.contains(&"x".repeat(2001)), "{first}");
+        assert!(first.contains("line cut") && first.contains("2500"), "{first}");
+        assert!(out.contains("     2\tshort\n"));
+    }
+
+    #[tokio::test]
+    async fn refuses_binary_files_and_directories() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("bin"), b"\x7fELF\x02\x01\x00\x00rest").unwrap();
+        let err = read(&ctx, json!({"file_path": "bin"})).await.unwrap_err();
+        assert!(err.0.contains("binary"), "{err}");
+        assert!(ctx.session.last_read(&dir.path().join("bin")).is_none());
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let err = read(&ctx, json!({"file_path": "sub"})).await.unwrap_err();
+        assert!(err.0.contains("directory") && err.0.contains("LS"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn missing_file_names_the_path_and_suggests_a_neighbour() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("notes.txt"), "hi\n").unwrap();
+        let err = read(&ctx, json!({"file_path": "note.txt"})).await.unwrap_err();
+        assert!(err.0.contains(&dir.path().join("note.txt").display().to_string()), "{err}");
+        assert!(err.0.contains("Did you mean") && err.0.contains("notes.txt"), "{err}");
+        let err = read(&ctx, json!({"file_path": "nowhere/x.rs"})).await.unwrap_err();
+        assert!(err.0.contains("does not exist either"), "{err}");
+        std::fs::write(dir.path().join("a.txt"), "hi\n").unwrap();
+        let err = read(&ctx, json!({"file_path": "b.txt"})).await.unwrap_err();
+        assert!(!err.0.contains("Did you mean"), "{err}");
+        let err = read(&ctx, json!({"file_path": "zzzzzzzz.md"})).await.unwrap_err();
+        assert!(err.0.contains("does not exist") && !err.0.contains("Did you mean"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn decodes_utf16_and_strips_bom_and_carriage_returns() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("le"), encode("h\u{e9}llo\r\nworld\r\n", TextEncoding::Utf16Le)).unwrap();
+        std::fs::write(dir.path().join("be"), encode("h\u{e9}llo\nworld\n", TextEncoding::Utf16Be)).unwrap();
+        std::fs::write(dir.path().join("bom"), b"\xEF\xBB\xBFh\xC3\xA9llo\nworld\n").unwrap();
+        for name in ["le", "be", "bom"] {
+            let out = read(&ctx, json!({"file_path": name})).await.unwrap();
+            assert_eq!(out, "     1\th\u{e9}llo\n     2\tworld\n", "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_shown_lossily_with_a_note() {
+        let (dir, ctx) = setup();
+        std::fs::write(dir.path().join("latin1"), b"caf\xE9\n").unwrap();
+        let out = read(&ctx, json!({"file_path": "latin1"})).await.unwrap();
+        assert!(out.starts_with("     1\tcaf\u{FFFD}\n") && out.contains("not valid UTF-8"), "{out}");
+    }
+
+    #[test]
+    fn validates_input_and_declares_itself_read_only() {
+        assert!(DynTool::validate(&Read, &json!({"file_path": ""})).unwrap_err().contains("empty"));
+        assert!(DynTool::validate(&Read, &json!({"file_path": "a", "offset": 0})).unwrap_err().contains("offset"));
+        assert!(DynTool::validate(&Read, &json!({"file_path": "a", "limit": 0})).unwrap_err().contains("limit"));
+        assert!(DynTool::validate(&Read, &json!({"file_path": "a", "bogus": 1})).is_err());
+        let ok = json!({"file_path": "src/a.rs", "offset": 1, "limit": 5});
+        assert!(DynTool::validate(&Read, &ok).is_ok());
+        assert!(DynTool::is_read_only(&Read, &ok));
+        assert!(DynTool::is_concurrency_safe(&Read, &ok));
+        assert!(!DynTool::is_destructive(&Read, &ok));
+        assert_eq!(DynTool::permission_subject(&Read, &ok).as_deref(), Some("src/a.rs"));
+        assert!(DynTool::writes(&Read, &ok).is_empty());
+        let schema = DynTool::input_schema(&Read);
+        assert_eq!(schema["required"], json!(["file_path"]));
+        assert_eq!(schema["properties"]["offset"]["minimum"], json!(1));
+    }
+}

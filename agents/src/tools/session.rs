@@ -1,0 +1,129 @@
+//! Per-agent state shared by the tools of one agent inside its tool host: the working
+//! directory, what was read and when, and the todo list.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// What a file looked like when the agent read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    pub modified: Option<SystemTime>,
+    pub len: u64,
+    /// A hash of the bytes, so a same-size rewrite within the mtime granularity is seen.
+    pub hash: u64,
+    pub read_at: SystemTime,
+}
+
+impl FileStamp {
+    /// Stamps `bytes`, the current content of a file with `metadata`.
+    pub fn of(bytes: &[u8], metadata: &std::fs::Metadata) -> Self {
+        Self { modified: metadata.modified().ok(), len: metadata.len(), hash: hash(bytes), read_at: SystemTime::now() }
+    }
+
+    /// Whether `bytes` are still what was read.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        self.len == bytes.len() as u64 && self.hash == hash(bytes)
+    }
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// One entry of the agent's todo list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Todo {
+    /// What to do, in the imperative ("Run the tests").
+    pub content: String,
+    pub status: TodoStatus,
+    /// The same task in the present continuous ("Running the tests").
+    #[serde(default, rename = "activeForm", skip_serializing_if = "Option::is_none")]
+    pub active_form: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+/// The state of one agent's tools.
+#[derive(Debug)]
+pub struct Session {
+    cwd: PathBuf,
+    reads: Mutex<HashMap<PathBuf, FileStamp>>,
+    todos: Mutex<Vec<Todo>>,
+}
+
+impl Session {
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self { cwd: cwd.into(), reads: Mutex::new(HashMap::new()), todos: Mutex::new(Vec::new()) }
+    }
+
+    /// The agent's working directory (its worktree).
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// `path` made absolute against the working directory, with `.` and `..` folded
+    /// lexically (no symlinks are followed here; the sandbox decides what is reachable).
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { self.cwd.join(path) };
+        normalize(&joined)
+    }
+
+    pub fn record_read(&self, path: &Path, stamp: FileStamp) {
+        self.reads.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_path_buf(), stamp);
+    }
+
+    pub fn last_read(&self, path: &Path) -> Option<FileStamp> {
+        self.reads.lock().unwrap_or_else(|e| e.into_inner()).get(path).cloned()
+    }
+
+    pub fn set_todos(&self, todos: Vec<Todo>) {
+        *self.todos.lock().unwrap_or_else(|e| e.into_inner()) = todos;
+    }
+
+    pub fn todos(&self) -> Vec<Todo> {
+        self.todos.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Folds `.` and `..` without touching the file system.
+pub fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_relative_and_dotted_paths() {
+        let s = Session::new("/work/tree");
+        assert_eq!(s.resolve("src/lib.rs"), PathBuf::from("/work/tree/src/lib.rs"));
+        assert_eq!(s.resolve("./a/../b"), PathBuf::from("/work/tree/b"));
+        assert_eq!(s.resolve("/etc/../etc/passwd"), PathBuf::from("/etc/passwd"));
+        assert_eq!(s.resolve("../../../.."), PathBuf::from("/"));
+    }
+}

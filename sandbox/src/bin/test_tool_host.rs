@@ -1,0 +1,111 @@
+//! A tool host for the orch-sandbox integration tests (`tests/host.rs`), and for nothing
+//! else: it serves test ops over stdin/stdout with [`orch_sandbox::host::serve_stdio`].
+//!
+//! Ops (the call payload is an object with one of these keys):
+//! - `{"echo": v}` answers `v`;
+//! - `{"sleep_ms": n}` sleeps n ms, or answers the error "cancelled" when cancelled;
+//! - `{"crash": code}` exits the process with `code` in the middle of the call;
+//! - `{"big": n}` answers a string of n bytes;
+//! - `{"stats": true}` answers `{"calls": c, "cancels": k}` (cancels seen so far);
+//! - `{"stderr": text}` writes `text` to stderr and answers `null`;
+//! - `{"print": text}` writes `text` to stdout, breaking the protocol.
+//!
+//! Flags: `--exit-before-ready CODE`, `--garbage-before-ready`, `--never-ready`,
+//! `--max-frame BYTES`, `--linger-ms MS` (stay alive that long after serving ends).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orch_sandbox::host::{Handler, ServeOptions, serve_stdio};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+struct TestOps {
+    calls: AtomicU64,
+    cancels: AtomicU64,
+}
+
+#[async_trait]
+impl Handler for TestOps {
+    async fn handle(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(value) = payload.get("echo") {
+            return Ok(value.clone());
+        }
+        if let Some(ms) = payload.get("sleep_ms").and_then(Value::as_u64) {
+            return tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
+                () = cancel.cancelled() => {
+                    self.cancels.fetch_add(1, Ordering::SeqCst);
+                    Err("cancelled".to_string())
+                }
+            };
+        }
+        if let Some(code) = payload.get("crash").and_then(Value::as_i64) {
+            eprintln!("test host: crashing with exit code {code} as asked");
+            std::process::exit(i32::try_from(code).unwrap_or(1));
+        }
+        if let Some(n) = payload.get("big").and_then(Value::as_u64) {
+            return Ok(Value::String("x".repeat(usize::try_from(n).unwrap_or(0))));
+        }
+        if payload.get("stats").is_some() {
+            let calls = self.calls.load(Ordering::SeqCst);
+            return Ok(json!({"calls": calls, "cancels": self.cancels.load(Ordering::SeqCst)}));
+        }
+        if let Some(text) = payload.get("stderr").and_then(Value::as_str) {
+            eprintln!("{text}");
+            return Ok(Value::Null);
+        }
+        if let Some(text) = payload.get("print").and_then(Value::as_str) {
+            println!("{text}");
+            return Ok(Value::Null);
+        }
+        Err(format!("unknown test op: {payload}"))
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let number = |name: &str| {
+        let at = args.iter().position(|a| a == name)?;
+        args.get(at + 1)?.parse::<u64>().ok()
+    };
+
+    if let Some(code) = number("--exit-before-ready") {
+        eprintln!("test host: exiting with {code} before ready as asked");
+        std::process::exit(i32::try_from(code).unwrap_or(1));
+    }
+    if flag("--never-ready") {
+        std::thread::sleep(Duration::from_secs(60));
+        return ExitCode::SUCCESS;
+    }
+    if flag("--garbage-before-ready") {
+        println!("hello, I am not a tool host");
+    }
+    let mut options = ServeOptions::default();
+    if let Some(bytes) = number("--max-frame") {
+        options.max_frame_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("test host: could not start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = runtime.block_on(serve_stdio(options, Arc::new(TestOps::default())));
+    if let Err(e) = &served {
+        eprintln!("test host: serving failed: {e}");
+    }
+    if let Some(ms) = number("--linger-ms") {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    // Exit without waiting for the runtime's blocking threads (tokio's stdout writer).
+    std::process::exit(if served.is_ok() { 0 } else { 1 });
+}

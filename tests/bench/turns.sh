@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Harness overhead per turn: orch against Claude Code 2.1.328, in the same run
+# (BENCHMARKS.md, "Harness overhead per turn").
+#
+#   bash tests/bench/turns.sh            # 5 measured runs of each, after one warm-up
+#   RUNS=10 bash tests/bench/turns.sh
+#
+# One session = 21 turns that each make one tool call, then a final answer: 22 model
+# requests to the mock model server (`bench-turns serve`, zero added latency), started
+# afresh for every session so both harnesses meet the same server in the same state.
+# orch runs `bench-turns run` (the query loop, the Anthropic provider, an in-process Echo
+# tool); Claude Code runs `claude -p` with its Read tool on a small file. For both:
+# per-turn times from the mock server's arrival log, process wall time, and peak RSS
+# from GNU time. Prints a Markdown table: per harness, the median over the runs.
+#
+# Needs cargo, npm (the npm registry, to install the peer once), GNU time.
+# Environment: RUNS (5), TURNS (21), CC_PREFIX (/tmp/cc-bench),
+# BENCH_TURNS_BIN (a prebuilt bench-turns; skips the build), KEEP=1 keeps the work dir.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+runs=${RUNS:-5}
+turns=${TURNS:-21}
+requests=$((turns + 1))
+cc_version=2.1.328
+cc_prefix=${CC_PREFIX:-/tmp/cc-bench}
+claude=$cc_prefix/node_modules/.bin/claude
+work=$(mktemp -d "${TMPDIR:-/tmp}/bench-turns.XXXXXX")
+server_pid=
+
+cleanup() {
+    if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; fi
+    if [[ ${KEEP:-0} == 1 ]]; then echo "work dir kept: $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+log() { echo "turns.sh: $*" >&2; }
+
+# --- tools -----------------------------------------------------------------------------
+if [[ -n ${BENCH_TURNS_BIN:-} ]]; then
+    bench=$BENCH_TURNS_BIN
+else
+    log "building bench-turns (release)"
+    (cd "$root" && cargo build --release --quiet -p orch-testkit --bin bench-turns)
+    target=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+    bench=$target/release/bench-turns
+fi
+
+if ! "$claude" --version 2>/dev/null | grep -q "^$cc_version "; then
+    log "installing Claude Code $cc_version into $cc_prefix"
+    npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$cc_version" >&2
+fi
+
+if [[ ! -x /usr/bin/time ]]; then
+    log "installing GNU time"
+    apt-get install -y -qq time >&2
+fi
+
+# --- the session -----------------------------------------------------------------------
+# Both run in an empty directory outside any git repository.
+cwd=$work/cwd
+mkdir -p "$cwd" "$work/cc-config"
+printf 'a small file\n' >"$cwd/note.txt"
+"$bench" steps --turns "$turns" >"$work/orch-steps.json"
+"$bench" steps --turns "$turns" --tool Read --input "{\"file_path\": \"$cwd/note.txt\"}" >"$work/claude-code-steps.json"
+
+# Starts a mock server on the steps of harness $1, logging to $2; sets server_pid, url.
+start_server() {
+    "$bench" serve --steps "$work/$1-steps.json" --log "$2" >"$work/serve.out" &
+    server_pid=$!
+    for _ in $(seq 500); do
+        url=$(sed -n 's/^listening on //p' "$work/serve.out")
+        if [[ -n $url ]]; then return; fi
+        sleep 0.01
+    done
+    log "the mock server did not start"
+    exit 1
+}
+
+stop_server() {
+    kill -TERM "$server_pid"
+    wait "$server_pid"
+    server_pid=
+}
+
+# Runs harness $1 against $url under GNU time; writes $work/out, $work/rss, $work/wall.
+run_harness() {
+    local start end
+    start=$(date +%s%N)
+    case $1 in
+    orch)
+        (cd "$cwd" && /usr/bin/time -f %M -o "$work/rss" "$bench" run --server "$url" --turns "$turns" >"$work/out")
+        ;;
+    claude-code)
+        (cd "$cwd" && env IS_SANDBOX=1 CLAUDE_CONFIG_DIR="$work/cc-config" \
+            ANTHROPIC_BASE_URL="$url" ANTHROPIC_API_KEY=bench \
+            DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 \
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+            /usr/bin/time -f %M -o "$work/rss" "$claude" -p "Read the file each time you are asked to, then answer." \
+            --dangerously-skip-permissions --max-turns 30 --model claude-sonnet-4-5 --output-format json \
+            >"$work/out")
+        if ! grep -q "\"num_turns\":$requests," "$work/out" || ! grep -q '"result":"All done."' "$work/out"; then
+            log "Claude Code did not run the whole session:"
+            head -c 2000 "$work/out" >&2
+            exit 1
+        fi
+        ;;
+    esac
+    end=$(date +%s%N)
+    echo $((end - start)) >"$work/wall"
+}
+
+results=$work/results.jsonl
+: >"$results"
+for run in $(seq 0 "$runs"); do
+    # Alternate which harness goes first; run 0 warms caches and is not counted.
+    order=(orch claude-code)
+    if ((run % 2 == 1)); then order=(claude-code orch); fi
+    for harness in "${order[@]}"; do
+        start_server "$harness" "$work/$harness-$run.log"
+        run_harness "$harness"
+        stop_server
+        client=()
+        if [[ $harness == orch ]]; then client=(--client "$work/out"); fi
+        line=$("$bench" stats --log "$work/$harness-$run.log" --harness "$harness" --expect "$requests" \
+            --rss-kb "$(tail -n 1 "$work/rss")" --wall-ns "$(cat "$work/wall")" "${client[@]}")
+        if ((run > 0)); then echo "$line" >>"$results"; fi
+        log "run $run $harness: $(sed -E 's/"turn_ms":\[[^]]*\],?//g' <<<"$line" | cut -c1-240)"
+    done
+done
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+echo
+echo "Harness overhead per turn, $(date -u +%Y-%m-%d): $runs runs of each, one session of $turns tool turns each;"
+echo "$(nproc) cores ($cpu), $mem; orch $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') (+ working tree), Claude Code $cc_version."
+echo
+"$bench" table "$results"
