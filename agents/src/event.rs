@@ -17,13 +17,30 @@ use crate::usage::Usage;
 pub enum Terminal {
     /// The model answered without asking for tools.
     Completed,
-    MaxTurns { limit: u32 },
-    BudgetExceeded { budget: Budget, limit: f64, used: f64 },
-    Timeout { after_ms: u64 },
-    Aborted { during: Phase },
-    PromptTooLong { message: String },
-    ModelError { kind: String, message: String },
-    HookStopped { message: String },
+    MaxTurns {
+        limit: u32,
+    },
+    BudgetExceeded {
+        budget: Budget,
+        limit: f64,
+        used: f64,
+    },
+    Timeout {
+        after_ms: u64,
+    },
+    Aborted {
+        during: Phase,
+    },
+    PromptTooLong {
+        message: String,
+    },
+    ModelError {
+        kind: String,
+        message: String,
+    },
+    HookStopped {
+        message: String,
+    },
 }
 
 impl Terminal {
@@ -104,17 +121,57 @@ impl std::fmt::Display for Phase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
-    TurnStarted { turn: u32, model: String },
-    TextDelta { text: String },
+    TurnStarted {
+        turn: u32,
+        model: String,
+    },
+    TextDelta {
+        text: String,
+    },
     /// The whole assistant message of a turn, once it is complete.
-    AssistantMessage { turn: u32, message: Message },
-    ToolUseStarted { id: String, name: String, input: serde_json::Value },
-    ToolUseFinished { id: String, name: String, is_error: bool, duration_ms: u64, output: String },
-    Usage { turn: u32, model: String, usage: Usage, total: Usage, cost_usd: f64, total_cost_usd: f64 },
-    Retry { attempt: u32, delay_ms: u64, error: String },
-    Fallback { from: String, to: String, error: String },
-    Compaction { before_tokens: u64, after_tokens: u64, reason: String },
-    Terminal { reason: Terminal, turns: u32 },
+    AssistantMessage {
+        turn: u32,
+        message: Message,
+    },
+    ToolUseStarted {
+        id: String,
+        name: String,
+        input: serde_json::Value,
+    },
+    ToolUseFinished {
+        id: String,
+        name: String,
+        is_error: bool,
+        duration_ms: u64,
+        output: String,
+    },
+    Usage {
+        turn: u32,
+        model: String,
+        usage: Usage,
+        total: Usage,
+        cost_usd: f64,
+        total_cost_usd: f64,
+    },
+    Retry {
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+    },
+    Fallback {
+        from: String,
+        to: String,
+        error: String,
+    },
+    Compaction {
+        before_tokens: u64,
+        after_tokens: u64,
+        reason: String,
+    },
+    Terminal {
+        reason: Terminal,
+        turns: u32,
+    },
 }
 
 impl Event {

@@ -13,9 +13,10 @@ pub mod message;
 pub mod model;
 pub mod permissions;
 pub mod pipeline;
+pub mod prompt;
 pub mod query;
-pub mod tools;
 pub mod tool;
+pub mod tools;
 pub mod usage;
 
 pub use event::{Budget, Event, EventSink, NullSink, Phase, Terminal};

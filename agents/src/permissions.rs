@@ -153,10 +153,18 @@ impl Rule {
                 if parts.is_empty() {
                     return false;
                 }
-                if all_parts { parts.iter().all(|c| command_matches(p, c)) } else { parts.iter().any(|c| command_matches(p, c)) }
+                if all_parts {
+                    parts.iter().all(|c| command_matches(p, c))
+                } else {
+                    parts.iter().any(|c| command_matches(p, c))
+                }
             }
             Pattern::Path(glob) => {
-                let path = normalize(&if Path::new(subject).is_absolute() { PathBuf::from(subject) } else { cwd.join(subject) });
+                let path = normalize(&if Path::new(subject).is_absolute() {
+                    PathBuf::from(subject)
+                } else {
+                    cwd.join(subject)
+                });
                 // A rule that covers a directory's contents covers searching the directory.
                 glob.is_match(&path) || glob.is_match(path.join("_"))
             }
@@ -288,7 +296,12 @@ pub struct RuleSet {
 
 impl Permissions {
     /// Parses `rules` for an agent working in `cwd` that may write under `writable_roots`.
-    pub fn new(rules: &RuleSet, cwd: &Path, home: Option<&Path>, writable_roots: Vec<PathBuf>) -> Result<Self, RuleError> {
+    pub fn new(
+        rules: &RuleSet,
+        cwd: &Path,
+        home: Option<&Path>,
+        writable_roots: Vec<PathBuf>,
+    ) -> Result<Self, RuleError> {
         let parse = |list: &[String]| list.iter().map(|r| Rule::parse(r, cwd, home)).collect::<Result<Vec<_>, _>>();
         Ok(Self {
             mode: rules.mode,
@@ -350,7 +363,9 @@ impl Permissions {
         }
         let read_only = tool.is_read_only(input);
         if self.mode == Mode::Plan && !read_only {
-            return Decision::Deny(format!("{name} changes things, and this agent runs in plan mode: read-only tools only"));
+            return Decision::Deny(format!(
+                "{name} changes things, and this agent runs in plan mode: read-only tools only"
+            ));
         }
         if hook_allowed {
             return Decision::Allow;
@@ -386,8 +401,13 @@ mod tests {
     }
 
     fn perms(rules: RuleSet) -> Permissions {
-        Permissions::new(&rules, Path::new("/w/tree"), Some(Path::new("/home/u")), vec!["/w/tree".into(), "/w/tmp".into()])
-            .unwrap()
+        Permissions::new(
+            &rules,
+            Path::new("/w/tree"),
+            Some(Path::new("/home/u")),
+            vec!["/w/tree".into(), "/w/tmp".into()],
+        )
+        .unwrap()
     }
 
     fn rules(allow: &[&str], deny: &[&str], ask: &[&str]) -> RuleSet {
@@ -419,8 +439,12 @@ mod tests {
         let bash = tool("Bash");
         let p = perms(rules(&["Bash(git *)"], &["Bash(git push *)"], &["Bash(git commit *)"]));
         assert_eq!(p.decide(bash.as_ref(), &json!({"command": "git status"}), false), Decision::Allow);
-        assert!(matches!(p.decide(bash.as_ref(), &json!({"command": "git push origin"}), false), Decision::Deny(r) if r.contains("git push")));
-        assert!(matches!(p.decide(bash.as_ref(), &json!({"command": "git commit -m x"}), false), Decision::Deny(r) if r.contains("asks for approval")));
+        assert!(
+            matches!(p.decide(bash.as_ref(), &json!({"command": "git push origin"}), false), Decision::Deny(r) if r.contains("git push"))
+        );
+        assert!(
+            matches!(p.decide(bash.as_ref(), &json!({"command": "git commit -m x"}), false), Decision::Deny(r) if r.contains("asks for approval"))
+        );
     }
 
     #[test]
@@ -431,7 +455,9 @@ mod tests {
         assert_eq!(p.decide(bash.as_ref(), &json!({"command": "git diff HEAD"}), false), Decision::Allow);
         // The allow rule does not cover `curl`, so the call counts as unmatched.
         assert!(matches!(p.decide(bash.as_ref(), &json!({"command": "git diff && curl x"}), false), Decision::Deny(_)));
-        assert!(matches!(p.decide(bash.as_ref(), &json!({"command": "ls; rm -rf x"}), false), Decision::Deny(r) if r.contains("rm *")));
+        assert!(
+            matches!(p.decide(bash.as_ref(), &json!({"command": "ls; rm -rf x"}), false), Decision::Deny(r) if r.contains("rm *"))
+        );
     }
 
     #[test]
@@ -441,13 +467,38 @@ mod tests {
         let edit = tool("Edit");
         let write = tool("Write");
         let p = perms(rules(&[], &["Read(~/.ssh/**)", "Edit(secrets/**)"], &[]));
-        assert!(matches!(p.decide(read.as_ref(), &json!({"file_path": "/home/u/.ssh/id_rsa"}), false), Decision::Deny(_)));
-        assert!(matches!(p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/.ssh"}), false), Decision::Deny(_)));
-        assert!(matches!(p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/src"}), false), Decision::Allow));
-        assert!(matches!(p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/.ssh/keys"}), false), Decision::Deny(_)));
-        assert!(matches!(p.decide(edit.as_ref(), &json!({"file_path": "secrets/a.txt", "old_string": "a", "new_string": "b"}), false), Decision::Deny(_)));
-        assert!(matches!(p.decide(write.as_ref(), &json!({"file_path": "/w/tree/secrets/b", "content": ""}), false), Decision::Deny(_)));
-        assert_eq!(p.decide(write.as_ref(), &json!({"file_path": "/w/tree/src/b", "content": ""}), false), Decision::Allow);
+        assert!(matches!(
+            p.decide(read.as_ref(), &json!({"file_path": "/home/u/.ssh/id_rsa"}), false),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/.ssh"}), false),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/src"}), false),
+            Decision::Allow
+        ));
+        assert!(matches!(
+            p.decide(grep.as_ref(), &json!({"pattern": "x", "path": "/home/u/.ssh/keys"}), false),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            p.decide(
+                edit.as_ref(),
+                &json!({"file_path": "secrets/a.txt", "old_string": "a", "new_string": "b"}),
+                false
+            ),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            p.decide(write.as_ref(), &json!({"file_path": "/w/tree/secrets/b", "content": ""}), false),
+            Decision::Deny(_)
+        ));
+        assert_eq!(
+            p.decide(write.as_ref(), &json!({"file_path": "/w/tree/src/b", "content": ""}), false),
+            Decision::Allow
+        );
     }
 
     #[test]

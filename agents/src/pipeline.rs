@@ -161,7 +161,9 @@ impl ToolPool {
             input = updated;
             entry = match self.check(&call.name, &input) {
                 Ok(e) => e,
-                Err(message) => return ToolOutput::error(format!("a PreToolUse hook rewrote the input badly: {message}")),
+                Err(message) => {
+                    return ToolOutput::error(format!("a PreToolUse hook rewrote the input badly: {message}"));
+                }
             };
         }
         if let Err(message) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
@@ -201,7 +203,9 @@ impl ToolPool {
                  Read it with offset and limit, or Grep it, to see more]",
                 path.display()
             ),
-            Err(e) => format!("[the result is {total} bytes, over the {limit}-byte limit, and could not be saved ({e}); the rest is cut]"),
+            Err(e) => format!(
+                "[the result is {total} bytes, over the {limit}-byte limit, and could not be saved ({e}); the rest is cut]"
+            ),
         };
         ToolOutput { content: format!("{preview}\n…\n{note}"), is_error: output.is_error }
     }
@@ -247,7 +251,8 @@ impl ToolRunner for ToolPool {
     }
 
     fn can_start_early(&self, call: &ToolCall) -> bool {
-        self.entry(&call.name).is_some_and(|e| e.tool.is_concurrency_safe(&call.input) && e.tool.is_read_only(&call.input))
+        self.entry(&call.name)
+            .is_some_and(|e| e.tool.is_concurrency_safe(&call.input) && e.tool.is_read_only(&call.input))
     }
 
     fn cancels_siblings_on_error(&self, call: &ToolCall) -> bool {

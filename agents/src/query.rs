@@ -135,7 +135,8 @@ pub async fn query(
     };
     let terminal = state.run().await;
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
-    let final_text = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
+    let final_text =
+        state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
     QueryOutcome {
         terminal,
         messages: state.messages,
@@ -274,7 +275,11 @@ impl Loop<'_> {
             return Some(Terminal::MaxTurns { limit });
         }
         if let Some(limit) = limits.max_tokens.filter(|&l| self.usage.total() >= l) {
-            return Some(Terminal::BudgetExceeded { budget: Budget::Tokens, limit: limit as f64, used: self.usage.total() as f64 });
+            return Some(Terminal::BudgetExceeded {
+                budget: Budget::Tokens,
+                limit: limit as f64,
+                used: self.usage.total() as f64,
+            });
         }
         if let Some(limit) = limits.max_cost_usd.filter(|&l| self.cost_usd >= l) {
             return Some(Terminal::BudgetExceeded { budget: Budget::CostUsd, limit, used: self.cost_usd });
@@ -292,7 +297,11 @@ impl Loop<'_> {
             ModelError::Overloaded { .. } if !self.fell_back && self.config.fallback_model.is_some() => {
                 let to = self.config.fallback_model.clone().unwrap_or_default();
                 tracing::warn!(agent = %self.config.agent_id, from = %self.model, %to, "model overloaded; switching to the fallback model");
-                self.events.emit(Event::Fallback { from: self.model.clone(), to: to.clone(), error: error.to_string() });
+                self.events.emit(Event::Fallback {
+                    from: self.model.clone(),
+                    to: to.clone(),
+                    error: error.to_string(),
+                });
                 self.model = to;
                 self.fell_back = true;
                 self.turns -= 1;
@@ -318,7 +327,9 @@ impl Loop<'_> {
             if !calls.is_empty() {
                 let text = match why {
                     Interrupt::Cancelled => "not run: the agent was aborted while the model was still answering",
-                    Interrupt::TimedOut => "not run: the agent's time limit ran out while the model was still answering",
+                    Interrupt::TimedOut => {
+                        "not run: the agent's time limit ran out while the model was still answering"
+                    }
                 };
                 let results = calls
                     .iter()
@@ -528,7 +539,12 @@ fn run_owned<'a>(
     })
 }
 
-async fn run_one(tools: &dyn ToolRunner, call: &ToolCall, cancel: CancellationToken, events: &dyn EventSink) -> ToolOutput {
+async fn run_one(
+    tools: &dyn ToolRunner,
+    call: &ToolCall,
+    cancel: CancellationToken,
+    events: &dyn EventSink,
+) -> ToolOutput {
     events.emit(Event::ToolUseStarted { id: call.id.clone(), name: call.name.clone(), input: call.input.clone() });
     let started = Instant::now();
     let output = tools.run(call, cancel).await;

@@ -17,7 +17,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one ad-hoc agent on PROMPT and print its final answer.
-    Exec(ExecArgs),
+    Exec(Box<ExecArgs>),
+    /// The tool host of one agent (started by orch itself, not by hand).
+    #[command(name = "__tool-host", hide = true)]
+    ToolHost(crate::host::HostArgs),
 }
 
 /// Which model API to talk to.
@@ -76,6 +79,42 @@ pub struct ExecArgs {
     /// Stream events as JSON lines on stdout (the final answer is in the last event).
     #[arg(long)]
     pub json: bool,
+    /// The tools the agent may use, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite")]
+    pub tools: Vec<String>,
+    /// The agent's working directory (default: the current one).
+    #[arg(short = 'C', long)]
+    pub cwd: Option<PathBuf>,
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
+}
+
+/// Permission rules and mode.
+#[derive(Debug, Args)]
+pub struct PermissionArgs {
+    /// default, accept-edits, plan (read-only tools only) or bypass.
+    #[arg(long, default_value = "default", value_parser = parse_mode)]
+    pub permission_mode: orch_agents::permissions::Mode,
+    /// A rule that allows calls, such as `Bash(git diff *)`. Repeatable.
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+    /// A rule that denies calls, such as `Read(~/.ssh/**)`. Repeatable; deny wins.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+    /// A rule that asks for approval; in an unattended run that means deny. Repeatable.
+    #[arg(long = "ask", value_name = "RULE")]
+    pub ask: Vec<String>,
+}
+
+fn parse_mode(text: &str) -> Result<orch_agents::permissions::Mode, String> {
+    use orch_agents::permissions::Mode;
+    match text {
+        "default" => Ok(Mode::Default),
+        "accept-edits" | "acceptEdits" => Ok(Mode::AcceptEdits),
+        "plan" => Ok(Mode::Plan),
+        "bypass" | "bypassPermissions" => Ok(Mode::Bypass),
+        other => Err(format!("unknown permission mode `{other}`; use default, accept-edits, plan or bypass")),
+    }
 }
 
 /// Parses `500ms`, `90s`, `10m`, `2h` or a bare number of seconds.

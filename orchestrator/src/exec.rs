@@ -3,12 +3,21 @@
 
 use std::io::Write;
 
-use orch_agents::{Event, EventSink, Limits, Message, NoTools, QueryConfig, Terminal, query};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use orch_agents::permissions::{Permissions, RuleSet};
+use orch_agents::pipeline::ToolPool;
+use orch_agents::prompt::{Environment, system_prompt};
+use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ExecArgs;
-use crate::exit::Code;
-use crate::{provider, signals};
+use crate::exit::{Code, UsageError};
+use crate::host::HostExecutor;
+use crate::{host, provider, signals};
 
 pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let provider = provider::build(&args.model)?;
@@ -21,10 +30,44 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         max_cost_usd: args.max_cost_usd,
         timeout: args.timeout,
     };
+    let cwd = match &args.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let cwd = std::fs::canonicalize(&cwd)
+        .map_err(|e| UsageError(format!("the working directory {} is not usable: {e}", cwd.display())))?;
+    config.system = system_prompt(&Environment {
+        cwd: &cwd,
+        is_git_repo: cwd.join(".git").exists(),
+        model: &config.model,
+        date: &today(),
+    });
+    let rules = RuleSet {
+        mode: args.permissions.permission_mode,
+        allow: args.permissions.allow.clone(),
+        deny: args.permissions.deny.clone(),
+        ask: args.permissions.ask.clone(),
+        ..RuleSet::default()
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let permissions =
+        Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
+    let tools = host::select_tools(&args.tools)?;
+    let executor = Arc::new(HostExecutor::new(host::spawn(&cwd, &args.tools).await?));
+    let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
+    let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
+        .map_err(|e| UsageError(e.to_string()))?
+        .with_results_dir(results_dir.join("tool-results"));
+
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;
     let sink: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
-    let outcome = query(provider.as_ref(), &NoTools, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
+    let outcome =
+        query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
+    drop(pool);
+    if let Ok(executor) = Arc::try_unwrap(executor) {
+        executor.shutdown(Duration::from_secs(2)).await;
+    }
 
     if !args.json && !outcome.final_text.trim().is_empty() {
         let mut out = std::io::stdout().lock();
@@ -63,10 +106,43 @@ impl EventSink for StderrLog {
             Event::ToolUseFinished { name, is_error: true, output, .. } => {
                 format!("tool {name} failed: {}", output.lines().next().unwrap_or_default())
             }
-            Event::Retry { attempt, delay_ms, error } => format!("model call failed (attempt {attempt}), retrying in {delay_ms} ms: {error}"),
+            Event::Retry { attempt, delay_ms, error } => {
+                format!("model call failed (attempt {attempt}), retrying in {delay_ms} ms: {error}")
+            }
             Event::Fallback { from, to, .. } => format!("model {from} overloaded; switching to {to}"),
             _ => return,
         };
         eprintln!("orch: {line}");
+    }
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`.
+fn today() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Days since 1970-01-01 to a calendar date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { era * 400 + yoe + 1 } else { era * 400 + yoe }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(super::civil_from_days(20_786), (2026, 11, 29));
+        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
     }
 }

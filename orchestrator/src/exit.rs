@@ -33,7 +33,9 @@ impl Code {
         match terminal {
             Terminal::Completed => Code::Success,
             t if t.is_limit() => Code::Partial,
-            Terminal::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => Code::Infrastructure,
+            Terminal::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
+                Code::Infrastructure
+            }
             _ => Code::Failed,
         }
     }

@@ -4,6 +4,7 @@
 mod cli;
 mod exec;
 mod exit;
+mod host;
 mod logging;
 mod provider;
 mod signals;
@@ -22,7 +23,8 @@ fn main() -> std::process::ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            cli::Command::Exec(args) => exec::run(args).await,
+            cli::Command::Exec(args) => exec::run(*args).await,
+            cli::Command::ToolHost(args) => host::serve(args).await.map(|()| exit::Code::Success),
         }
     });
     match code {

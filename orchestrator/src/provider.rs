@@ -17,7 +17,9 @@ pub fn build(args: &ModelArgs) -> anyhow::Result<Arc<dyn ModelProvider>> {
         ProviderKind::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig::from_env())?),
         ProviderKind::Scripted => {
             let path = args.script.as_ref().ok_or_else(|| {
-                UsageError("--provider scripted needs a turn script: pass --script FILE (or set ORCH_SCRIPT)".to_string())
+                UsageError(
+                    "--provider scripted needs a turn script: pass --script FILE (or set ORCH_SCRIPT)".to_string(),
+                )
             })?;
             Arc::new(ScriptedProvider::from_file(path).map_err(|e| UsageError(e.to_string()))?)
         }
@@ -27,7 +29,8 @@ pub fn build(args: &ModelArgs) -> anyhow::Result<Arc<dyn ModelProvider>> {
 pub fn prices(args: &ModelArgs) -> anyhow::Result<Arc<PriceTable>> {
     let mut table = PriceTable::default();
     if let Some(path) = &args.prices {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the price table {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read the price table {}", path.display()))?;
         // YAML is a superset of JSON, so this reads both.
         let overrides: PriceTable = serde_yaml::from_str(&text)
             .map_err(|e| UsageError(format!("{}: not a price table: {e}", path.display())))?;

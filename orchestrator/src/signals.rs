@@ -1,8 +1,8 @@
 //! Turns SIGINT and SIGTERM into cancellation of the run's token, and remembers which
 //! signal came so the exit code can say so.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;

@@ -1,5 +1,6 @@
 //! The tool pipeline: lookup, schema check, validate, hooks, permissions, the call,
 //! post hooks and result mapping, in that order.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -59,7 +60,11 @@ struct TestHook {
 impl Hooks for TestHook {
     async fn pre_tool_use(&self, call: &ToolCall) -> PreToolUse {
         self.trace.push(format!("pre {}", call.name));
-        PreToolUse { decision: self.decision.clone(), updated_input: self.rewrite.clone(), context: self.context.clone() }
+        PreToolUse {
+            decision: self.decision.clone(),
+            updated_input: self.rewrite.clone(),
+            context: self.context.clone(),
+        }
     }
 
     async fn post_tool_use(&self, call: &ToolCall, output: &ToolOutput) -> PostToolUse {
@@ -86,7 +91,8 @@ impl Fixture {
 
     fn pool(&self, rules: RuleSet, hook: TestHook, fail: bool) -> ToolPool {
         let session = Arc::new(Session::new(self.path()));
-        let executor = Recording { inner: InProcess(HostTools::new(core_tools(), session)), trace: self.trace.clone(), fail };
+        let executor =
+            Recording { inner: InProcess(HostTools::new(core_tools(), session)), trace: self.trace.clone(), fail };
         let perms = Permissions::new(&rules, self.path(), None, vec![self.path().to_path_buf()]).unwrap();
         ToolPool::new("agent-1", core_tools(), Arc::new(executor), perms)
             .unwrap()
@@ -136,7 +142,11 @@ async fn validate_runs_before_hooks() {
 #[tokio::test]
 async fn the_stages_run_in_order() {
     let f = Fixture::new();
-    let hook = TestHook { context: Some("note from pre".into()), post_context: Some("note from post".into()), ..Default::default() };
+    let hook = TestHook {
+        context: Some("note from pre".into()),
+        post_context: Some("note from post".into()),
+        ..Default::default()
+    };
     let pool = f.pool(RuleSet::default(), hook, false);
     let out = run(&pool, "Read", json!({"file_path": "a.txt"})).await;
     assert!(!out.is_error, "{}", out.content);
@@ -229,7 +239,11 @@ impl orch_agents::tools::Tool for Big {
         "Prints many lines."
     }
 
-    async fn call(&self, input: BigInput, _ctx: &orch_agents::tools::ToolContext) -> Result<String, orch_agents::tools::ToolError> {
+    async fn call(
+        &self,
+        input: BigInput,
+        _ctx: &orch_agents::tools::ToolContext,
+    ) -> Result<String, orch_agents::tools::ToolError> {
         let line = "x".repeat(79);
         Ok((0..input.lines).map(|i| format!("{i:04}{line}\n")).collect())
     }

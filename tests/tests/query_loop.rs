@@ -1,5 +1,6 @@
 //! The query loop against the mock model server: every terminal reason, every
 //! retryable fault, non-retryable errors, cancellation, budgets and limits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Tool scheduling in the loop: parallel runs of concurrency-safe calls, serial runs of
 //! the rest in order, sibling cancellation by a failing Bash, and early start of
 //! read-only calls while the answer still streams.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod common;
 
@@ -57,7 +58,15 @@ async fn three_parallel_reads_then_an_edit_keep_their_order() {
         Step::text("done"),
     ]);
     let pool = real_pool(dir.path());
-    let out = query(&anthropic(&mock.url()), &pool, &QueryConfig::new("main", "m"), vec![Message::user("go")], &NullSink, &CancellationToken::new()).await;
+    let out = query(
+        &anthropic(&mock.url()),
+        &pool,
+        &QueryConfig::new("main", "m"),
+        vec![Message::user("go")],
+        &NullSink,
+        &CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out.terminal, Terminal::Completed);
     let r = results(&out, 2);
     assert!(r[0].0.contains("one") && r[1].0.contains("two") && r[2].0.contains("three"), "{r:?}");
@@ -79,7 +88,11 @@ impl ToolRunner for Timeline {
     fn specs(&self) -> Vec<ToolSpec> {
         ["Look", "Change"]
             .iter()
-            .map(|n| ToolSpec { name: n.to_string(), description: n.to_string(), input_schema: json!({"type": "object"}) })
+            .map(|n| ToolSpec {
+                name: n.to_string(),
+                description: n.to_string(),
+                input_schema: json!({"type": "object"}),
+            })
             .collect()
     }
 
@@ -117,7 +130,15 @@ async fn safe_calls_overlap_and_unsafe_calls_wait_their_turn() {
         Step::text("done"),
     ]);
     let tools = Timeline::default();
-    let out = query(&anthropic(&mock.url()), &tools, &QueryConfig::new("main", "m"), vec![Message::user("go")], &NullSink, &CancellationToken::new()).await;
+    let out = query(
+        &anthropic(&mock.url()),
+        &tools,
+        &QueryConfig::new("main", "m"),
+        vec![Message::user("go")],
+        &NullSink,
+        &CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out.terminal, Terminal::Completed);
     let spans = tools.spans.lock().unwrap().clone();
     let span = |id: &str| spans.iter().find(|s| s.0 == id).map(|s| (s.1, s.2)).unwrap();
@@ -147,7 +168,15 @@ async fn a_failing_bash_cancels_its_running_siblings() {
     ]);
     let pool = real_pool(dir.path());
     let started = Instant::now();
-    let out = query(&anthropic(&mock.url()), &pool, &QueryConfig::new("main", "m"), vec![Message::user("go")], &NullSink, &CancellationToken::new()).await;
+    let out = query(
+        &anthropic(&mock.url()),
+        &pool,
+        &QueryConfig::new("main", "m"),
+        vec![Message::user("go")],
+        &NullSink,
+        &CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out.terminal, Terminal::Completed);
     assert!(started.elapsed() < Duration::from_secs(20), "the siblings were not cancelled");
     let r = results(&out, 2);
@@ -175,7 +204,12 @@ impl ModelProvider for Handmade {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let done = |content: Vec<ContentBlock>, stop| ModelResponse { content, stop_reason: stop, usage: Usage::default(), model: request.model.into() };
+        let done = |content: Vec<ContentBlock>, stop| ModelResponse {
+            content,
+            stop_reason: stop,
+            usage: Usage::default(),
+            model: request.model.into(),
+        };
         let call = {
             let mut c = self.calls.lock().unwrap();
             *c += 1;
@@ -223,7 +257,15 @@ async fn read_only_calls_start_while_the_answer_streams() {
         attempts: Mutex::new(0),
         calls: Mutex::new(0),
     };
-    let out = query(&provider, tools.as_ref(), &QueryConfig::new("main", "m"), vec![Message::user("go")], &NullSink, &CancellationToken::new()).await;
+    let out = query(
+        &provider,
+        tools.as_ref(),
+        &QueryConfig::new("main", "m"),
+        vec![Message::user("go")],
+        &NullSink,
+        &CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out.terminal, Terminal::Completed);
     assert_eq!(out.messages[1].content[0], ContentBlock::text("started early"));
     assert_eq!(*tools.effects.lock().unwrap(), 1);
@@ -239,7 +281,15 @@ async fn calls_with_effects_wait_for_the_whole_answer_and_run_once_across_a_retr
         attempts: Mutex::new(0),
         calls: Mutex::new(0),
     };
-    let out = query(&provider, tools.as_ref(), &QueryConfig::new("main", "m"), vec![Message::user("go")], &NullSink, &CancellationToken::new()).await;
+    let out = query(
+        &provider,
+        tools.as_ref(),
+        &QueryConfig::new("main", "m"),
+        vec![Message::user("go")],
+        &NullSink,
+        &CancellationToken::new(),
+    )
+    .await;
     assert_eq!(out.terminal, Terminal::Completed);
     // The change came first, so nothing may start before the answer is whole.
     assert_eq!(out.messages[1].content[0], ContentBlock::text("did not start early"));

@@ -91,7 +91,6 @@ impl AnthropicProvider {
             retry: config.retry,
         })
     }
-
 }
 
 /// One request of [`AnthropicProvider::send`], tried as often as the policy allows.
@@ -213,7 +212,13 @@ pub(crate) struct Accumulator {
 
 impl Accumulator {
     pub(crate) fn new(model: &str) -> Self {
-        Self { model: model.to_string(), open: BTreeMap::new(), done: BTreeMap::new(), usage: Usage::default(), stop_reason: None }
+        Self {
+            model: model.to_string(),
+            open: BTreeMap::new(),
+            done: BTreeMap::new(),
+            usage: Usage::default(),
+            stop_reason: None,
+        }
     }
 
     /// Takes one SSE event; true once the message is complete.
@@ -221,7 +226,8 @@ impl Accumulator {
         if name == "ping" || data.trim().is_empty() {
             return Ok(false);
         }
-        let v: Value = serde_json::from_str(data).map_err(|e| protocol(format!("bad json in a `{name}` event: {e}")))?;
+        let v: Value =
+            serde_json::from_str(data).map_err(|e| protocol(format!("bad json in a `{name}` event: {e}")))?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or(name);
         match kind {
             "message_start" => {
@@ -237,9 +243,13 @@ impl Accumulator {
                 let block = v.get("content_block").ok_or_else(|| protocol("content_block_start without a block"))?;
                 let partial = match block.get("type").and_then(Value::as_str) {
                     Some("text") => Partial::Text(str_at(block, "text")),
-                    Some("thinking") => Partial::Thinking { thinking: str_at(block, "thinking"), signature: str_at(block, "signature") },
+                    Some("thinking") => {
+                        Partial::Thinking { thinking: str_at(block, "thinking"), signature: str_at(block, "signature") }
+                    }
                     Some("redacted_thinking") => Partial::Redacted(str_at(block, "data")),
-                    Some("tool_use") => Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() },
+                    Some("tool_use") => {
+                        Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() }
+                    }
                     other => return Err(protocol(format!("unknown content block type {other:?}"))),
                 };
                 self.open.insert(index, partial);
@@ -247,27 +257,37 @@ impl Accumulator {
             "content_block_delta" => {
                 let index = index_of(&v)?;
                 let delta = v.get("delta").ok_or_else(|| protocol("content_block_delta without a delta"))?;
-                let partial = self.open.get_mut(&index).ok_or_else(|| protocol(format!("delta for block {index}, which never started")))?;
+                let partial = self
+                    .open
+                    .get_mut(&index)
+                    .ok_or_else(|| protocol(format!("delta for block {index}, which never started")))?;
                 match (delta.get("type").and_then(Value::as_str), partial) {
                     (Some("text_delta"), Partial::Text(t)) => {
                         let piece = str_at(delta, "text");
                         t.push_str(&piece);
                         sink(StreamEvent::TextDelta(piece));
                     }
-                    (Some("input_json_delta"), Partial::ToolUse { json, .. }) => json.push_str(&str_at(delta, "partial_json")),
+                    (Some("input_json_delta"), Partial::ToolUse { json, .. }) => {
+                        json.push_str(&str_at(delta, "partial_json"))
+                    }
                     (Some("thinking_delta"), Partial::Thinking { thinking, .. }) => {
                         let piece = str_at(delta, "thinking");
                         thinking.push_str(&piece);
                         sink(StreamEvent::ThinkingDelta(piece));
                     }
-                    (Some("signature_delta"), Partial::Thinking { signature, .. }) => signature.push_str(&str_at(delta, "signature")),
+                    (Some("signature_delta"), Partial::Thinking { signature, .. }) => {
+                        signature.push_str(&str_at(delta, "signature"))
+                    }
                     (Some("citations_delta"), _) => {}
                     (t, _) => return Err(protocol(format!("delta {t:?} does not fit block {index}"))),
                 }
             }
             "content_block_stop" => {
                 let index = index_of(&v)?;
-                let partial = self.open.remove(&index).ok_or_else(|| protocol(format!("stop for block {index}, which never started")))?;
+                let partial = self
+                    .open
+                    .remove(&index)
+                    .ok_or_else(|| protocol(format!("stop for block {index}, which never started")))?;
                 let block = finish_block(partial)?;
                 sink(StreamEvent::BlockComplete { index, block: block.clone() });
                 self.done.insert(index, block);
@@ -324,7 +344,8 @@ fn finish_block(partial: Partial) -> Result<ContentBlock, AttemptError> {
             let input = if json.trim().is_empty() {
                 Value::Object(Default::default())
             } else {
-                serde_json::from_str(&json).map_err(|e| protocol(format!("the input of tool call `{name}` is not valid json: {e}")))?
+                serde_json::from_str(&json)
+                    .map_err(|e| protocol(format!("the input of tool call `{name}` is not valid json: {e}")))?
             };
             ContentBlock::ToolUse { id, name, input }
         }
@@ -342,9 +363,11 @@ fn stream_error(v: &Value) -> AttemptError {
             overloaded: true,
             retry_after: None,
         },
-        "api_error" | "rate_limit_error" | "timeout_error" => {
-            AttemptError::retryable(ModelError::Server { status: 500, attempts: 1, message: format!("{kind}: {message}") })
-        }
+        "api_error" | "rate_limit_error" | "timeout_error" => AttemptError::retryable(ModelError::Server {
+            status: 500,
+            attempts: 1,
+            message: format!("{kind}: {message}"),
+        }),
         _ if super::looks_like_prompt_too_long(&message) => AttemptError::fatal(ModelError::PromptTooLong { message }),
         _ => AttemptError::fatal(ModelError::InvalidRequest { status: 400, message: format!("{kind}: {message}") }),
     }
@@ -381,27 +404,63 @@ mod tests {
     #[test]
     fn builds_text_thinking_and_tool_use() {
         let (resp, seen) = feed(&[
-            ("message_start", json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}})),
-            ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}})),
+            (
+                "message_start",
+                json!({"type":"message_start","message":{"model":"claude-x","usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}}),
+            ),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}),
+            ),
             ("content_block_stop", json!({"type":"content_block_stop","index":0})),
             ("ping", json!({"type":"ping"})),
-            ("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hel"}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"lo"}})),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hel"}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"lo"}}),
+            ),
             ("content_block_stop", json!({"type":"content_block_stop","index":1})),
-            ("content_block_start", json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"Echo","input":{}}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}})),
-            ("content_block_delta", json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":": 1}"}})),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"Echo","input":{}}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":": 1}"}}),
+            ),
             ("content_block_stop", json!({"type":"content_block_stop","index":2})),
-            ("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}})),
+            (
+                "message_delta",
+                json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}),
+            ),
             ("message_stop", json!({"type":"message_stop"})),
         ]);
         let resp = resp.unwrap();
         assert_eq!(resp.model, "claude-x");
         assert_eq!(resp.stop_reason, StopReason::ToolUse);
-        assert_eq!(resp.usage, Usage { input_tokens: 10, output_tokens: 42, cache_creation_input_tokens: 5, cache_read_input_tokens: 90 });
+        assert_eq!(
+            resp.usage,
+            Usage { input_tokens: 10, output_tokens: 42, cache_creation_input_tokens: 5, cache_read_input_tokens: 90 }
+        );
         assert_eq!(
             resp.content,
             vec![
@@ -420,7 +479,8 @@ mod tests {
         let (r, _) = feed(&[("error", json!({"type":"error","error":{"type":"overloaded_error","message":"busy"}}))]);
         let e = r.unwrap_err();
         assert!(e.retryable && e.overloaded);
-        let (r, _) = feed(&[("error", json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}}))]);
+        let (r, _) =
+            feed(&[("error", json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}}))]);
         assert!(!r.unwrap_err().retryable);
     }
 
@@ -432,14 +492,18 @@ mod tests {
         assert!(err.retryable);
         let (r, _) = feed(&[
             ("message_start", json!({"type":"message_start","message":{}})),
-            ("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            ),
         ]);
         assert!(r.unwrap_err().retryable);
     }
 
     #[test]
     fn body_has_cache_breakpoints_on_stable_prefix_and_newest_message() {
-        let system = [SystemPart { text: "static".into(), cache: true }, SystemPart { text: "dynamic".into(), cache: false }];
+        let system =
+            [SystemPart { text: "static".into(), cache: true }, SystemPart { text: "dynamic".into(), cache: false }];
         let tools = [
             ToolSpec { name: "A".into(), description: "a".into(), input_schema: json!({"type":"object"}) },
             ToolSpec { name: "B".into(), description: "b".into(), input_schema: json!({"type":"object"}) },

@@ -87,13 +87,22 @@ pub struct ModelResponse {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
     /// A fresh attempt starts: drop whatever the previous attempt streamed.
-    AttemptStarted { attempt: u32 },
+    AttemptStarted {
+        attempt: u32,
+    },
     TextDelta(String),
     ThinkingDelta(String),
     /// Content block `index` of the response is complete.
-    BlockComplete { index: usize, block: ContentBlock },
+    BlockComplete {
+        index: usize,
+        block: ContentBlock,
+    },
     /// The provider waits before trying again.
-    Retrying { attempt: u32, delay: Duration, error: String },
+    Retrying {
+        attempt: u32,
+        delay: Duration,
+        error: String,
+    },
 }
 
 /// Receives stream events as they arrive.
@@ -168,11 +177,8 @@ pub(crate) fn short(text: &str) -> String {
 /// Pulls a human-readable message out of an API error body, whatever its shape.
 pub(crate) fn error_message(body: &str) -> String {
     if let Ok(v) = serde_json::from_str::<Value>(body) {
-        let msg = v
-            .pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("error"))
-            .and_then(Value::as_str);
+        let msg =
+            v.pointer("/error/message").or_else(|| v.get("message")).or_else(|| v.get("error")).and_then(Value::as_str);
         if let Some(m) = msg {
             return short(m);
         }

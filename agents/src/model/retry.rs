@@ -224,7 +224,11 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy { base_delay: Duration::from_millis(100), max_delay: Duration::from_secs(1), ..Default::default() };
+        let p = RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(1),
+            ..Default::default()
+        };
         let d1 = p.delay(1, None);
         assert!(d1 >= Duration::from_millis(100) && d1 <= Duration::from_millis(125), "{d1:?}");
         let d3 = p.delay(3, None);
@@ -257,7 +261,11 @@ mod tests {
         let h = HeaderMap::new();
         assert!(!classify_status(401, &h, "{}").retryable);
         assert!(matches!(classify_status(401, &h, "{}").error, ModelError::Auth { .. }));
-        let ptl = classify_status(400, &h, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#);
+        let ptl = classify_status(
+            400,
+            &h,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        );
         assert!(matches!(ptl.error, ModelError::PromptTooLong { .. }) && !ptl.retryable);
         for s in [429, 500, 502, 503, 504, 529] {
             assert!(classify_status(s, &h, "").retryable, "{s}");

@@ -108,11 +108,17 @@ impl ScriptedProvider {
         let bad = |message: String| ModelError::Config { message };
         let script: Script = serde_yaml::from_str(text).map_err(|e| bad(format!("{source}: {e}")))?;
         if script.version != 1 {
-            return Err(bad(format!("{source}: unsupported script version {}; this orch reads version 1", script.version)));
+            return Err(bad(format!(
+                "{source}: unsupported script version {}; this orch reads version 1",
+                script.version
+            )));
         }
         let mut entries = Vec::new();
         for (key, turns) in script.agents {
-            let key = key.as_str().ok_or_else(|| bad(format!("{source}: agent keys must be strings, found {key:?}")))?.to_string();
+            let key = key
+                .as_str()
+                .ok_or_else(|| bad(format!("{source}: agent keys must be strings, found {key:?}")))?
+                .to_string();
             let turns: Vec<ScriptedTurn> =
                 serde_yaml::from_value(turns).map_err(|e| bad(format!("{source}: turns of agent `{key}`: {e}")))?;
             entries.push((key, turns));
@@ -129,7 +135,10 @@ impl ScriptedProvider {
 
     fn next_turn(&self, agent: &str) -> Result<(usize, ScriptedTurn), ModelError> {
         let turns = self.turns_for(agent).ok_or_else(|| ModelError::Script {
-            message: format!("{} has no turns for agent `{agent}`; add an entry for it (or a `\"*\"` entry)", self.source),
+            message: format!(
+                "{} has no turns for agent `{agent}`; add an entry for it (or a `\"*\"` entry)",
+                self.source
+            ),
         })?;
         let mut cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
         let cursor = cursors.entry(agent.to_string()).or_insert(0);
@@ -266,7 +275,15 @@ agents:
 "#;
 
     fn req<'a>(agent: &'a str, messages: &'a [Message]) -> ModelRequest<'a> {
-        ModelRequest { agent_id: agent, model: "m", system: &[], messages, tools: &[], max_tokens: 10, give_up_on_overload_after: None }
+        ModelRequest {
+            agent_id: agent,
+            model: "m",
+            system: &[],
+            messages,
+            tools: &[],
+            max_tokens: 10,
+            give_up_on_overload_after: None,
+        }
     }
 
     async fn send(p: &ScriptedProvider, agent: &str, messages: &[Message]) -> Result<ModelResponse, ModelError> {
@@ -280,8 +297,13 @@ agents:
         let msgs = [Message::user("go")];
         let r1 = send(&p, "main", &msgs).await.unwrap();
         assert_eq!(r1.stop_reason, StopReason::ToolUse);
-        assert!(matches!(&r1.content[1], ContentBlock::ToolUse { id, name, .. } if id == "toolu_main_1_1" && name == "Echo"));
-        let with_result = [Message::user("go"), Message { role: Role::User, content: vec![ContentBlock::tool_result("x", "hi there", false)] }];
+        assert!(
+            matches!(&r1.content[1], ContentBlock::ToolUse { id, name, .. } if id == "toolu_main_1_1" && name == "Echo")
+        );
+        let with_result = [
+            Message::user("go"),
+            Message { role: Role::User, content: vec![ContentBlock::tool_result("x", "hi there", false)] },
+        ];
         let r2 = send(&p, "main", &with_result).await.unwrap();
         assert_eq!(r2.content, vec![ContentBlock::text("done")]);
         let err = send(&p, "main", &msgs).await.unwrap_err();

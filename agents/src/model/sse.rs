@@ -7,8 +7,8 @@ use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 
-use super::retry::{AttemptError, classify_status, classify_transport};
 use super::ModelError;
+use super::retry::{AttemptError, classify_status, classify_transport};
 
 /// How long a stream may stay silent before it counts as broken. Servers send pings
 /// far more often than this.
@@ -21,13 +21,7 @@ pub(crate) async fn post_json(
     headers: HeaderMap,
     body: &serde_json::Value,
 ) -> Result<reqwest::Response, AttemptError> {
-    let response = client
-        .post(url)
-        .headers(headers)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| classify_transport(&e))?;
+    let response = client.post(url).headers(headers).json(body).send().await.map_err(|e| classify_transport(&e))?;
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         return Ok(response);

@@ -179,12 +179,17 @@ pub(super) fn existing_dir(ctx: &ToolContext, path: Option<&str>) -> Result<Path
     }
 }
 
-/// The walker every search tool starts from: honors .gitignore (also outside a git
-/// repository), .ignore and git's global excludes, skips hidden entries, never follows
-/// symbolic links and never enters `.git`. The root itself is always visited.
+/// The walker every search tool starts from, with ripgrep's rules: `.ignore` files
+/// everywhere; `.gitignore`, `.git/info/exclude` and git's global excludes inside a git
+/// repository (a `.git` directory or file), including those of parent directories up to
+/// the repository root but not beyond it; hidden entries skipped; symbolic links never
+/// followed; `.git` never entered. The root itself is always visited.
 pub(super) fn walker(root: &Path) -> WalkBuilder {
     let mut builder = WalkBuilder::new(root);
-    builder.hidden(true).follow_links(false).require_git(false).filter_entry(|entry| entry.file_name() != ".git");
+    // `require_git` stays on: without it the crate applies the .gitignore of every
+    // ancestor up to `/`, so the rules of an enclosing repository (or a stray
+    // ~/.gitignore) would hide files of a worktree nested inside it.
+    builder.hidden(true).follow_links(false).filter_entry(|entry| entry.file_name() != ".git");
     builder
 }
 
@@ -285,6 +290,31 @@ mod tests {
         write(root, ".git/hooks/h.rs", "");
         let out = glob(root, json!({"pattern": "**/*.rs"})).await.unwrap();
         assert_eq!(out, "src/keep.rs\n");
+    }
+
+    #[tokio::test]
+    async fn gitignore_needs_a_repository_and_stops_at_its_root() {
+        let outer = tempfile::tempdir().unwrap();
+        // An enclosing repository whose rules must not reach into the worktree.
+        std::fs::create_dir(outer.path().join(".git")).unwrap();
+        write(outer.path(), ".gitignore", "*.rs\n");
+        let root = outer.path().join("worktrees/wt");
+        write(&root, ".git", "gitdir: /elsewhere\n");
+        write(&root, ".gitignore", "*.log\n");
+        write(&root, "a.rs", "");
+        write(&root, "b.log", "");
+        let out = glob(&root, json!({"pattern": "*"})).await.unwrap();
+        assert_eq!(out, "a.rs\n");
+        // Outside any repository .gitignore means nothing (as in ripgrep); .ignore does.
+        let plain = tempfile::tempdir().unwrap();
+        write(plain.path(), ".gitignore", "*.log\n");
+        write(plain.path(), ".ignore", "*.tmp\n");
+        for name in ["a.rs", "b.log", "c.tmp"] {
+            write(plain.path(), name, "");
+            set_mtime(plain.path(), name, 1_000);
+        }
+        let out = glob(plain.path(), json!({"pattern": "*"})).await.unwrap();
+        assert_eq!(out, "a.rs\nb.log\n");
     }
 
     #[tokio::test]

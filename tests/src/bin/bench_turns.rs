@@ -1,37 +1,38 @@
-//! `bench-turns`: the "harness overhead per turn" benchmark (issue 2; the numbers live
-//! in `BENCHMARKS.md`, section "Harness overhead per turn"; `tests/bench/turns.sh` runs
-//! the whole comparison).
+//! `bench-turns`: the "harness overhead per turn" benchmark (issue 2). The numbers live in
+//! `BENCHMARKS.md`, section "Harness overhead per turn"; `tests/bench/turns.sh` runs the
+//! whole comparison with Claude Code.
 //!
 //! The session: one agent, 21 turns that each make exactly one tool call, then a final
-//! text answer, so 22 model requests against the mock model server with no added
-//! latency. A *turn* is the time from one model request to the next as the mock server
-//! sees them arrive: streaming the answer, running the tool call, the loop's
-//! bookkeeping, and building and sending the next request. A session has 21 of them.
+//! text answer; so 22 model requests to the mock model server, with no added latency. A
+//! *turn* is the time from one model request to the next, as the mock server sees them
+//! arrive: the streamed answer, the tool call, the loop's bookkeeping, and building and
+//! sending the next request. A session has 21 of them.
 //!
 //! ```text
 //! bench-turns run [--turns N] [--server URL]
 //!     Runs the session through `orch_agents::query` in this process, with the Anthropic
-//!     provider and an in-process `Echo` tool. Without --server it starts its own mock
-//!     server as a child process (`bench-turns serve`, so the mock never counts towards
-//!     this process's memory). Prints one JSON line: the per-turn times between
-//!     `TurnStarted` events, the session time and this process's peak RSS (VmHWM).
+//!     provider and an in-process `Echo` tool (no tool host). Without --server it starts
+//!     its own mock server as a child process (`bench-turns serve`), so the mock never
+//!     counts towards this process's memory. Prints one JSON line: the turn times
+//!     between `TurnStarted` events, the session time, this process's peak RSS (VmHWM),
+//!     and with its own server the server's view and where a turn's time goes.
 //! bench-turns steps [--turns N] [--tool NAME] [--input JSON]
-//!     Prints the session's step file (JSON; see `mock-model-server`): N turns calling
-//!     the tool (default `Echo` with `{"text": "turn K"}`), then a final text answer.
+//!     Prints the session's step file (JSON, as `mock-model-server` reads it): N replies
+//!     calling the tool once each (default `Echo` with `{"text": "turn K"}`), then a
+//!     final text answer.
 //! bench-turns serve --steps FILE --log FILE [--port N] [--stdin]
-//!     The mock model server as a process (`orch_testkit::mock::MockServer`, as in
-//!     `mock-model-server`) that also logs when each request arrived. Prints
+//!     The mock model server (`orch_testkit::mock::MockServer`, as `mock-model-server`
+//!     serves it) as a process that also logs when each request arrived. Prints
 //!     `listening on http://127.0.0.1:PORT`, then answers requests with the steps in
 //!     order. Stops on SIGTERM or SIGINT (or when stdin closes, with --stdin) and then
-//!     writes the log: one JSON line per request, in arrival order, `at_ms` counted
-//!     from the server's start.
+//!     writes the log: one JSON line per request, in arrival order.
 //! bench-turns stats --log FILE --harness NAME --expect N [--client FILE] [--rss-kb N] [--wall-ns N]
-//!     One JSON result line from a server log: the per-turn times between main-loop
-//!     requests (Messages requests that offer tools), merged with the measurements the
-//!     caller took of the process (peak RSS from GNU time, wall time) and `run`'s own
-//!     JSON line. Fails unless the log holds exactly N requests, all of the main loop.
+//!     One JSON result line from a server log: the turn times between main-loop requests
+//!     (Messages requests that offer tools), with the measurements the caller took of
+//!     the process (peak RSS from GNU time, wall time) and `run`'s JSON line. Fails
+//!     unless the log holds exactly N requests, all of them main-loop requests.
 //! bench-turns table FILE
-//!     The Markdown table of a file of result lines: per harness, the median over runs.
+//!     The Markdown table of a file of `stats` lines: per harness, the median over runs.
 //! ```
 
 use std::collections::BTreeMap;
@@ -39,11 +40,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use orch_agents::model::anthropic::{AnthropicConfig, AnthropicProvider};
-use orch_agents::{Event, EventSink, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query};
+use orch_agents::{
+    Event, EventSink, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query,
+};
 use orch_testkit::mock::{MockServer, RecordedRequest, Step, parse_steps};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -54,24 +57,24 @@ const USAGE: &str = "usage: bench-turns run [--turns N] [--server URL]
        bench-turns stats --log FILE --harness NAME --expect N [--client FILE] [--rss-kb N] [--wall-ns N]
        bench-turns table FILE";
 
-/// Tool-call turns in a session (each followed by one more request).
+/// Tool-call turns in a session; one more request gets the final answer.
 const DEFAULT_TURNS: usize = 21;
 /// The model named in the requests; the mock server echoes it back.
 const MODEL: &str = "claude-sonnet-4-5";
-const PROMPT: &str = "Call the tool each time the conversation asks for it, then answer briefly.";
+const PROMPT: &str = "Call the tool each time you are asked to, then answer briefly.";
 const FINAL_TEXT: &str = "All done.";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let command = args.next().unwrap_or_default();
-    let flags = args.collect::<Vec<_>>();
+    let args: Vec<String> = args.collect();
     let result = match command.as_str() {
-        "run" => Flags::parse(&flags, &["--turns", "--server"], &[]).and_then(|f| run(&f)),
-        "steps" => Flags::parse(&flags, &["--turns", "--tool", "--input"], &[]).and_then(|f| steps(&f)),
-        "serve" => Flags::parse(&flags, &["--steps", "--log", "--port"], &["--stdin"]).and_then(|f| serve(&f)),
-        "stats" => Flags::parse(&flags, &["--log", "--harness", "--expect", "--client", "--rss-kb", "--wall-ns"], &[])
+        "run" => Flags::parse(&args, &["--turns", "--server"], &[]).and_then(|f| run(&f)),
+        "steps" => Flags::parse(&args, &["--turns", "--tool", "--input"], &[]).and_then(|f| steps(&f)),
+        "serve" => Flags::parse(&args, &["--steps", "--log", "--port"], &["--stdin"]).and_then(|f| serve(&f)),
+        "stats" => Flags::parse(&args, &["--log", "--harness", "--expect", "--client", "--rss-kb", "--wall-ns"], &[])
             .and_then(|f| stats(&f)),
-        "table" => match flags.as_slice() {
+        "table" => match args.as_slice() {
             [file] => table(Path::new(file)),
             _ => Err(USAGE.to_owned()),
         },
@@ -129,7 +132,7 @@ impl Flags {
 // ---------------------------------------------------------------------------------------
 // steps
 
-/// The session's script: `turns` replies each calling `tool` once, then the final text.
+/// The session's script: `turns` replies calling `tool` once each, then the final text.
 fn session_steps(turns: usize, tool: &str, input: Option<&Value>) -> Vec<Step> {
     (1..=turns)
         .map(|n| Step::tool(tool, input.cloned().unwrap_or_else(|| json!({"text": format!("turn {n}")}))))
@@ -161,16 +164,20 @@ fn serve(flags: &Flags) -> Result<(), String> {
     let port = flags.number("--port")?.unwrap_or(0);
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let steps = parse_steps(&text).map_err(|e| format!("{path}: {e}"))?;
-    runtime()?.block_on(async {
+    let runtime = runtime()?;
+    let result = runtime.block_on(async {
         let server = MockServer::start_on(port).await.map_err(|e| format!("cannot bind 127.0.0.1:{port}: {e}"))?;
-        let started = Instant::now();
+        let clock = Clock::now();
         server.push_all(steps);
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening on {}", server.url()).map_err(|e| e.to_string())?;
         stdout.flush().map_err(|e| e.to_string())?;
         stop_signal(flags.has("--stdin")).await?;
-        write_log(&log, started, &server.requests())
-    })
+        write_log(&log, &clock, &server.requests())
+    });
+    // Do not wait for the thread blocked on stdin.
+    runtime.shutdown_background();
+    result
 }
 
 /// Waits for SIGTERM, SIGINT or (with `stdin`) the end of stdin.
@@ -179,7 +186,7 @@ async fn stop_signal(stdin: bool) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let eof = async {
         if stdin {
-            // Reading ends when the parent closes the pipe or goes away.
+            // Returns when the parent closes the pipe or goes away.
             let _ = tokio::task::spawn_blocking(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink())).await;
         } else {
             std::future::pending::<()>().await;
@@ -193,11 +200,12 @@ async fn stop_signal(stdin: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn write_log(path: &Path, started: Instant, requests: &[RecordedRequest]) -> Result<(), String> {
+fn write_log(path: &Path, clock: &Clock, requests: &[RecordedRequest]) -> Result<(), String> {
     let mut out = String::new();
     for request in requests {
         let line = json!({
-            "at_ms": millis(request.received_at.saturating_duration_since(started)),
+            "at_ms": millis(request.received_at.saturating_duration_since(clock.instant)),
+            "at_unix_ms": clock.unix_ms(request.received_at),
             "path": request.path,
             "model": request.model(),
             "stream": request.is_stream(),
@@ -214,7 +222,7 @@ fn write_log(path: &Path, started: Instant, requests: &[RecordedRequest]) -> Res
 // ---------------------------------------------------------------------------------------
 // run
 
-/// `Echo`: answers with its `text` input, in process (no tool host).
+/// `Echo`: answers with its `text` input, in process.
 struct Echo;
 
 #[async_trait]
@@ -239,19 +247,47 @@ impl ToolRunner for Echo {
     }
 }
 
-/// Notes when each turn starts.
+/// Notes when each model request starts (`TurnStarted`) and when its answer is complete
+/// (`Usage`, emitted once the stream has ended).
 #[derive(Default)]
-struct TurnClock(Mutex<Vec<Instant>>);
+struct TurnClock {
+    requests: Mutex<Vec<Instant>>,
+    responses: Mutex<Vec<Instant>>,
+}
 
 impl EventSink for TurnClock {
     fn emit(&self, event: Event) {
-        if let Event::TurnStarted { .. } = event {
-            self.0.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
+        let list = match event {
+            Event::TurnStarted { .. } => &self.requests,
+            Event::Usage { .. } => &self.responses,
+            _ => return,
+        };
+        list.lock().unwrap_or_else(PoisonError::into_inner).push(Instant::now());
+    }
+}
+
+/// A reading of the monotonic and the wall clock, to turn instants into Unix times that
+/// two processes can compare.
+struct Clock {
+    instant: Instant,
+    unix_ms: f64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Clock { instant: Instant::now(), unix_ms: millis(unix) }
+    }
+
+    fn unix_ms(&self, at: Instant) -> f64 {
+        match at.checked_duration_since(self.instant) {
+            Some(after) => self.unix_ms + millis(after),
+            None => self.unix_ms - millis(self.instant.duration_since(at)),
         }
     }
 }
 
-/// A mock server started by `run` as a child process.
+/// A mock server that `run` started as a child process.
 struct ChildServer {
     child: Child,
     url: String,
@@ -261,10 +297,9 @@ struct ChildServer {
 
 impl ChildServer {
     fn start(turns: usize) -> Result<ChildServer, String> {
-        let dir = std::env::temp_dir();
-        let stem = format!("bench-turns-{}", std::process::id());
-        let steps = dir.join(format!("{stem}-steps.json"));
-        let log = dir.join(format!("{stem}-requests.jsonl"));
+        let stem = std::env::temp_dir().join(format!("bench-turns-{}", std::process::id()));
+        let steps = stem.with_extension("steps.json");
+        let log = stem.with_extension("requests.jsonl");
         std::fs::write(&steps, steps_json(&session_steps(turns, "Echo", None))?)
             .map_err(|e| format!("cannot write {}: {e}", steps.display()))?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
@@ -283,14 +318,17 @@ impl ChildServer {
         if let Some(stdout) = child.stdout.take() {
             BufReader::new(stdout).read_line(&mut line).map_err(|e| e.to_string())?;
         }
-        let Some(url) = line.trim().strip_prefix("listening on ") else {
-            let _ = child.kill();
-            return Err(format!("the mock server said {line:?} instead of its address"));
-        };
-        Ok(ChildServer { url: url.to_owned(), child, log, steps })
+        match line.trim().strip_prefix("listening on ") {
+            Some(url) => Ok(ChildServer { url: url.to_owned(), child, log, steps }),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!("the mock server said {line:?} instead of its address"))
+            }
+        }
     }
 
-    /// Stops the server (closing its stdin) and reads its request log.
+    /// Stops the server (by closing its stdin) and reads its request log.
     fn stop(mut self) -> Result<Vec<Value>, String> {
         drop(self.child.stdin.take());
         let status = self.child.wait().map_err(|e| e.to_string())?;
@@ -312,29 +350,37 @@ fn run(flags: &Flags) -> Result<(), String> {
     };
     let url = flags.get("--server").or(child.as_ref().map(|c| c.url.as_str())).unwrap_or_default().to_owned();
     let session = runtime()?.block_on(session(&url, turns));
-    let server = child.map(ChildServer::stop).transpose()?;
+    let server_log = child.map(ChildServer::stop).transpose()?;
     let session = session?;
-    let turn_ms = intervals_ms(&session.turn_starts);
+
+    let clock = Clock::now();
+    let turn_ms = intervals_ms(&session.requests);
     let mut line = json!({
         "harness": "orch",
         "turns": turn_ms.len(),
-        "requests": session.turn_starts.len(),
+        "requests": session.requests.len(),
         "median_ms": median(&turn_ms),
         "p90_ms": percentile(&turn_ms, 0.9),
-        "max_ms": turn_ms.iter().copied().fold(0.0, f64::max),
+        "max_ms": turn_ms.iter().copied().reduce(f64::max),
         "session_ms": millis(session.elapsed),
         "vmhwm_kb": peak_rss_kb()?,
         "turn_ms": turn_ms,
+        "request_unix_ms": session.requests.iter().map(|&i| clock.unix_ms(i)).collect::<Vec<_>>(),
+        "response_unix_ms": session.responses.iter().map(|&i| clock.unix_ms(i)).collect::<Vec<_>>(),
     });
-    if let Some(log) = server {
+    if let Some(log) = server_log {
         line["server"] = server_stats(&log);
+        line["phases"] = phases(&line, &log);
     }
     println!("{line}");
     Ok(())
 }
 
 struct Session {
-    turn_starts: Vec<Instant>,
+    /// When each model request started.
+    requests: Vec<Instant>,
+    /// When each answer was complete.
+    responses: Vec<Instant>,
     elapsed: Duration,
 }
 
@@ -355,11 +401,12 @@ async fn session(url: &str, turns: usize) -> Result<Session, String> {
     if outcome.terminal != Terminal::Completed || outcome.final_text != FINAL_TEXT {
         return Err(format!("the session ended with {} after {} turns", outcome.terminal, outcome.turns));
     }
-    let turn_starts = clock.0.into_inner().unwrap_or_else(PoisonError::into_inner);
-    if turn_starts.len() != turns + 1 {
-        return Err(format!("expected {} model requests, saw {}", turns + 1, turn_starts.len()));
+    let requests = clock.requests.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let responses = clock.responses.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if requests.len() != turns + 1 || responses.len() != turns + 1 {
+        return Err(format!("expected {} model requests, saw {}", turns + 1, requests.len()));
     }
-    Ok(Session { turn_starts, elapsed })
+    Ok(Session { requests, responses, elapsed })
 }
 
 /// The peak resident set size of this process, in KiB.
@@ -383,14 +430,14 @@ fn read_log(path: &Path) -> Result<Vec<Value>, String> {
         .collect()
 }
 
-/// The turn times of a server log: the gaps between main-loop requests, which are the
-/// Messages requests that offer tools.
+/// The main-loop requests of a server log: Messages requests that offer tools.
+fn main_loop(log: &[Value]) -> impl Iterator<Item = &Value> {
+    log.iter().filter(|r| r["path"] == "/v1/messages" && r["tools"].as_u64().unwrap_or(0) > 0)
+}
+
+/// The turn times of a server log: the gaps between main-loop requests.
 fn server_stats(log: &[Value]) -> Value {
-    let main: Vec<f64> = log
-        .iter()
-        .filter(|r| r["path"] == "/v1/messages" && r["tools"].as_u64().unwrap_or(0) > 0)
-        .filter_map(|r| r["at_ms"].as_f64())
-        .collect();
+    let main: Vec<f64> = main_loop(log).filter_map(|r| r["at_ms"].as_f64()).collect();
     let turn_ms: Vec<f64> = main.windows(2).map(|w| w[1] - w[0]).collect();
     json!({
         "requests": log.len(),
@@ -398,8 +445,33 @@ fn server_stats(log: &[Value]) -> Value {
         "turns": turn_ms.len(),
         "median_ms": median(&turn_ms),
         "p90_ms": percentile(&turn_ms, 0.9),
-        "span_ms": main.last().zip(main.first()).map(|(l, f)| l - f),
+        "span_ms": main.last().zip(main.first()).map(|(last, first)| last - first),
+        "request_bytes": main_loop(log).filter_map(|r| r["bytes"].as_f64()).collect::<Vec<_>>(),
         "turn_ms": turn_ms,
+    })
+}
+
+/// Where orch's turns go, from its own clock and the server's arrival times (medians,
+/// in ms): `send` from the start of a model request to its arrival at the server,
+/// `answer` from there to the answer fully parsed, `tools_and_loop` from there to the
+/// start of the next request (the tool call and the loop's bookkeeping).
+fn phases(client: &Value, log: &[Value]) -> Value {
+    let column = |v: &Value| -> Vec<f64> {
+        v.as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()
+    };
+    let requests = column(&client["request_unix_ms"]);
+    let responses = column(&client["response_unix_ms"]);
+    let arrivals: Vec<f64> = main_loop(log).filter_map(|r| r["at_unix_ms"].as_f64()).collect();
+    if requests.len() != arrivals.len() || responses.len() != arrivals.len() {
+        return Value::Null;
+    }
+    let turns = requests.len().saturating_sub(1);
+    let gaps =
+        |from: &[f64], to: &[f64], shift: usize| -> Vec<f64> { (0..turns).map(|k| to[k + shift] - from[k]).collect() };
+    json!({
+        "send_ms": median(&gaps(&requests, &arrivals, 0)),
+        "answer_ms": median(&gaps(&arrivals, &responses, 0)),
+        "tools_and_loop_ms": median(&gaps(&responses, &requests, 1)),
     })
 }
 
@@ -423,6 +495,7 @@ fn stats(flags: &Flags) -> Result<(), String> {
     if let Some(path) = flags.get("--client") {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
         let client: Value = serde_json::from_str(text.trim()).map_err(|e| format!("{path}: {e}"))?;
+        line["phases"] = phases(&client, &log);
         line["client"] = client;
     }
     println!("{line}");
@@ -432,13 +505,13 @@ fn stats(flags: &Flags) -> Result<(), String> {
 fn table(path: &Path) -> Result<(), String> {
     let results = read_log(path)?;
     let mut harnesses: Vec<&str> = Vec::new();
-    for r in &results {
-        if let Some(h) = r["harness"].as_str().filter(|h| !harnesses.contains(h)) {
+    for result in &results {
+        if let Some(h) = result["harness"].as_str().filter(|h| !harnesses.contains(h)) {
             harnesses.push(h);
         }
     }
     let mut out = String::from(
-        "| harness | runs | median ms/turn | p90 ms/turn | first→last request | process wall | peak RSS |\n\
+        "| harness | runs | median per turn | p90 per turn | first → last request | process wall | peak RSS |\n\
          |---|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut notes = String::new();
@@ -452,16 +525,20 @@ fn table(path: &Path) -> Result<(), String> {
             ms(med("/server/p90_ms")),
             ms(med("/server/span_ms")),
             ms(med("/wall_ms")),
-            mb(med("/rss_kb")),
+            mib(med("/rss_kb")),
         ));
-        if runs.iter().any(|r| r.get("client").is_some_and(Value::is_object)) {
+        if runs.iter().any(|r| r["client"].is_object()) {
             notes.push_str(&format!(
-                "\n{harness}, measured in process (median over runs): {} ms/turn median, {} ms/turn p90 \
-                 between `TurnStarted` events, session {} ms, VmHWM {}.\n",
+                "\n{harness}, by its own clock: median per turn {}, p90 {} (between `TurnStarted` events), \
+                 session {}, VmHWM {}. A turn splits into: request start → arrival at the mock {}; \
+                 arrival → answer parsed {}; answer → next request (tool call and loop) {}.\n",
                 ms(med("/client/median_ms")),
                 ms(med("/client/p90_ms")),
                 ms(med("/client/session_ms")),
-                mb(med("/client/vmhwm_kb")),
+                mib(med("/client/vmhwm_kb")),
+                ms(med("/phases/send_ms")),
+                ms(med("/phases/answer_ms")),
+                ms(med("/phases/tools_and_loop_ms")),
             ));
         }
     }
@@ -471,21 +548,21 @@ fn table(path: &Path) -> Result<(), String> {
 
 fn ms(value: Option<f64>) -> String {
     match value {
-        Some(v) if v < 10.0 => format!("{v:.3}"),
-        Some(v) => format!("{v:.1}"),
+        Some(v) if v < 10.0 => format!("{v:.3} ms"),
+        Some(v) => format!("{v:.1} ms"),
         None => "–".to_owned(),
     }
 }
 
-fn mb(kb: Option<f64>) -> String {
-    kb.map_or("–".to_owned(), |kb| format!("{:.1} MB", kb * 1024.0 / 1e6))
+fn mib(kib: Option<f64>) -> String {
+    kib.map_or("–".to_owned(), |kib| format!("{:.1} MiB", kib / 1024.0))
 }
 
 // ---------------------------------------------------------------------------------------
 // helpers
 
+/// The runtime the `orch` binary runs on.
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    // The same runtime as the `orch` binary.
     tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())
 }
 
@@ -508,10 +585,45 @@ fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// Nearest-rank percentile (`q` in 0..=1).
+/// Nearest-rank percentile, `q` in 0..=1.
 fn percentile(values: &[f64], q: f64) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted.get(rank.saturating_sub(1)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_percentile() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        let values: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&values, 0.9), Some(18.0));
+        assert_eq!(percentile(&[5.0], 0.9), Some(5.0));
+    }
+
+    #[test]
+    fn the_session_script_parses_back() {
+        let steps = session_steps(3, "Read", Some(&json!({"file_path": "/tmp/x"})));
+        let parsed = parse_steps(&steps_json(&steps).unwrap()).unwrap();
+        assert_eq!(parsed, steps);
+        assert_eq!(parsed.len(), 4);
+        assert_eq!(parsed[3], Step::text(FINAL_TEXT));
+    }
+
+    #[test]
+    fn phases_split_each_turn() {
+        let client = json!({"request_unix_ms": [0.0, 10.0, 20.0], "response_unix_ms": [6.0, 16.0, 26.0]});
+        let log: Vec<Value> = [1.0, 11.0, 21.0]
+            .iter()
+            .map(|at| json!({"path": "/v1/messages", "tools": 1, "at_ms": at, "at_unix_ms": at}))
+            .collect();
+        assert_eq!(phases(&client, &log), json!({"send_ms": 1.0, "answer_ms": 5.0, "tools_and_loop_ms": 4.0}));
+        assert_eq!(server_stats(&log)["median_ms"], json!(10.0));
+    }
 }

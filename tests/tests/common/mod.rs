@@ -1,6 +1,6 @@
 //! Shared pieces of the loop suites: small in-process tools, an event collector and
 //! providers pointed at the mock server.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
