@@ -12,3 +12,4 @@
 //! issue; they plug in through the `tokio::process::Command` that starts the host.
 
 pub mod host;
+pub mod policy;

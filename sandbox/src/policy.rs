@@ -1,0 +1,217 @@
+//! What a sandbox allows: readable and writable roots, network, resource limits and the
+//! environment. A policy is plain data; backends enforce it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Which mechanism confines the tool host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Landlock, seccomp, rlimits, a per-agent uid when root, and a cgroup where
+    /// writable. The default on Linux.
+    #[default]
+    Landlock,
+    /// One Docker container per agent.
+    Container,
+    /// No confinement at all. Explicit opt-in only; every run warns.
+    None,
+}
+
+/// Network access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// No sockets that leave the sandbox; under Landlock also no new Unix sockets
+    /// (`socketpair` still works).
+    #[default]
+    None,
+    /// Unrestricted network (for `setup:` steps that fetch dependencies).
+    Full,
+}
+
+/// Resource limits. `None` leaves a limit unset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// CPU time of each process, in seconds (RLIMIT_CPU).
+    pub cpu_seconds: Option<u64>,
+    /// Memory of the whole sandbox, in bytes (cgroup `memory.max`, or per process
+    /// RLIMIT_DATA where no cgroup is writable; never RLIMIT_AS, which breaks runtimes
+    /// that reserve large address spaces).
+    pub memory_bytes: Option<u64>,
+    /// Processes (cgroup `pids.max`, and RLIMIT_NPROC for the sandbox uid).
+    pub processes: Option<u64>,
+    /// Largest file a process may write, in bytes (RLIMIT_FSIZE).
+    pub file_size_bytes: Option<u64>,
+    /// Wall-clock limit of one command.
+    #[serde(with = "duration_secs")]
+    pub wall_time: Option<Duration>,
+    /// Output kept from one command, in bytes.
+    pub output_bytes: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            cpu_seconds: Some(3_600),
+            memory_bytes: Some(4 << 30),
+            processes: Some(512),
+            file_size_bytes: Some(1 << 30),
+            wall_time: Some(Duration::from_secs(600)),
+            output_bytes: Some(1 << 20),
+        }
+    }
+}
+
+mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let secs = Option::<f64>::deserialize(d)?;
+        match secs {
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(s) => Err(serde::de::Error::custom(format!("{s} is not a duration in seconds"))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Everything a backend needs to confine one tool host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub backend: Backend,
+    /// Directories and files readable (and executable), listed one by one.
+    pub read: Vec<PathBuf>,
+    /// Directories writable (and readable): the worktree, a private tmp and home.
+    pub write: Vec<PathBuf>,
+    pub network: Network,
+    pub limits: Limits,
+    /// The whole environment of the sandboxed processes (already filtered).
+    pub env: BTreeMap<String, String>,
+    /// The working directory inside the sandbox.
+    pub cwd: PathBuf,
+    /// The container image (container backend only).
+    pub image: Option<String>,
+}
+
+/// Environment variables passed into a sandbox when set outside it. Nothing that looks
+/// like a credential is ever on this list.
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN",
+    "GOPATH", "GOROOT", "GOCACHE", "GOMODCACHE", "GOFLAGS", "NODE_PATH", "JAVA_HOME", "PYTHONPATH", "VIRTUAL_ENV",
+    "CI", "NO_COLOR",
+];
+
+/// Variable names that never pass, whatever an allowlist says.
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION"]
+        .iter()
+        .any(|w| upper.contains(w))
+        || upper.starts_with("AWS_")
+        || upper.starts_with("ACTIONS_")
+        || upper.starts_with("BASH_FUNC_")
+        || matches!(upper.as_str(), "BASH_ENV" | "ENV" | "SHELLOPTS" | "LD_PRELOAD" | "LD_LIBRARY_PATH")
+}
+
+/// The sandbox environment: allowlisted variables from `outer`, minus secrets, plus
+/// `HOME` and `TMPDIR` pointing at the private directories.
+pub fn filter_env<'a>(
+    outer: impl IntoIterator<Item = (&'a str, &'a str)>,
+    home: &Path,
+    tmp: &Path,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = outer
+        .into_iter()
+        .filter(|(k, _)| ENV_ALLOWLIST.contains(k) && !is_secret_name(k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.insert("HOME".into(), home.display().to_string());
+    env.insert("TMPDIR".into(), tmp.display().to_string());
+    env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env
+}
+
+/// System and toolchain directories readable inside a sandbox, one by one: never all
+/// of `$HOME`, never `$RUNNER_TEMP`. Only those that exist are returned.
+pub fn default_read_roots(home: Option<&Path>) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = [
+        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix/store", "/snap",
+        "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full", "/dev/tty", "/proc/self", "/proc/thread-self",
+        "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg", "/proc/version", "/proc/filesystems",
+        "/sys/devices/system/cpu", "/sys/fs/cgroup",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Some(home) = home {
+        for sub in [".cargo/bin", ".cargo/registry", ".cargo/git", ".rustup", ".pyenv", ".nvm", ".npm", "go/pkg/mod", ".m2/repository"] {
+            roots.push(home.join(sub));
+        }
+    }
+    roots.retain(|p| p.exists());
+    roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_never_pass() {
+        let outer = [
+            ("PATH", "/bin"),
+            ("ANTHROPIC_API_KEY", "sk"),
+            ("GITHUB_TOKEN", "t"),
+            ("LANG", "C.UTF-8"),
+            ("HOME", "/root"),
+            ("BASH_ENV", "/x"),
+        ];
+        let env = filter_env(outer, Path::new("/sb/home"), Path::new("/sb/tmp"));
+        assert_eq!(env.get("PATH").map(String::as_str), Some("/bin"));
+        assert_eq!(env.get("HOME").map(String::as_str), Some("/sb/home"));
+        assert_eq!(env.get("TMPDIR").map(String::as_str), Some("/sb/tmp"));
+        assert!(!env.contains_key("ANTHROPIC_API_KEY") && !env.contains_key("GITHUB_TOKEN") && !env.contains_key("BASH_ENV"));
+        assert!(is_secret_name("OPENAI_API_KEY") && is_secret_name("my_password") && !is_secret_name("LANG"));
+    }
+
+    #[test]
+    fn read_roots_never_include_home_itself() {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let roots = default_read_roots(home.as_deref());
+        if let Some(home) = &home {
+            assert!(!roots.contains(home));
+        }
+        assert!(roots.iter().all(|p| p.exists()));
+    }
+
+    #[test]
+    fn policy_round_trips_as_json() {
+        let p = Policy {
+            backend: Backend::Landlock,
+            read: vec!["/usr".into()],
+            write: vec!["/w".into()],
+            network: Network::None,
+            limits: Limits::default(),
+            env: BTreeMap::new(),
+            cwd: "/w".into(),
+            image: None,
+        };
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), p);
+    }
+}
