@@ -21,6 +21,68 @@ pub enum Command {
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(crate::host::HostArgs),
+    /// Run commands in a sandbox by hand.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Run CMD under a sandbox policy and exit with its status (124 on timeout, 125 when
+    /// the sandbox failed, 126 when CMD cannot run, 127 when it is not found).
+    Run(SandboxRunArgs),
+}
+
+/// Which sandbox backend confines the tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Landlock, seccomp and rlimits; as root also a per-agent uid and cgroup.
+    Landlock,
+    /// One Docker container per agent.
+    Container,
+    /// No confinement at all (warns on every run).
+    None,
+}
+
+/// Network access inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkKind {
+    /// No sockets at all (`socketpair` still works).
+    None,
+    /// Unrestricted network.
+    Full,
+}
+
+/// The sandbox policy flags shared by `orch exec` and `orch sandbox run`.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// The sandbox backend.
+    #[arg(long, value_enum, default_value = "landlock")]
+    pub backend: BackendKind,
+    /// Network access.
+    #[arg(long, value_enum, default_value = "none")]
+    pub network: NetworkKind,
+    /// An extra readable (and executable) path. Repeatable.
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// An extra writable path. Repeatable.
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// The container image (container backend).
+    #[arg(long)]
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxRunArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Kill CMD and everything it started after this long: `90s`, `10m`, `1h`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// Which model API to talk to.
@@ -87,6 +149,8 @@ pub struct ExecArgs {
     pub cwd: Option<PathBuf>,
     #[command(flatten)]
     pub permissions: PermissionArgs,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// Permission rules and mode.

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::ExecArgs;
 use crate::exit::{Code, UsageError};
-use crate::host::HostExecutor;
+use crate::host::{AgentSandbox, HostExecutor};
 use crate::{host, provider, signals};
 
 pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
@@ -53,8 +53,17 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let permissions =
         Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
     let tools = host::select_tools(&args.tools)?;
-    let executor = Arc::new(HostExecutor::new(host::spawn(&cwd, &args.tools).await?));
     let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
+    let sandbox_name = format!("exec-{}-{}", std::process::id(), sanitize(&args.agent_id));
+    let sandbox = AgentSandbox::prepare(&args.sandbox, &cwd, &sandbox_name, results_dir.join("sandbox"))?;
+    let client = match host::spawn(&cwd, &args.tools, &sandbox.policy).await {
+        Ok(client) => client,
+        Err(e) => {
+            sandbox.teardown();
+            return Err(e);
+        }
+    };
+    let executor = Arc::new(HostExecutor::new(client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
         .map_err(|e| UsageError(e.to_string()))?
         .with_results_dir(results_dir.join("tool-results"));
@@ -68,6 +77,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     if let Ok(executor) = Arc::try_unwrap(executor) {
         executor.shutdown(Duration::from_secs(2)).await;
     }
+    sandbox.teardown();
 
     if !args.json && !outcome.final_text.trim().is_empty() {
         let mut out = std::io::stdout().lock();
@@ -78,6 +88,11 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         eprintln!("orch: agent {}", outcome.terminal);
     }
     Ok(interrupts.code().unwrap_or_else(|| Code::for_terminal(&outcome.terminal)))
+}
+
+/// `id` as a cgroup-safe name: letters, digits, `-`, `_` and `.`.
+fn sanitize(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// `--json`: every event as one JSON line on stdout, flushed per line.

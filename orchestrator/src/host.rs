@@ -3,6 +3,16 @@
 //!
 //! Every tool call of every agent crosses this process boundary; nothing opens a file
 //! on an agent's behalf in the coordinator.
+//!
+//! Sandboxing: the coordinator builds the agent's [`Policy`] and prepares for it
+//! ([`AgentSandbox::prepare`]: private tmp and home, writable roots handed to the
+//! sandbox uid when root), then starts the host with `--policy <JSON>`, an environment
+//! of exactly `policy.env`, and the worktree as working directory. `main` calls
+//! [`confine_self`] before any runtime thread exists; then [`serve`] runs the tools,
+//! with the Bash orphan hook set to `orch_sandbox::reaper::kill_orphans` (the host is a
+//! child subreaper), and kills every remaining descendant when it stops.
+//! [`AgentSandbox::teardown`] kills the agent's cgroup, hands the roots back and
+//! removes the private directories.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,9 +23,15 @@ use async_trait::async_trait;
 use orch_agents::ToolOutput;
 use orch_agents::tools::host::{HostRequest, HostTools, ToolExecutor};
 use orch_agents::tools::{DynTool, Session, core_tools};
+use orch_sandbox::Handover;
 use orch_sandbox::host::{Handler, HostClient, HostError, ServeOptions, serve_stdio};
+use orch_sandbox::policy::Policy;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::cli::{BackendKind, SandboxArgs};
+use crate::exit::UsageError;
+use crate::sandbox_cmd::{self, PolicyInput, PrivateDirs};
 
 /// The hidden subcommand name.
 pub const SUBCOMMAND: &str = "__tool-host";
@@ -29,6 +45,73 @@ pub struct HostArgs {
     /// The tools this host serves, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub tools: Vec<String>,
+    /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
+    #[arg(long)]
+    pub policy: String,
+}
+
+/// Confines this process under the policy of `args`. Runs before the async runtime
+/// exists (see `main`).
+pub fn confine_self(args: &HostArgs) -> anyhow::Result<()> {
+    let policy: Policy = serde_json::from_str(&args.policy).context("the tool host got a malformed --policy")?;
+    let done = orch_sandbox::confine(&policy)?;
+    tracing::debug!(?done, "tool host confined");
+    Ok(())
+}
+
+/// One agent's sandbox, on the coordinator side: its policy and what was prepared for
+/// it.
+#[derive(Debug)]
+pub struct AgentSandbox {
+    pub policy: Policy,
+    dirs: PrivateDirs,
+    handover: Option<Handover>,
+}
+
+impl AgentSandbox {
+    /// Builds the policy of an agent named `name` working in `cwd` (writable) with the
+    /// flags `args`, creates its private tmp and home under `base`, and, as root, hands
+    /// the writable roots to its sandbox uid. Warns when the backend is `none`.
+    pub fn prepare(args: &SandboxArgs, cwd: &Path, name: &str, base: PathBuf) -> anyhow::Result<AgentSandbox> {
+        match args.backend {
+            BackendKind::Container => return Err(orch_sandbox::container_unavailable().into()),
+            BackendKind::None => sandbox_cmd::warn_unconfined(),
+            BackendKind::Landlock => {}
+        }
+        let dirs = PrivateDirs::create(base).context("cannot create the agent's private tmp and home")?;
+        let input = PolicyInput {
+            cwd,
+            write: vec![cwd.to_path_buf()],
+            read: vec![],
+            dirs: &dirs,
+            name: name.to_string(),
+            wall_time: None,
+        };
+        let prepared = sandbox_cmd::build_policy(args, input)
+            .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))
+            .and_then(|policy| Ok((orch_sandbox::prepare_writable(&policy)?, policy)));
+        match prepared {
+            Ok((handover, policy)) => Ok(AgentSandbox { policy, dirs, handover: Some(handover) }),
+            Err(e) => {
+                dirs.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// After the tool host stopped: kills what is left in the agent's cgroup, hands the
+    /// writable roots back, removes the private directories.
+    pub fn teardown(mut self) {
+        if let Some(name) = &self.policy.name
+            && orch_sandbox::identity::is_root()
+        {
+            orch_sandbox::cgroup::kill_and_remove(name);
+        }
+        if let Some(handover) = self.handover.take() {
+            handover.restore();
+        }
+        self.dirs.remove();
+    }
 }
 
 struct Serve(HostTools);
@@ -48,10 +131,7 @@ pub fn select_tools(names: &[String]) -> anyhow::Result<Vec<Arc<dyn DynTool>>> {
         .map(|n| {
             all.iter().find(|t| t.name() == n).cloned().ok_or_else(|| {
                 let known: Vec<_> = all.iter().map(|t| t.name()).collect();
-                anyhow::Error::new(crate::exit::UsageError(format!(
-                    "unknown tool `{n}`; the tools are: {}",
-                    known.join(", ")
-                )))
+                anyhow::Error::new(UsageError(format!("unknown tool `{n}`; the tools are: {}", known.join(", "))))
             })
         })
         .collect()
@@ -62,15 +142,34 @@ pub async fn serve(args: HostArgs) -> anyhow::Result<()> {
     let tools = select_tools(&args.tools)?;
     let session = Arc::new(Session::new(&args.cwd));
     let handler = Arc::new(Serve(HostTools::new(tools, session)));
-    serve_stdio(ServeOptions::default(), handler).await.context("the tool host lost its pipe to the coordinator")
+    orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
+    let served = serve_stdio(ServeOptions::default(), handler).await;
+    let killed = orch_sandbox::reaper::kill_descendants();
+    if killed > 0 {
+        tracing::debug!(killed, "tool host: killed the processes still running at shutdown");
+    }
+    served.context("the tool host lost its pipe to the coordinator")
 }
 
-/// Starts a tool host for an agent working in `cwd` with `tools`.
-pub async fn spawn(cwd: &Path, tools: &[String]) -> anyhow::Result<HostClient> {
+/// Starts a tool host for an agent working in `cwd` with `tools`, confined by `policy`.
+pub async fn spawn(cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<HostClient> {
     let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
     let mut command = tokio::process::Command::new(exe);
-    command.arg(SUBCOMMAND).arg("--cwd").arg(cwd).arg("--tools").arg(tools.join(",")).current_dir(cwd);
-    Ok(HostClient::spawn(command).await?)
+    command
+        .arg(SUBCOMMAND)
+        .arg("--cwd")
+        .arg(cwd)
+        .arg("--tools")
+        .arg(tools.join(","))
+        .arg("--policy")
+        .arg(serde_json::to_string(policy)?)
+        .env_clear()
+        .envs(&policy.env)
+        .current_dir(cwd);
+    let started = std::time::Instant::now();
+    let client = HostClient::spawn(command).await?;
+    tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "tool host started");
+    Ok(client)
 }
 
 /// Sends calls to one agent's tool host.

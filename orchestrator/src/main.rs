@@ -4,9 +4,11 @@
 mod cli;
 mod exec;
 mod exit;
+mod git;
 mod host;
 mod logging;
 mod provider;
+mod sandbox_cmd;
 mod signals;
 
 use clap::Parser;
@@ -14,6 +16,18 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     logging::init(cli.verbose);
+    // Both of these run while the process has a single thread: `sandbox run` never
+    // builds the async runtime, and the tool host confines itself before it does.
+    let command = match cli.command {
+        cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
+        other => other,
+    };
+    if let cli::Command::ToolHost(args) = &command
+        && let Err(e) = host::confine_self(args)
+    {
+        eprintln!("error: the tool host could not confine itself: {e:#}");
+        return exit::Code::Infrastructure.into();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -22,9 +36,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        match cli.command {
+        match command {
             cli::Command::Exec(args) => exec::run(*args).await,
             cli::Command::ToolHost(args) => host::serve(args).await.map(|()| exit::Code::Success),
+            cli::Command::Sandbox(_) => Ok(exit::Code::Usage),
         }
     });
     match code {

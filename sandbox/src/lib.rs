@@ -1,15 +1,43 @@
-//! orch-sandbox: the tool host process and its protocol. The tool host is the child
-//! process that runs all of one agent's tools; the coordinator starts it with
-//! [`host::HostClient`] and talks to it over its stdin and stdout, and the host side
-//! answers through [`host::serve`]. Calls run concurrently, can be cancelled one by one,
-//! and fail cleanly with [`host::HostError::Crashed`] if the host dies.
+//! orch-sandbox: sandbox policies and the landlock backend, and the tool host process
+//! and its protocol. The tool host is the child process that runs all of one agent's
+//! tools; the coordinator starts it with [`host::HostClient`] and talks to it over its
+//! stdin and stdout, and the host side answers through [`host::serve`].
+//!
+//! Confinement (landlock backend): the tool host calls [`confine`] first thing, while it
+//! has a single thread. As root it moves into a per-agent cgroup and drops to a
+//! per-agent uid (after the coordinator handed it the writable roots with
+//! [`prepare_writable`]); always it becomes a child subreaper, lowers rlimits, and
+//! applies Landlock (with no_new_privs) and then seccomp. Commands it forks inherit all
+//! of it. `orch sandbox run` does the same in a forked child with [`confine_on_exec`].
+//! A kernel without Landlock fails closed with [`SandboxError::LandlockUnavailable`].
+//!
+//! Container backend: [`container::ContainerHost`] runs the tool host as the long-lived
+//! process of one Docker container per agent and drives it over the attach stream with
+//! [`host::HostClient::from_streams`].
 //!
 //! Invariant: this crate knows nothing of models, prompts or workflows. The tool host
 //! protocol is generic over the work it carries.
 //!
-//! Status: the tool host runs unconfined. Sandbox policies and backends (landlock and
-//! seccomp, container, none) and confined command spawning arrive with the sandbox
-//! issue; they plug in through the `tokio::process::Command` that starts the host.
+//! Modules: [`policy`] (the data), [`confine`](mod@confine) (the order of steps),
+//! [`landlock`](mod@landlock), [`seccomp`], [`rlimits`], [`identity`] (uid choice,
+//! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
+//! drop), [`reaper`] (killing escaped processes), [`spawn`] (confine-on-exec), [`host`].
 
+pub mod cgroup;
+pub mod confine;
+pub mod container;
+pub mod error;
 pub mod host;
+pub mod identity;
+pub mod landlock;
 pub mod policy;
+pub mod reaper;
+pub mod rlimits;
+pub mod seccomp;
+pub mod spawn;
+pub mod traverse;
+
+pub use confine::{Confinement, confine};
+pub use error::{SandboxError, container_unavailable};
+pub use identity::{Handover, UID_RANGE, prepare_writable, sandbox_uid};
+pub use spawn::{CONFINE_FAILED_ERRNO, confine_on_exec};

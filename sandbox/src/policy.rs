@@ -106,14 +106,41 @@ pub struct Policy {
     pub cwd: PathBuf,
     /// The container image (container backend only).
     pub image: Option<String>,
+    /// The unprivileged uid (and gid) the sandbox runs as when orch runs as root; the
+    /// coordinator picks it with [`crate::sandbox_uid`] and hands the writable roots to
+    /// it with [`crate::prepare_writable`]. Ignored when orch is not root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// A name unique among the sandboxes alive on this machine, such as
+    /// `<run>-<agent>`: it names the per-agent cgroup `orch/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Environment variables passed into a sandbox when set outside it. Nothing that looks
 /// like a credential is ever on this list.
 pub const ENV_ALLOWLIST: &[&str] = &[
-    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN",
-    "GOPATH", "GOROOT", "GOCACHE", "GOMODCACHE", "GOFLAGS", "NODE_PATH", "JAVA_HOME", "PYTHONPATH", "VIRTUAL_ENV",
-    "CI", "NO_COLOR",
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "GOCACHE",
+    "GOMODCACHE",
+    "GOFLAGS",
+    "NODE_PATH",
+    "JAVA_HOME",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CI",
+    "NO_COLOR",
 ];
 
 /// Variable names that never pass, whatever an allowlist says.
@@ -129,17 +156,34 @@ pub fn is_secret_name(name: &str) -> bool {
 }
 
 /// The sandbox environment: allowlisted variables from `outer`, minus secrets, plus
-/// `HOME` and `TMPDIR` pointing at the private directories.
+/// `HOME` and `TMPDIR` pointing at the private directories. Since `HOME` moves, a
+/// rustup toolchain under the outer home would be lost: `RUSTUP_HOME` and `CARGO_HOME`
+/// are pointed at the outer `~/.rustup` and `~/.cargo` when those exist and the
+/// variables are unset (both are read roots by default, see [`default_read_roots`]).
 pub fn filter_env<'a>(
     outer: impl IntoIterator<Item = (&'a str, &'a str)>,
     home: &Path,
     tmp: &Path,
 ) -> BTreeMap<String, String> {
+    let mut outer_home = None;
     let mut env: BTreeMap<String, String> = outer
         .into_iter()
+        .inspect(|(k, v)| {
+            if *k == "HOME" {
+                outer_home = Some(PathBuf::from(v));
+            }
+        })
         .filter(|(k, _)| ENV_ALLOWLIST.contains(k) && !is_secret_name(k))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    if let Some(outer_home) = outer_home.filter(|h| h.is_absolute()) {
+        for (var, sub) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
+            let dir = outer_home.join(sub);
+            if !env.contains_key(var) && dir.is_dir() {
+                env.insert(var.into(), dir.display().to_string());
+            }
+        }
+    }
     env.insert("HOME".into(), home.display().to_string());
     env.insert("TMPDIR".into(), tmp.display().to_string());
     env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -148,18 +192,53 @@ pub fn filter_env<'a>(
 
 /// System and toolchain directories readable inside a sandbox, one by one: never all
 /// of `$HOME`, never `$RUNNER_TEMP`. Only those that exist are returned.
+///
+/// All of `/proc` is readable, because Landlock rules bind inodes and `/proc/self` of
+/// the tool host is not `/proc/self` of the commands it forks. Other processes' secrets
+/// stay out of reach all the same: `/proc/<pid>/environ`, `mem`, `fd` and friends need
+/// ptrace access, which Landlock denies across its domain boundary, and which the
+/// per-agent uid denies too when orch runs as root. The character devices `/dev/null`,
+/// `/dev/zero` and `/dev/full` are also writable under Landlock (see
+/// `landlock::RW_DEVICES`).
 pub fn default_read_roots(home: Option<&Path>) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = [
-        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix/store", "/snap",
-        "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full", "/dev/tty", "/proc/self", "/proc/thread-self",
-        "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg", "/proc/version", "/proc/filesystems",
-        "/sys/devices/system/cpu", "/sys/fs/cgroup",
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/etc",
+        "/opt",
+        "/nix/store",
+        "/snap",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/full",
+        "/dev/tty",
+        "/proc",
+        "/run/systemd/resolve",
+        "/sys/devices/system/cpu",
+        "/sys/fs/cgroup",
     ]
     .iter()
     .map(PathBuf::from)
     .collect();
     if let Some(home) = home {
-        for sub in [".cargo/bin", ".cargo/registry", ".cargo/git", ".rustup", ".pyenv", ".nvm", ".npm", "go/pkg/mod", ".m2/repository"] {
+        for sub in [
+            ".cargo/bin",
+            ".cargo/registry",
+            ".cargo/git",
+            ".rustup",
+            ".pyenv",
+            ".nvm",
+            ".npm",
+            "go/pkg/mod",
+            ".m2/repository",
+        ] {
             roots.push(home.join(sub));
         }
     }
@@ -185,7 +264,11 @@ mod tests {
         assert_eq!(env.get("PATH").map(String::as_str), Some("/bin"));
         assert_eq!(env.get("HOME").map(String::as_str), Some("/sb/home"));
         assert_eq!(env.get("TMPDIR").map(String::as_str), Some("/sb/tmp"));
-        assert!(!env.contains_key("ANTHROPIC_API_KEY") && !env.contains_key("GITHUB_TOKEN") && !env.contains_key("BASH_ENV"));
+        assert!(
+            !env.contains_key("ANTHROPIC_API_KEY")
+                && !env.contains_key("GITHUB_TOKEN")
+                && !env.contains_key("BASH_ENV")
+        );
         assert!(is_secret_name("OPENAI_API_KEY") && is_secret_name("my_password") && !is_secret_name("LANG"));
     }
 
@@ -210,8 +293,27 @@ mod tests {
             env: BTreeMap::new(),
             cwd: "/w".into(),
             image: None,
+            uid: Some(1_900_000_123),
+            name: Some("run-agent".into()),
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), p);
+        // The optional fields may be left out.
+        let short = json.replace(",\"uid\":1900000123", "").replace(",\"name\":\"run-agent\"", "");
+        assert!(!short.contains("uid") && !short.contains("run-agent"), "{short}");
+        let p2: Policy = serde_json::from_str(&short).unwrap();
+        assert_eq!((p2.uid, p2.name), (None, None));
+    }
+
+    #[test]
+    fn toolchain_homes_follow_the_outer_home() {
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::create_dir(outer.path().join(".rustup")).unwrap();
+        let home = outer.path().display().to_string();
+        let env = filter_env([("HOME", home.as_str())], Path::new("/sb/home"), Path::new("/sb/tmp"));
+        assert_eq!(env.get("RUSTUP_HOME").map(PathBuf::from), Some(outer.path().join(".rustup")));
+        assert!(!env.contains_key("CARGO_HOME"), "no ~/.cargo there");
+        let env = filter_env([("HOME", home.as_str()), ("RUSTUP_HOME", "/x")], Path::new("/h"), Path::new("/t"));
+        assert_eq!(env.get("RUSTUP_HOME").map(String::as_str), Some("/x"));
     }
 }

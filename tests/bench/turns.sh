@@ -65,12 +65,12 @@ printf 'a small file\n' >"$cwd/note.txt"
 "$bench" steps --turns "$turns" >"$work/orch-steps.json"
 "$bench" steps --turns "$turns" --tool Read --input "{\"file_path\": \"$cwd/note.txt\"}" >"$work/claude-code-steps.json"
 
-# Starts a mock server on the steps of harness $1, logging to $2; sets server_pid, url.
+# Starts a mock server on the steps of harness $1, logging to $2.log; sets server_pid, url.
 start_server() {
-    "$bench" serve --steps "$work/$1-steps.json" --log "$2" >"$work/serve.out" &
+    "$bench" serve --steps "$work/$1-steps.json" --log "$2.log" >"$2.serve" &
     server_pid=$!
     for _ in $(seq 500); do
-        url=$(sed -n 's/^listening on //p' "$work/serve.out")
+        url=$(sed -n 's/^listening on //p' "$2.serve" 2>/dev/null)
         if [[ -n $url ]]; then return; fi
         sleep 0.01
     done
@@ -113,12 +113,13 @@ run_harness() {
 
 results=$work/results.jsonl
 : >"$results"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq 0 "$runs"); do
     # Alternate which harness goes first; run 0 warms caches and is not counted.
     order=(orch claude-code)
     if ((run % 2 == 1)); then order=(claude-code orch); fi
     for harness in "${order[@]}"; do
-        start_server "$harness" "$work/$harness-$run.log"
+        start_server "$harness" "$work/$harness-$run"
         run_harness "$harness"
         stop_server
         client=()
@@ -132,8 +133,10 @@ done
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')
 echo
-echo "Harness overhead per turn, $(date -u +%Y-%m-%d): $runs runs of each, one session of $turns tool turns each;"
-echo "$(nproc) cores ($cpu), $mem; orch $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') (+ working tree), Claude Code $cc_version."
+echo "Harness overhead per turn, $(date -u '+%Y-%m-%d %H:%M UTC'): $runs runs of each after a warm-up,"
+echo "one session each ($turns tool turns + final answer = $requests requests). $(nproc) cores ($cpu), $mem;"
+echo "load average $load_before before, $(cut -d' ' -f1-3 /proc/loadavg) after. orch $commit (+ working tree), Claude Code $cc_version."
 echo
 "$bench" table "$results"

@@ -257,6 +257,40 @@ mod tests {
     }
 
     #[test]
+    fn one_limiter_per_endpoint_for_the_whole_process() {
+        let a = Limiter::shared("http://example.test/v1/messages", 4);
+        let b = Limiter::shared("http://example.test/v1/messages", 99);
+        let c = Limiter::shared("http://other.test/v1/messages", 4);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_back_every_caller() {
+        let limiter = Arc::new(Limiter::new(8));
+        limiter.pause(Duration::from_millis(150));
+        let started = Instant::now();
+        let waits = (0..3).map(|_| {
+            let l = limiter.clone();
+            tokio::spawn(async move {
+                let _permit = l.acquire().await.unwrap();
+                Instant::now()
+            })
+        });
+        for w in waits {
+            assert!(w.await.unwrap() - started >= Duration::from_millis(150));
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrency_is_capped() {
+        let limiter = Limiter::new(2);
+        let _a = limiter.acquire().await.unwrap();
+        let _b = limiter.acquire().await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), limiter.acquire()).await.is_err());
+    }
+
+    #[test]
     fn status_classes() {
         let h = HeaderMap::new();
         assert!(!classify_status(401, &h, "{}").retryable);

@@ -7,8 +7,12 @@
 //! background children do not outlive the call.
 //!
 //! Processes that leave the group (`setsid`, `setpgid`) are not reached by the group
-//! kill; the sandbox layer (cgroup, per-agent uid) is what bounds those. This code only
-//! stops waiting for pipes they hold open.
+//! kill. For those, the tool host installs an orphan hook ([`set_orphan_hook`]; orch's
+//! tool host passes `orch_sandbox::reaper::kill_orphans`, which kills every descendant
+//! of the host, a child subreaper, outside the given process groups). It is called when
+//! each command ends, times out or is cancelled, with the process groups of the
+//! commands still running, which it spares. Without a hook (tests, other embedders)
+//! this code only stops waiting for pipes the escaped processes hold open.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -312,6 +316,52 @@ impl Capture {
     }
 }
 
+/// Called with the process groups of the commands still running whenever a command
+/// ends; kills whatever else the host's commands left behind. Set once per process.
+static ORPHAN_HOOK: std::sync::OnceLock<fn(&[i32]) -> usize> = std::sync::OnceLock::new();
+/// The process groups of the commands running now.
+static RUNNING_GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Installs the orphan hook for this process (the first call wins). See the module doc.
+pub fn set_orphan_hook(hook: fn(&[i32]) -> usize) {
+    let _ = ORPHAN_HOOK.set(hook);
+}
+
+/// Registers a running command's process group; when dropped (after the command ended
+/// or was abandoned), unregisters it and runs the orphan hook for the others.
+struct Running {
+    pgid: Option<i32>,
+}
+
+impl Running {
+    fn register(&mut self, pgid: Option<i32>) {
+        if let Some(pgid) = pgid {
+            RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).push(pgid);
+            self.pgid = Some(pgid);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let still_running = {
+            let mut groups = RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(pgid) = self.pgid
+                && let Some(i) = groups.iter().position(|g| *g == pgid)
+            {
+                groups.swap_remove(i);
+            }
+            groups.clone()
+        };
+        if let Some(hook) = ORPHAN_HOOK.get() {
+            let killed = hook(&still_running);
+            if killed > 0 {
+                tracing::debug!(killed, "Bash: killed processes left behind outside the command's group");
+            }
+        }
+    }
+}
+
 /// Kills the command's process group when dropped, unless disarmed: covers the call
 /// future being dropped half-way.
 struct GroupGuard {
@@ -374,6 +424,9 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
         Ok(_) => return Err(ToolError(format!("working directory {} is not a directory", cwd.display()))),
         Err(e) => return Err(ToolError(format!("working directory {} is not usable: {e}", cwd.display()))),
     }
+    // Declared before `child`, so it drops last: the orphan hook runs after the group
+    // kill and after the shell is reaped (or abandoned).
+    let mut running = Running { pgid: None };
     let mut child = match spawn("bash", command, ctx) {
         Err(e) if e.kind() == ErrorKind::NotFound => spawn("sh", command, ctx),
         other => other,
@@ -382,6 +435,7 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
     // Declared after `child`, so it drops first: the group is killed while the shell is
     // not yet reaped and its pid (the group id) cannot have been reused.
     let mut group = GroupGuard { pgid: child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw) };
+    running.register(group.pgid.map(Pid::as_raw));
 
     let stdout = Arc::new(Mutex::new(Capture::new()));
     let stderr = Arc::new(Mutex::new(Capture::new()));

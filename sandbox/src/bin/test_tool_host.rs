@@ -9,6 +9,9 @@
 //! - `{"stats": true}` answers `{"calls": c, "cancels": k}` (cancels seen so far);
 //! - `{"stderr": text}` writes `text` to stderr and answers `null`;
 //! - `{"print": text}` writes `text` to stdout, breaking the protocol.
+//! - `{"run": [argv...]}` runs a command (stdin null, output captured) and answers
+//!   `{"code": c, "stdout": s, "stderr": e}` (`code` is null when killed by a signal);
+//!   the container tests use it to look around inside a container.
 //!
 //! Flags: `--exit-before-ready CODE`, `--garbage-before-ready`, `--never-ready`,
 //! `--max-frame BYTES`, `--linger-ms MS` (stay alive that long after serving ends).
@@ -59,6 +62,22 @@ impl Handler for TestOps {
         if let Some(text) = payload.get("stderr").and_then(Value::as_str) {
             eprintln!("{text}");
             return Ok(Value::Null);
+        }
+        if let Some(argv) = payload.get("run").and_then(Value::as_array) {
+            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+            let (program, args) = argv.split_first().ok_or("run needs a program")?;
+            let output = tokio::process::Command::new(program)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output()
+                .await
+                .map_err(|e| format!("cannot run {program}: {e}"))?;
+            return Ok(json!({
+                "code": output.status.code(),
+                "stdout": String::from_utf8_lossy(&output.stdout),
+                "stderr": String::from_utf8_lossy(&output.stderr),
+            }));
         }
         if let Some(text) = payload.get("print").and_then(Value::as_str) {
             println!("{text}");

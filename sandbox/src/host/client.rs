@@ -4,7 +4,11 @@
 //!
 //! The process is whatever `tokio::process::Command` the caller builds (a
 //! `std::process::Command` converts with `.into()`); confinement is the command's
-//! business, not this module's. `spawn` overrides the command's stdio:
+//! business, not this module's. A host that is not our child (the container backend's,
+//! reached through the Docker API) is driven the same way through
+//! [`HostClient::from_streams`] and a [`HostStreams`]: its input, output and stderr as
+//! streams, a future for its exit and a function that kills it. `spawn` overrides the
+//! command's stdio:
 //! - stdin and stdout are pipes carrying the protocol;
 //! - stderr is a pipe read by a task that logs each line through `tracing` (INFO, target
 //!   `orch_sandbox::host::stderr`, with the host's pid), and keeps the last few lines so
@@ -14,8 +18,9 @@
 //! it keeps running, and when it breaks the protocol. Only the tool host process itself
 //! is killed: the commands it forks are its own to reap.
 //!
-//! Tasks: one owns the child and publishes its exit, one writes frames to stdin, one
-//! reads stdout and completes calls, one forwards stderr.
+//! Tasks: one owns the child (or waits on the remote host's exit future) and publishes
+//! its exit, one writes frames to stdin, one reads stdout and completes calls, one
+//! forwards stderr.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -24,9 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +93,50 @@ pub struct HostExit {
     pub killed: bool,
 }
 
+/// A tool host reached over streams instead of a child's pipes, for
+/// [`HostClient::from_streams`].
+pub struct HostStreams {
+    /// What error messages and logs call the host, e.g. "container orch-3f2a".
+    pub name: String,
+    /// The host's input (the protocol, coordinator to host). Shut down and dropped when
+    /// the client stops writing, which the host must see as end of input.
+    pub input: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The host's output (the protocol, host to coordinator).
+    pub output: Box<dyn AsyncRead + Send + Unpin>,
+    /// The host's stderr, logged line by line and quoted in errors; `None` if the caller
+    /// handles it.
+    pub stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    /// Resolves once the host has exited, with its exit status if known.
+    pub exited: BoxFuture<'static, Option<ExitStatus>>,
+    /// Kills the host, at most once; `exited` must resolve soon after. Called from a
+    /// task, so it may spawn the work it needs.
+    pub kill: Box<dyn FnOnce() + Send>,
+}
+
+impl fmt::Debug for HostStreams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostStreams").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// How the host process is owned: our child, or something we can only wait on and kill.
+enum Process {
+    Child(Child),
+    Remote { exited: BoxFuture<'static, Option<ExitStatus>>, kill: Box<dyn FnOnce() + Send> },
+}
+
+/// What [`HostClient::start`] needs, whatever kind of process the host is.
+struct Parts {
+    program: String,
+    pid: Option<u32>,
+    input: Box<dyn AsyncWrite + Send + Unpin>,
+    output: Box<dyn AsyncRead + Send + Unpin>,
+    stderr: Option<Box<dyn AsyncRead + Send + Unpin>>,
+    process: Process,
+}
+
+type Output = Box<dyn AsyncRead + Send + Unpin>;
+
 /// A running tool host and the calls in flight to it.
 pub struct HostClient {
     shared: Arc<Shared>,
@@ -128,11 +178,52 @@ impl HostClient {
         else {
             return Err(spawn_error("its stdio pipes were not created".into()));
         };
-        let tail = Arc::new(StderrTail::default());
-        tokio::spawn(forward_stderr(stderr, Arc::clone(&tail), pid));
+        let parts = Parts {
+            program,
+            pid,
+            input: Box::new(stdin),
+            output: Box::new(stdout),
+            stderr: Some(Box::new(stderr)),
+            process: Process::Child(child),
+        };
+        Self::start(parts, options).await
+    }
 
-        let mut reader = FrameReader::new(stdout, options.max_frame_bytes);
-        if let Err((status, message)) = wait_ready(&mut child, &mut reader, options.ready_timeout).await {
+    /// Drives a tool host that is not a child of this process (for example one running
+    /// as a container's main process, reached through the Docker API) over `streams`,
+    /// with the default [`HostOptions`], and waits for its `ready`.
+    ///
+    /// Everything else behaves as for [`HostClient::spawn`]: concurrent calls, cancels,
+    /// [`HostError::Crashed`] once `streams.exited` resolves or the output ends, and
+    /// `streams.kill` called when the client is dropped, breaks the protocol, or does not
+    /// stop within the grace of [`HostClient::shutdown`].
+    pub async fn from_streams(streams: HostStreams) -> Result<HostClient, HostError> {
+        Self::from_streams_with(streams, HostOptions::default()).await
+    }
+
+    /// [`HostClient::from_streams`] with explicit [`HostOptions`].
+    pub async fn from_streams_with(streams: HostStreams, options: HostOptions) -> Result<HostClient, HostError> {
+        let HostStreams { name, input, output, stderr, exited, kill } = streams;
+        let parts =
+            Parts { program: name, pid: None, input, output, stderr, process: Process::Remote { exited, kill } };
+        Self::start(parts, options).await
+    }
+
+    async fn start(parts: Parts, options: HostOptions) -> Result<HostClient, HostError> {
+        let Parts { program, pid, input, output, stderr, process } = parts;
+        let tail = Arc::new(StderrTail::default());
+        match stderr {
+            Some(stderr) => {
+                tokio::spawn(forward_stderr(stderr, Arc::clone(&tail), pid, program.clone()));
+            }
+            None => tail.done.cancel(),
+        }
+        let kill = CancellationToken::new();
+        let (exit_tx, mut exit_rx) = watch::channel(None);
+        tokio::spawn(own_process(process, kill.clone(), exit_tx));
+
+        let mut reader = FrameReader::new(output, options.max_frame_bytes);
+        if let Err((status, message)) = wait_ready(&mut exit_rx, &kill, &mut reader, options.ready_timeout).await {
             let message = format!("{message}{}", tail.quote().await);
             return Err(HostError::NotReady { program, status, message });
         }
@@ -144,11 +235,8 @@ impl HostClient {
             stopping: AtomicBool::new(false),
             pending: Mutex::new(Pending::default()),
         });
-        let kill = CancellationToken::new();
-        let (exit_tx, exit_rx) = watch::channel(None);
         let (writer, writer_rx) = mpsc::unbounded_channel();
-        tokio::spawn(own_child(child, kill.clone(), exit_tx));
-        tokio::spawn(write_frames(stdin, writer_rx, kill.clone()));
+        tokio::spawn(write_frames(input, writer_rx, kill.clone()));
         tokio::spawn(read_frames(reader, Arc::clone(&shared), exit_rx.clone(), kill.clone(), tail));
         Ok(HostClient {
             stopper: Stopper { kill, shared: Arc::clone(&shared) },
@@ -319,26 +407,27 @@ impl Shared {
     fn who(&self) -> String {
         match self.pid {
             Some(pid) => format!("the tool host (pid {pid})"),
-            None => "the tool host".to_string(),
+            None => format!("the tool host ({})", self.program),
         }
     }
 }
 
-/// Waits for the `ready` frame; on failure, kills the child and returns its status and
-/// what went wrong.
+/// Waits for the `ready` frame; on failure, kills the host (unless it exits by itself
+/// promptly) and returns its status and what went wrong.
 async fn wait_ready(
-    child: &mut Child,
-    reader: &mut FrameReader<ChildStdout>,
+    exit: &mut watch::Receiver<Option<HostExit>>,
+    kill: &CancellationToken,
+    reader: &mut FrameReader<Output>,
     timeout: Duration,
 ) -> Result<(), (Option<ExitStatus>, String)> {
     enum First {
         Frame(Result<Option<Vec<u8>>, FrameError>),
-        Exited(std::io::Result<ExitStatus>),
+        Exited(Option<HostExit>),
     }
     let first = tokio::time::timeout(timeout, async {
         tokio::select! {
             frame = reader.next() => First::Frame(frame),
-            status = child.wait() => First::Exited(status),
+            ended = ended(exit) => First::Exited(ended),
         }
     })
     .await;
@@ -352,26 +441,46 @@ async fn wait_ready(
         },
         Ok(First::Frame(Ok(None))) => {
             // Usually the process is exiting; say how, if it does so promptly.
-            if let Ok(Ok(status)) = tokio::time::timeout(EXIT_AFTER_CLOSE, child.wait()).await {
+            if let Ok(Some(HostExit { status: Some(status), .. })) =
+                tokio::time::timeout(EXIT_AFTER_CLOSE, ended(exit)).await
+            {
                 return Err((Some(status), format!("it {} before saying it was ready", describe(status))));
             }
             "it closed its output before saying it was ready".to_string()
         }
         Ok(First::Frame(Err(e))) => format!("reading its ready frame failed: {e}"),
-        Ok(First::Exited(Ok(status))) => {
+        Ok(First::Exited(Some(HostExit { status: Some(status), .. }))) => {
             return Err((Some(status), format!("it {} before saying it was ready", describe(status))));
         }
-        Ok(First::Exited(Err(e))) => format!("waiting for it failed: {e}"),
+        Ok(First::Exited(_)) => "it exited before saying it was ready (its exit status is unknown)".to_string(),
         Err(_) => format!("it did not say it was ready within {} ms", timeout.as_millis()),
     };
-    let status = match tokio::time::timeout(EXIT_AFTER_CLOSE, child.wait()).await {
-        Ok(Ok(status)) => Some(status),
-        _ => {
-            let _ = child.start_kill();
-            tokio::time::timeout(REAP, child.wait()).await.ok().and_then(Result::ok)
+    let status = match tokio::time::timeout(EXIT_AFTER_CLOSE, ended(exit)).await {
+        Ok(ended) => ended.and_then(|e| e.status),
+        Err(_) => {
+            kill.cancel();
+            tokio::time::timeout(REAP, ended(exit)).await.ok().flatten().and_then(|e| e.status)
         }
     };
     Err((status, problem))
+}
+
+/// Owns the host process: waits for it to exit, or kills it when `kill` fires, and
+/// publishes how it ended.
+async fn own_process(process: Process, kill: CancellationToken, exit: watch::Sender<Option<HostExit>>) {
+    match process {
+        Process::Child(child) => own_child(child, kill, exit).await,
+        Process::Remote { mut exited, kill: kill_host } => {
+            let (status, killed) = tokio::select! {
+                status = &mut exited => (status, false),
+                () = kill.cancelled() => {
+                    kill_host();
+                    (tokio::time::timeout(REAP, exited).await.ok().flatten(), true)
+                }
+            };
+            exit.send_replace(Some(HostExit { status, killed }));
+        }
+    }
 }
 
 /// Owns the child: waits for it to exit, or kills it when `kill` fires, and publishes
@@ -399,14 +508,26 @@ async fn ended(exit: &mut watch::Receiver<Option<HostExit>>) -> Option<HostExit>
 }
 
 /// Writes queued frames to the host's stdin; closing the queue closes stdin.
-async fn write_frames(mut stdin: ChildStdin, mut frames: mpsc::UnboundedReceiver<Vec<u8>>, kill: CancellationToken) {
+async fn write_frames(
+    mut stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    mut frames: mpsc::UnboundedReceiver<Vec<u8>>,
+    kill: CancellationToken,
+) {
     while let Some(frame) = frames.recv().await {
         if let Err(e) = stdin.write_all(&frame).await {
             tracing::debug!(target: "orch_sandbox::host", "writing to the tool host failed: {e}; stopping it");
             kill.cancel();
             return;
         }
+        // Streams that buffer (a container's attach connection) must see each frame now.
+        if let Err(e) = stdin.flush().await {
+            tracing::debug!(target: "orch_sandbox::host", "flushing to the tool host failed: {e}; stopping it");
+            kill.cancel();
+            return;
+        }
     }
+    // End of input: a pipe closes on drop, a connection needs its write half shut down.
+    let _ = stdin.shutdown().await;
 }
 
 enum Cause {
@@ -421,7 +542,7 @@ enum Cause {
 /// Reads answers and completes calls until the host goes away, then fails every pending
 /// and later call with [`HostError::Crashed`].
 async fn read_frames(
-    mut reader: FrameReader<ChildStdout>,
+    mut reader: FrameReader<Output>,
     shared: Arc<Shared>,
     mut exit: watch::Receiver<Option<HostExit>>,
     kill: CancellationToken,
@@ -531,7 +652,12 @@ impl StderrTail {
 }
 
 /// Logs the host's stderr line by line and keeps its tail. Lines are cut at 4 KiB.
-async fn forward_stderr(mut stderr: ChildStderr, tail: Arc<StderrTail>, pid: Option<u32>) {
+async fn forward_stderr(
+    mut stderr: Box<dyn AsyncRead + Send + Unpin>,
+    tail: Arc<StderrTail>,
+    pid: Option<u32>,
+    program: String,
+) {
     const MAX_LINE: usize = 4096;
     let emit = |line: &[u8]| {
         let text = String::from_utf8_lossy(line);
@@ -539,7 +665,10 @@ async fn forward_stderr(mut stderr: ChildStderr, tail: Arc<StderrTail>, pid: Opt
         if text.is_empty() {
             return;
         }
-        tracing::info!(target: "orch_sandbox::host::stderr", pid, "{text}");
+        match pid {
+            Some(pid) => tracing::info!(target: "orch_sandbox::host::stderr", pid, "{text}"),
+            None => tracing::info!(target: "orch_sandbox::host::stderr", host = %program, "{text}"),
+        }
         tail.push(text.chars().take(TAIL_LINE_CHARS).collect());
     };
     let mut buf = vec![0u8; 8192];
@@ -561,4 +690,126 @@ async fn forward_stderr(mut stderr: ChildStderr, tail: Arc<StderrTail>, pid: Opt
     }
     emit(&line);
     tail.done.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::host::server::{Handler, serve};
+
+    struct Echo;
+
+    #[async_trait]
+    impl Handler for Echo {
+        async fn handle(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+            if let Some(ms) = payload.get("sleep_ms").and_then(Value::as_u64) {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    () = cancel.cancelled() => return Err("cancelled".into()),
+                }
+            }
+            Ok(payload)
+        }
+    }
+
+    /// An in-process host served over duplex pipes; `exit` ends it "remotely" with a
+    /// status, and `kill` counts its calls and exits with 137.
+    struct Remote {
+        streams: HostStreams,
+        exit: oneshot::Sender<Option<ExitStatus>>,
+        kills: Arc<AtomicUsize>,
+    }
+
+    fn remote() -> Remote {
+        let (to_host, host_in) = tokio::io::duplex(1 << 16);
+        let (host_out, from_host) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(serve(Arc::new(Echo), host_in, host_out));
+        let (exit_tx, exit_rx) = oneshot::channel::<Option<ExitStatus>>();
+        let (killed_tx, killed_rx) = oneshot::channel::<()>();
+        let kills = Arc::new(AtomicUsize::new(0));
+        let exited = Box::pin(async move {
+            let status = tokio::select! {
+                status = exit_rx => status.ok().flatten(),
+                _ = killed_rx => Some(ExitStatus::from_raw(137 << 8)),
+            };
+            server.abort();
+            status
+        });
+        let counter = Arc::clone(&kills);
+        let kill = Box::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = killed_tx.send(());
+        });
+        let streams = HostStreams {
+            name: "test remote".into(),
+            input: Box::new(to_host),
+            output: Box::new(from_host),
+            stderr: None,
+            exited,
+            kill,
+        };
+        Remote { streams, exit: exit_tx, kills }
+    }
+
+    #[tokio::test]
+    async fn a_remote_host_answers_calls() {
+        let remote = remote();
+        let client = HostClient::from_streams(remote.streams).await.unwrap();
+        assert_eq!(client.pid(), None);
+        let answer = client.call(json!({"x": 1}), CancellationToken::new()).await.unwrap();
+        assert_eq!(answer, json!({"x": 1}));
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(remote.kills.load(Ordering::SeqCst), 1, "dropping the client kills the remote host");
+    }
+
+    #[tokio::test]
+    async fn a_remote_exit_fails_pending_calls_with_its_status() {
+        let remote = remote();
+        let client = HostClient::from_streams(remote.streams).await.unwrap();
+        let pending = client.call(json!({"sleep_ms": 10_000}), CancellationToken::new());
+        let exit = remote.exit;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = exit.send(Some(ExitStatus::from_raw(3 << 8)));
+        });
+        match pending.await {
+            Err(HostError::Crashed { status, message }) => {
+                assert_eq!(status.and_then(|s| s.code()), Some(3), "{message}");
+                assert!(message.contains("test remote"), "{message}");
+            }
+            other => panic!("expected Crashed, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_remote_host_that_never_gets_ready_is_killed() {
+        let (to_host, _host_in) = tokio::io::duplex(64);
+        let (_host_out, from_host) = tokio::io::duplex(64);
+        let (killed_tx, killed_rx) = oneshot::channel::<()>();
+        let streams = HostStreams {
+            name: "silent".into(),
+            input: Box::new(to_host),
+            output: Box::new(from_host),
+            stderr: None,
+            exited: Box::pin(async move { killed_rx.await.ok().map(|()| ExitStatus::from_raw(9)) }),
+            kill: Box::new(move || {
+                let _ = killed_tx.send(());
+            }),
+        };
+        let options = HostOptions { ready_timeout: Duration::from_millis(100), ..HostOptions::default() };
+        match HostClient::from_streams_with(streams, options).await {
+            Err(HostError::NotReady { program, status, message }) => {
+                assert_eq!(program, "silent");
+                assert_eq!(status.and_then(|s| s.signal()), Some(9), "killed: {message}");
+            }
+            other => panic!("expected NotReady, got {other:?}"),
+        }
+    }
 }

@@ -13,6 +13,6 @@ pub mod client;
 pub mod frame;
 pub mod server;
 
-pub use client::{HostClient, HostError, HostExit, HostOptions};
+pub use client::{HostClient, HostError, HostExit, HostOptions, HostStreams};
 pub use frame::{FromHost, MAX_FRAME_BYTES, ToHost};
 pub use server::{Handler, ServeOptions, serve, serve_stdio, serve_with};

@@ -1,0 +1,634 @@
+//! Tests of the git layout against real repositories made with the `git` CLI, which also
+//! checks what an agent's git sees.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+use super::*;
+
+const TOKEN: &str = "ghs_SECRETtoken123";
+const BASIC: &str = "eC1hY2Nlc3MtdG9rZW46Z2hzX1NFQ1JFVA=="; // an extraheader's basic credential
+
+/// Runs git with no system or global config, as a fixed author; panics on failure.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = git_cmd(dir, args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn git_cmd(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_AUTHOR_NAME", "User")
+        .env("GIT_AUTHOR_EMAIL", "user@example.com")
+        .env("GIT_COMMITTER_NAME", "User")
+        .env("GIT_COMMITTER_EMAIL", "user@example.com");
+    cmd
+}
+
+fn write(path: &Path, text: impl AsRef<[u8]>) {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
+    fs::write(path, text).unwrap();
+}
+
+struct Fixture {
+    tmp: TempDir,
+    user: PathBuf,
+    run_dir: PathBuf,
+}
+
+impl Fixture {
+    /// A user repository with two commits on `main`, an annotated tag `v1` on the first.
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("user");
+        git(tmp.path(), &["init", "-q", "-b", "main", "user"]);
+        write(&user.join("README.md"), "# demo\n");
+        write(&user.join("a.txt"), "one\ntwo\nthree\n");
+        write(&user.join("b.txt"), "bee\n");
+        write(&user.join("gone.txt"), "to be deleted\n");
+        write(&user.join("src/lib.rs"), "pub fn f() {}\n");
+        write(&user.join(".gitignore"), "*.log\n");
+        write(&user.join("bin.dat"), [0u8, 1, 2, 255, 0, 7]);
+        git(&user, &["add", "-A"]);
+        git(&user, &["commit", "-q", "-m", "init"]);
+        git(&user, &["tag", "-a", "-m", "v1", "v1"]);
+        write(&user.join("b.txt"), "bee\nbuzz\n");
+        git(&user, &["commit", "-q", "-am", "second"]);
+        let run_dir = tmp.path().join("run");
+        Self { tmp, user, run_dir }
+    }
+
+    fn head(&self) -> String {
+        git(&self.user, &["rev-parse", "HEAD"]).trim().to_owned()
+    }
+
+    fn clone(&self, run_id: &str) -> RunClone {
+        RunClone::create_blocking(&self.user, &self.run_dir, "HEAD", run_id).unwrap()
+    }
+
+    /// What checkout actions and careless users leave in `.git`: credentials, includes,
+    /// hooks, a hooks path and an fsmonitor command.
+    fn plant_secrets(&self) {
+        let marker = self.tmp.path().join("hook-ran");
+        let config = [
+            ("http.https://github.com/.extraheader", format!("AUTHORIZATION: basic {BASIC}")),
+            ("remote.origin.url", format!("https://x-access-token:{TOKEN}@github.com/o/r.git")),
+            ("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*".into()),
+            ("credential.helper", format!("store --file={}", self.tmp.path().join("creds").display())),
+            ("include.path", self.tmp.path().join("included").display().to_string()),
+            ("includeIf.gitdir:/.path", self.tmp.path().join("included").display().to_string()),
+            ("core.hooksPath", self.tmp.path().join("hooks").display().to_string()),
+            ("core.fsmonitor", format!("touch {}", marker.display())),
+        ];
+        for (key, value) in config {
+            git(&self.user, &["config", key, &value]);
+        }
+        write(&self.tmp.path().join("included"), format!("[secret]\n\ttoken = {TOKEN}\n"));
+        for hook in ["post-checkout", "pre-commit", "reference-transaction", "post-index-change"] {
+            for dir in [self.user.join(".git/hooks"), self.tmp.path().join("hooks")] {
+                let path = dir.join(hook);
+                write(&path, format!("#!/bin/sh\ntouch {}\n", marker.display()));
+                set_mode(&path, 0o755);
+            }
+        }
+    }
+
+    fn hook_ran(&self) -> bool {
+        self.tmp.path().join("hook-ran").exists()
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every file under `dir` (not following links, skipping `.git`), with its bytes.
+fn tree_bytes(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_owned();
+            if rel == Path::new(".git") {
+                continue;
+            }
+            if kind.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, fs::read(&path).unwrap_or_default());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Every file under `dir`, relative, sorted.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    tree_bytes(dir).into_keys().collect()
+}
+
+fn refs(repo: &Path) -> Vec<String> {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]).lines().map(str::to_owned).collect()
+}
+
+fn author() -> Author {
+    Author { name: "Agent".into(), email: "agent@example.com".into() }
+}
+
+#[test]
+fn run_clone_borrows_objects_and_has_a_clean_config_and_no_hooks() {
+    let fx = Fixture::new();
+    fx.plant_secrets();
+    let user_config = fs::read(fx.user.join(".git/config")).unwrap();
+    let clone = fx.clone("r1");
+    let wt = clone.add_worktree_blocking("agent").unwrap();
+
+    // Objects: borrowed through alternates, none copied.
+    let git_dir = clone.git_dir();
+    let alternates = fs::read_to_string(git_dir.join("objects/info/alternates")).unwrap();
+    assert_eq!(alternates.trim_end(), fs::canonicalize(fx.user.join(".git/objects")).unwrap().to_str().unwrap());
+    assert_eq!(files_under(&git_dir.join("objects")), vec![PathBuf::from("info/alternates")]);
+    assert_eq!(clone.base().to_string(), fx.head());
+
+    // Config: exactly ours; nothing of the user's.
+    let config = fs::read_to_string(git_dir.join("config")).unwrap();
+    for needle in [TOKEN, BASIC, "extraheader", "remote", "url", "credential", "include", "hooksPath", "fsmonitor"] {
+        assert!(!config.contains(needle), "`{needle}` in the run clone's config:\n{config}");
+    }
+    // No hooks directory, no other stray files.
+    assert!(!git_dir.join("hooks").exists());
+    let mut top: Vec<String> =
+        fs::read_dir(git_dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    top.sort();
+    assert_eq!(top, ["HEAD", "config", "objects", "refs", "worktrees"]);
+
+    // What the agent's git sees: no token anywhere in its config, a clean status.
+    let home = fx.tmp.path().join("agent-home");
+    fs::create_dir_all(&home).unwrap();
+    let listing = Command::new("git")
+        .current_dir(wt.path())
+        .args(["config", "--list", "--show-origin"])
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", &home)
+        .envs(wt.git_paths().env)
+        .output()
+        .unwrap();
+    assert!(listing.status.success());
+    let listing = String::from_utf8(listing.stdout).unwrap();
+    assert!(listing.contains("core.bare=true"), "{listing}");
+    for needle in [TOKEN, BASIC, "extraheader", "remote.", "credential", "hookspath", "fsmonitor", "secret"] {
+        assert!(
+            !listing.to_lowercase().contains(&needle.to_lowercase()),
+            "`{needle}` visible to the agent:\n{listing}"
+        );
+    }
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+    assert!(!fx.hook_ran(), "a hook of the user's repository ran");
+    assert_eq!(fs::read(fx.user.join(".git/config")).unwrap(), user_config);
+
+    // The sandbox lists: the user's `.git` (its config) is not readable, only its objects.
+    let paths = wt.git_paths();
+    let user_git = fs::canonicalize(fx.user.join(".git")).unwrap();
+    assert!(paths.read_only.iter().all(|p| p == &user_git.join("objects") || !p.starts_with(&user_git)));
+    assert!(paths.read_only.contains(&user_git.join("objects")));
+    assert!(paths.read_only.contains(&git_dir.to_owned()) && paths.read_only.contains(&wt.admin_dir().to_owned()));
+    assert_eq!(paths.writable, vec![wt.path().to_owned()]);
+}
+
+#[test]
+fn base_ref_forms_resolve_to_commits() {
+    let fx = Fixture::new();
+    let first = git(&fx.user, &["rev-parse", "v1^{commit}"]).trim().to_owned();
+    for (i, (base, want)) in
+        [("main", fx.head()), ("HEAD", fx.head()), ("v1", first.clone()), (first.as_str(), first.clone())]
+            .into_iter()
+            .enumerate()
+    {
+        let run_dir = fx.tmp.path().join(format!("run{i}"));
+        let clone = RunClone::create_blocking(&fx.user, &run_dir, base, "r").unwrap();
+        assert_eq!(clone.base().to_string(), want, "{base}");
+        let wt = clone.add_worktree_blocking("a").unwrap();
+        assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), want);
+    }
+    let err = RunClone::create_blocking(&fx.user, &fx.tmp.path().join("bad"), "no-such-branch", "r").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("no-such-branch") && text.contains("give a branch"), "{text}");
+    assert!(RunClone::create_blocking(&fx.user, &fx.tmp.path().join("bad2"), "HEAD", "a/b").is_err());
+    // From a subdirectory of the checkout too.
+    let clone = RunClone::create_blocking(&fx.user.join("src"), &fx.tmp.path().join("sub"), "HEAD", "r").unwrap();
+    assert_eq!(clone.base().to_string(), fx.head());
+    // A second run clone in the same run directory is refused.
+    let err = RunClone::create_blocking(&fx.user, &fx.tmp.path().join("sub"), "HEAD", "r").unwrap_err();
+    assert!(matches!(err, GitError::Exists(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dirty_user_checkout_is_left_exactly_as_it_was() {
+    let fx = Fixture::new();
+    // Dirty: a modified tracked file, a staged change, an untracked file, an ignored one.
+    write(&fx.user.join("a.txt"), "one\nTWO (unstaged)\nthree\n");
+    write(&fx.user.join("src/lib.rs"), "pub fn f() {} // staged\n");
+    git(&fx.user, &["add", "src/lib.rs"]);
+    write(&fx.user.join("untracked.txt"), "mine\n");
+    write(&fx.user.join("debug.log"), "ignored\n");
+    let snapshot = |fx: &Fixture| {
+        (
+            git(&fx.user, &["status", "--porcelain=v2", "--branch", "--untracked-files=all", "--ignored"]),
+            tree_bytes(&fx.user),
+            fs::read(fx.user.join(".git/index")).unwrap(),
+            fs::read(fx.user.join(".git/HEAD")).unwrap(),
+            fs::read(fx.user.join(".git/config")).unwrap(),
+            git(&fx.user, &["stash", "list"]),
+            git(&fx.user, &["worktree", "list", "--porcelain"]),
+        )
+    };
+    let before = snapshot(&fx);
+    let refs_before = refs(&fx.user);
+
+    // The whole flow: clone, two agents, commits, fetches, a merge, cleanup.
+    let clone = RunClone::create(&fx.user, &fx.run_dir, "HEAD", "r2").await.unwrap();
+    let a = clone.add_worktree("a").await.unwrap();
+    let b = clone.add_worktree("b").await.unwrap();
+    // Agents start from the commit, not from the dirty tree.
+    assert_eq!(fs::read_to_string(a.path().join("a.txt")).unwrap(), "one\ntwo\nthree\n");
+    assert!(!a.path().join("untracked.txt").exists());
+    write(&a.path().join("a.txt"), "one\ntwo\nthree\nfour\n");
+    write(&b.path().join("new.txt"), "new\n");
+    a.commit_all("a", &author()).await.unwrap().unwrap();
+    b.commit_all("b", &author()).await.unwrap().unwrap();
+    let branches = vec![a.branch().to_owned(), b.branch().to_owned()];
+    clone.fetch_into_user(&branches).await.unwrap();
+    let integration = clone.integration_branch();
+    let outcomes = clone.merge_branches(&branches, &integration, &author()).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.merged), "{outcomes:?}");
+    clone.fetch_into_user(std::slice::from_ref(&integration)).await.unwrap();
+    a.remove().await.unwrap();
+    b.remove().await.unwrap();
+    assert_eq!(clone.remove().await.unwrap(), Removal::Removed);
+
+    assert_eq!(snapshot(&fx), before);
+    let refs_after = refs(&fx.user);
+    let added: Vec<&String> = refs_after.iter().filter(|r| !refs_before.contains(r)).collect();
+    assert!(refs_before.iter().all(|r| refs_after.contains(r)), "a user ref changed");
+    let mut names: Vec<&str> = added.iter().map(|r| r.split(' ').next().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["refs/heads/orch/r2/a", "refs/heads/orch/r2/b", "refs/heads/orch/r2/integration"]);
+    assert!(!fx.user.join(".git/FETCH_HEAD").exists());
+    git(&fx.user, &["fsck", "--no-dangling", "--no-progress"]);
+    assert_eq!(git(&fx.user, &["show", "orch/r2/integration:new.txt"]), "new\n");
+    assert_eq!(git(&fx.user, &["show", "orch/r2/integration:a.txt"]), "one\ntwo\nthree\nfour\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_worktrees_in_parallel() {
+    let fx = Fixture::new();
+    let clone = RunClone::create(&fx.user, &fx.run_dir, "main", "r3").await.unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let clone = clone.clone();
+            tokio::spawn(async move { clone.add_worktree(&format!("agent-{i}")).await })
+        })
+        .collect();
+    let mut worktrees = Vec::new();
+    for task in tasks {
+        worktrees.push(task.await.unwrap().unwrap());
+    }
+    let head = fx.head();
+    for (i, wt) in worktrees.iter().enumerate() {
+        assert_eq!(wt.branch(), format!("orch/r3/agent-{i}"));
+        assert_eq!(git(wt.path(), &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), wt.branch());
+        assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), head);
+        assert_eq!(git(wt.path(), &["status", "--porcelain", "--untracked-files=all"]), "", "{}", wt.name());
+        assert_eq!(fs::read_to_string(wt.path().join("b.txt")).unwrap(), "bee\nbuzz\n");
+    }
+    let listing = git(clone.git_dir(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(listing.matches("\nbranch refs/heads/orch/r3/").count(), 32, "{listing}");
+    assert_eq!(clone.worktrees().unwrap().len(), 32);
+    // An id used twice is refused, and the first worktree is intact.
+    assert!(clone.add_worktree("agent-0").await.is_err());
+    assert_eq!(git(worktrees[0].path(), &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn commit_patch_changed_files_and_fetch() {
+    let fx = Fixture::new();
+    let clone = fx.clone("r4");
+    let wt = clone.add_worktree_blocking("fix/crate one").unwrap();
+    assert!(wt.branch().starts_with("orch/r4/fix-crate-one-"), "{}", wt.branch());
+    assert_eq!(wt.commit_all_blocking("nothing", &author()).unwrap(), None);
+
+    write(&wt.path().join("a.txt"), "one\n2\nthree\n");
+    write(&wt.path().join("dir/new.txt"), "brand new\n");
+    write(&wt.path().join("bin.dat"), [9u8, 0, 8, 0]);
+    fs::remove_file(wt.path().join("gone.txt")).unwrap();
+    write(&wt.path().join("build.log"), "ignored\n");
+    let info = wt.commit_all_blocking("agent: edit", &author()).unwrap().unwrap();
+    assert_eq!(info.branch, wt.branch());
+    let kinds: Vec<(String, ChangeKind)> = info.files.iter().map(|f| (f.path.display().to_string(), f.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("a.txt".into(), ChangeKind::Modified),
+            ("bin.dat".into(), ChangeKind::Modified),
+            ("dir/new.txt".into(), ChangeKind::Added),
+            ("gone.txt".into(), ChangeKind::Deleted),
+        ]
+    );
+    assert_eq!(wt.changed_files_blocking().unwrap(), info.files);
+    // The kept worktree looks committed to the agent's own git.
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+    assert_eq!(git(wt.path(), &["log", "-1", "--format=%an <%ae> %s"]).trim(), "Agent <agent@example.com> agent: edit");
+
+    let patch = wt.patch_blocking().unwrap();
+    let text = String::from_utf8_lossy(&patch);
+    assert!(text.contains("diff --git a/a.txt b/a.txt") && text.contains("-two\n+2\n"), "{text}");
+    assert!(text.contains("deleted file mode") && text.contains("GIT binary patch"), "{text}");
+    assert!(!text.contains("build.log"));
+    // The patch applies to the base.
+    let other = clone.add_worktree_blocking("other").unwrap();
+    let patch_file = fx.tmp.path().join("agent.patch");
+    fs::write(&patch_file, &patch).unwrap();
+    git(other.path(), &["apply", &patch_file.display().to_string()]);
+    assert_eq!(fs::read_to_string(other.path().join("a.txt")).unwrap(), "one\n2\nthree\n");
+    assert_eq!(fs::read(other.path().join("bin.dat")).unwrap(), [9u8, 0, 8, 0]);
+
+    // The commit's objects live in the run clone until fetched.
+    let user_objects_before = files_under(&fx.user.join(".git/objects"));
+    assert!(git_cmd(&fx.user, &["cat-file", "-e", &info.commit]).output().unwrap().status.code() != Some(0));
+    let fetched = clone.fetch_into_user_blocking(&[wt.branch().to_owned()]).unwrap();
+    assert_eq!(fetched[0].commit, info.commit);
+    assert!(fetched[0].objects >= 4, "{fetched:?}"); // commit, 2 trees, 3 blobs
+    assert_eq!(git(&fx.user, &["rev-parse", wt.branch()]).trim(), info.commit);
+    assert_eq!(git(&fx.user, &["show", &format!("{}:dir/new.txt", wt.branch())]), "brand new\n");
+    git(&fx.user, &["fsck", "--no-dangling", "--no-progress"]);
+    let added: Vec<PathBuf> =
+        files_under(&fx.user.join(".git/objects")).into_iter().filter(|p| !user_objects_before.contains(p)).collect();
+    assert!(added.iter().all(|p| p.starts_with("pack")), "{added:?}");
+
+    // A second round moves the branch forward; fetching again is a fast-forward.
+    write(&wt.path().join("b.txt"), "b2\n");
+    let second = wt.commit_all_blocking("agent: more", &author()).unwrap().unwrap();
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD^"]).trim(), info.commit);
+    assert_eq!(second.files.len(), 5);
+    clone.fetch_into_user_blocking(&[wt.branch().to_owned()]).unwrap();
+    assert_eq!(git(&fx.user, &["rev-parse", wt.branch()]).trim(), second.commit);
+    // Fetching what is already there is a no-op.
+    assert_eq!(clone.fetch_into_user_blocking(&[wt.branch().to_owned()]).unwrap()[0].objects, 0);
+
+    // A user branch of the same name that is not ours is never moved, even forward.
+    let clash = other.branch().to_owned();
+    git(&fx.user, &["branch", &clash, "v1"]);
+    other.commit_all_blocking("other", &author()).unwrap().unwrap();
+    let err = clone.fetch_into_user_blocking(std::slice::from_ref(&clash)).unwrap_err();
+    assert!(matches!(err, GitError::BranchExists { .. }), "{err}");
+    assert_eq!(git(&fx.user, &["rev-parse", &clash]).trim(), git(&fx.user, &["rev-parse", "v1^{commit}"]).trim());
+    // Only orch branches are ever written.
+    assert!(clone.fetch_into_user_blocking(&["main".to_owned()]).is_err());
+}
+
+#[test]
+fn a_tampered_dot_git_is_restored_before_committing() {
+    let fx = Fixture::new();
+    fx.plant_secrets();
+    let clone = fx.clone("r5");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    let dotgit = wt.path().join(".git");
+    // The agent swaps its gitlink for a repository of its own with a hooks path.
+    fs::remove_file(&dotgit).unwrap();
+    git(wt.path(), &["init", "-q"]);
+    git(wt.path(), &["config", "core.hooksPath", "/tmp/evil"]);
+    write(&wt.path().join("a.txt"), "changed\n");
+    // And a nested repository, as `cargo new` makes.
+    git(wt.path(), &["init", "-q", "nested"]);
+    write(&wt.path().join("nested/file.txt"), "nested\n");
+    let info = wt.commit_all_blocking("agent", &author()).unwrap().unwrap();
+    assert!(dotgit.is_file());
+    assert_eq!(git(wt.path(), &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), wt.branch());
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
+    assert!(info.files.iter().any(|f| f.path == Path::new("a.txt")), "{:?}", info.files);
+    assert_eq!(info.skipped, [PathBuf::from("nested")]);
+    assert!(info.files.iter().all(|f| !f.path.starts_with("nested")), "{:?}", info.files);
+    assert!(!fx.hook_ran());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_reports_conflicts_and_merges_the_rest() {
+    let fx = Fixture::new();
+    let clone = RunClone::create(&fx.user, &fx.run_dir, "HEAD", "r6").await.unwrap();
+    let mut changed = Vec::new();
+    let mut branches = Vec::new();
+    for (id, file, text) in [
+        ("first", "a.txt", "one\nFIRST\nthree\n"),
+        ("second", "a.txt", "one\nSECOND\nthree\n"),
+        ("third", "c.txt", "see\n"),
+        ("fourth", "README.md", "# demo\n\nmore\n"),
+    ] {
+        let wt = clone.add_worktree(id).await.unwrap();
+        write(&wt.path().join(file), text);
+        let info = wt.commit_all(id, &author()).await.unwrap().unwrap();
+        changed.push((id.to_owned(), info.files.iter().map(|f| f.path.clone()).collect::<Vec<_>>()));
+        branches.push(wt.branch().to_owned());
+        wt.remove().await.unwrap();
+    }
+    let into = clone.integration_branch();
+    let outcomes = clone.merge_branches(&branches, &into, &author()).await.unwrap();
+    let summary: Vec<(bool, Vec<PathBuf>)> = outcomes.iter().map(|o| (o.merged, o.conflicts.clone())).collect();
+    assert_eq!(
+        summary,
+        [(true, vec![]), (false, vec![PathBuf::from("a.txt")]), (true, vec![]), (true, vec![])],
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[1].branch, branches[1]);
+    clone.fetch_into_user(std::slice::from_ref(&into)).await.unwrap();
+    assert_eq!(git(&fx.user, &["show", &format!("{into}:a.txt")]), "one\nFIRST\nthree\n");
+    assert_eq!(git(&fx.user, &["show", &format!("{into}:c.txt")]), "see\n");
+    assert_eq!(git(&fx.user, &["show", &format!("{into}:README.md")]), "# demo\n\nmore\n");
+    let merges = git(&fx.user, &["log", "--merges", "--format=%s", &into]);
+    assert_eq!(
+        merges.lines().collect::<Vec<_>>(),
+        ["Merge orch/r6/fourth into orch/r6/integration", "Merge orch/r6/third into orch/r6/integration"]
+    );
+    // Merging again changes nothing.
+    let again = clone.merge_branches(&branches[..1], &into, &author()).await.unwrap();
+    assert!(again[0].merged);
+
+    assert_eq!(overlaps(&changed), [(PathBuf::from("a.txt"), vec!["first".to_owned(), "second".to_owned()])]);
+}
+
+#[test]
+fn cleanup_leaves_nothing_unless_kept() {
+    let fx = Fixture::new();
+    let refs_before = refs(&fx.user);
+    let clone = fx.clone("r7");
+    let a = clone.add_worktree_blocking("a").unwrap();
+    let b = clone.add_worktree_blocking("b").unwrap();
+    let kept = clone.add_worktree_blocking("kept").unwrap();
+    write(&a.path().join("x"), "x\n");
+    a.commit_all_blocking("x", &author()).unwrap();
+    let (a_path, a_admin) = (a.path().to_owned(), a.admin_dir().to_owned());
+    a.remove_blocking().unwrap();
+    b.remove_blocking().unwrap();
+    assert!(!a_path.exists() && !a_admin.exists());
+
+    // A kept worktree keeps the run clone, and still works.
+    let removal = clone.clone().remove_blocking().unwrap();
+    assert_eq!(removal, Removal::Kept { worktrees: vec![kept.path().to_owned()] });
+    assert_eq!(git(kept.path(), &["status", "--porcelain"]), "");
+    let listing = git(clone.git_dir(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(listing.matches("worktree ").count(), 2, "{listing}"); // the bare clone and `kept`
+
+    kept.remove_blocking().unwrap();
+    assert_eq!(clone.remove_blocking().unwrap(), Removal::Removed);
+    assert_eq!(fs::read_dir(&fx.run_dir).unwrap().count(), 0);
+    // Nothing was fetched, so the user's repository has no new branch or worktree.
+    assert_eq!(refs(&fx.user), refs_before);
+    assert_eq!(git(&fx.user, &["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1);
+}
+
+/// Filters are skipped only when no `.gitattributes` could ask for one; with one, the
+/// checkout converts as git would and the agent's git sees a clean tree.
+#[test]
+fn gitattributes_filters_apply() {
+    let fx = Fixture::new();
+    write(&fx.user.join(".gitattributes"), "*.txt text eol=crlf\n");
+    git(&fx.user, &["add", ".gitattributes"]);
+    git(&fx.user, &["commit", "-q", "-m", "attributes"]);
+    let clone = fx.clone("r10");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    assert_eq!(fs::read_to_string(wt.path().join("a.txt")).unwrap(), "one\r\ntwo\r\nthree\r\n");
+    assert_eq!(fs::read(wt.path().join("bin.dat")).unwrap(), [0u8, 1, 2, 255, 0, 7]);
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+    // Committing converts back: only the real edit shows in the patch.
+    write(&wt.path().join("a.txt"), "one\r\n2\r\nthree\r\n");
+    wt.commit_all_blocking("edit", &author()).unwrap().unwrap();
+    let patch = String::from_utf8(wt.patch_blocking().unwrap()).unwrap();
+    assert!(patch.contains("-two\n+2\n") && !patch.contains('\r'), "{patch}");
+}
+
+#[test]
+fn shallow_user_clone() {
+    let fx = Fixture::new();
+    let shallow = fx.tmp.path().join("shallow");
+    let url = format!("file://{}", fx.user.display());
+    git(fx.tmp.path(), &["clone", "-q", "--depth", "1", &url, shallow.to_str().unwrap()]);
+    assert!(shallow.join(".git/shallow").exists());
+    let clone = RunClone::create_blocking(&shallow, &fx.run_dir, "HEAD", "r8").unwrap();
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    assert_eq!(git(wt.path(), &["log", "--format=%s"]).trim(), "second");
+    write(&wt.path().join("a.txt"), "shallow edit\n");
+    let info = wt.commit_all_blocking("edit", &author()).unwrap().unwrap();
+    assert_eq!(git(wt.path(), &["log", "--format=%s"]).lines().collect::<Vec<_>>(), ["edit", "second"]);
+    clone.fetch_into_user_blocking(&[wt.branch().to_owned()]).unwrap();
+    assert_eq!(git(&shallow, &["rev-parse", wt.branch()]).trim(), info.commit);
+    assert_eq!(git(&shallow, &["log", "--format=%s", wt.branch()]).lines().collect::<Vec<_>>(), ["edit", "second"]);
+    git(&shallow, &["fsck", "--no-dangling", "--no-progress"]);
+}
+
+/// The sandbox makes the run clone's git dir and the user's objects read-only and the
+/// checkout writable, for a tool host that may run under another uid. Emulated here with
+/// file modes and `setpriv` (root only): git can read but not write the metadata.
+#[test]
+fn agent_git_is_read_only_where_the_sandbox_says() {
+    let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    let has_setpriv = Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !is_root || !has_setpriv {
+        eprintln!("skipped: needs root and setpriv to run git as another uid");
+        return;
+    }
+    let fx = Fixture::new();
+    fx.plant_secrets();
+    let clone = fx.clone("r9");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    let other = clone.add_worktree_blocking("b").unwrap();
+    let paths = wt.git_paths();
+    set_mode(fx.tmp.path(), 0o755);
+    // Read-only for the agent: everything not in `writable` stays root's, mode 755/644;
+    // the checkout is the agent's.
+    let chown = |path: &Path, owner: &str| {
+        let status = Command::new("chown").args(["-R", owner]).arg(path).status().unwrap();
+        assert!(status.success());
+    };
+    for path in &paths.writable {
+        chown(path, "65534:65534");
+    }
+    let home = fx.tmp.path().join("nobody-home");
+    fs::create_dir_all(&home).unwrap();
+    chown(&home, "65534:65534");
+    let as_agent = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "git"])
+            .args(args)
+            .current_dir(wt.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .envs(paths.env.clone())
+            .output()
+            .unwrap()
+    };
+    write(&wt.path().join("a.txt"), "agent edit\n");
+    write(&wt.path().join("new.txt"), "new\n");
+    chown(wt.path(), "65534:65534");
+
+    let status = as_agent(&["status", "--porcelain"]);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert_eq!(String::from_utf8_lossy(&status.stdout), " M a.txt\n?? new.txt\n");
+    let diff = as_agent(&["diff"]);
+    assert!(diff.status.success() && String::from_utf8_lossy(&diff.stdout).contains("+agent edit"));
+    let log = as_agent(&["log", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "second\ninit\n");
+    let config = as_agent(&["config", "--list"]);
+    let config = String::from_utf8_lossy(&config.stdout);
+    assert!(!config.contains(TOKEN) && !config.contains(BASIC) && !config.contains("extraheader"), "{config}");
+
+    let other_branch = other.branch().to_owned();
+    for args in [
+        vec!["add", "new.txt"],
+        vec!["commit", "-qam", "x"],
+        vec!["branch", "mine"],
+        vec!["update-ref", &format!("refs/heads/{other_branch}"), "HEAD"],
+        vec!["update-ref", "refs/heads/main", "HEAD"],
+        vec!["config", "core.hooksPath", "/tmp"],
+        vec!["hash-object", "-w", "new.txt"],
+        vec!["worktree", "add", "../evil"],
+    ] {
+        let out = as_agent(&args);
+        assert!(!out.status.success(), "git {args:?} succeeded for the agent");
+    }
+    let hooks = clone.git_dir().join("hooks");
+    let mkdir = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "mkdir"])
+        .arg(&hooks)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!mkdir.success() && !hooks.exists());
+    assert_eq!(git(other.path(), &["rev-parse", "HEAD"]).trim(), fx.head());
+
+    // The coordinator (root) commits a checkout owned by the agent's uid.
+    let info = wt.commit_all_blocking("agent", &author()).unwrap().unwrap();
+    assert_eq!(info.files.len(), 2);
+    assert!(!fx.hook_ran());
+}

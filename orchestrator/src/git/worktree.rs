@@ -1,0 +1,353 @@
+//! An agent's linked worktree: what its sandbox may read and write, committing its
+//! changes on its branch, the changed files and the patch, and removal.
+//!
+//! The coordinator never opens the worktree through its checkout: the `.git` file there
+//! is writable by the agent and could point anywhere (or be replaced by a directory with
+//! its own config). It opens the run clone, sets the checkout as the working directory
+//! and uses the index in the worktree's admin dir, all from its own records.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::build::CheckoutBuilder;
+use git2::{Delta, DiffFormat, DiffOptions, Index, IndexAddOption, Repository};
+
+use super::clone::{RunClone, remove_all, write_new};
+use super::{Author, Context as _, Result, blocking, io_err};
+
+/// One agent's linked worktree of the run clone. Holds paths only; `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    clone: RunClone,
+    agent_id: String,
+    name: String,
+    branch: String,
+    checkout: PathBuf,
+    admin: PathBuf,
+}
+
+/// What an agent's sandbox must expose for git to work read-only in its worktree.
+///
+/// Verified with git 2.47 under a uid without write access to `read_only`: `git status`,
+/// `git diff` and `git log` work; `git add`, `git commit`, `git branch`, `git config`
+/// fail (index.lock, refs, config: permission denied). `git status` tolerates the
+/// read-only index (it skips refreshing it); `GIT_OPTIONAL_LOCKS=0` makes it not even
+/// try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitPaths {
+    /// Readable, never writable: the run clone's git directory (config, refs, objects,
+    /// the worktree's admin dir `worktrees/<name>` with its HEAD and index) and the
+    /// user's object store with every store it borrows from. Not the user's `.git`
+    /// directory itself: its config holds the credentials.
+    pub read_only: Vec<PathBuf>,
+    /// Writable: the checkout only.
+    pub writable: Vec<PathBuf>,
+    /// Environment for every git the agent runs:
+    /// - `GIT_OPTIONAL_LOCKS=0`: `git status` does not try to refresh the index;
+    /// - `GIT_CONFIG_NOSYSTEM=1`: no `/etc/gitconfig`;
+    /// - `GIT_CEILING_DIRECTORIES`: discovery never leaves the checkout (if the agent
+    ///   deletes its `.git` file, git must not find a repository above it);
+    /// - `safe.directory=<checkout>` (as `GIT_CONFIG_COUNT/KEY_0/VALUE_0`, the
+    ///   command-line scope git honours for it): when the tool host runs under another
+    ///   uid than the one owning the git directories, git would otherwise refuse the
+    ///   repository as of dubious ownership.
+    pub env: Vec<(String, String)>,
+}
+
+/// A commit made by [`Worktree::commit_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit (hex).
+    pub commit: String,
+    /// The branch it is on, without `refs/heads/`.
+    pub branch: String,
+    /// Files that differ between the base and this commit.
+    pub files: Vec<FileChange>,
+    /// Nested repositories (directories with their own `.git`, e.g. from `git init`)
+    /// that were left out of the commit, relative to the checkout.
+    pub skipped: Vec<PathBuf>,
+}
+
+/// A file that differs between the base and an agent's branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Path relative to the repository root.
+    pub path: PathBuf,
+    pub kind: ChangeKind,
+}
+
+/// How a file changed (renames show as a deletion and an addition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    /// File to symlink, or the reverse.
+    TypeChanged,
+}
+
+impl Worktree {
+    pub(super) fn new(
+        clone: RunClone,
+        agent_id: String,
+        name: String,
+        branch: String,
+        checkout: PathBuf,
+        admin: PathBuf,
+    ) -> Self {
+        Self { clone, agent_id, name, branch, checkout, admin }
+    }
+
+    /// The agent id this worktree was made for.
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    /// The worktree's name: the agent id made safe ([`super::safe_name`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The branch, without `refs/heads/`: `orch/<run>/<name>`.
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// The checkout, `<run_dir>/worktrees/<name>`: the agent's working directory.
+    pub fn path(&self) -> &Path {
+        &self.checkout
+    }
+
+    /// The worktree's admin dir, `<run_dir>/repo.git/worktrees/<name>`.
+    pub fn admin_dir(&self) -> &Path {
+        &self.admin
+    }
+
+    /// The paths and environment the agent's sandbox needs for read-only git.
+    pub fn git_paths(&self) -> GitPaths {
+        let inner = &self.clone.inner;
+        let mut read_only = vec![inner.git_dir.clone(), self.admin.clone(), inner.user_objects.clone()];
+        read_only.extend(inner.borrowed.iter().cloned());
+        let env = [
+            ("GIT_OPTIONAL_LOCKS", "0".to_owned()),
+            ("GIT_CONFIG_NOSYSTEM", "1".to_owned()),
+            ("GIT_CEILING_DIRECTORIES", inner.checkouts.display().to_string()),
+            ("GIT_CONFIG_COUNT", "1".to_owned()),
+            ("GIT_CONFIG_KEY_0", "safe.directory".to_owned()),
+            ("GIT_CONFIG_VALUE_0", self.checkout.display().to_string()),
+        ];
+        GitPaths {
+            read_only,
+            writable: vec![self.checkout.clone()],
+            env: env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        }
+    }
+
+    /// Stages every change in the checkout (additions, modifications, deletions; files
+    /// matched by `.gitignore` stay out unless already tracked) and commits it on the
+    /// agent's branch. `None` when nothing changed.
+    pub async fn commit_all(&self, message: &str, author: &Author) -> Result<Option<CommitInfo>> {
+        let (this, message, author) = (self.clone(), message.to_owned(), author.clone());
+        blocking("commit an agent's changes", move || this.commit_all_blocking(&message, &author)).await
+    }
+
+    /// [`Worktree::commit_all`], on the calling thread.
+    pub fn commit_all_blocking(&self, message: &str, author: &Author) -> Result<Option<CommitInfo>> {
+        self.restore_gitlink()?;
+        let (repo, mut index) = self.open()?;
+        let what = || format!("stage the changes in {}", self.checkout.display());
+        // Untracked directories are walked into, so a directory reaching this callback is
+        // a nested repository: libgit2 cannot add one (git would add a gitlink to a
+        // commit nobody has). Leave it out instead of failing the whole commit.
+        let mut skipped = Vec::new();
+        let mut skip_nested = |path: &Path, _: &[u8]| -> i32 {
+            let text = path.to_string_lossy();
+            if text.ends_with('/') {
+                skipped.push(PathBuf::from(text.trim_end_matches('/')));
+                1
+            } else {
+                0
+            }
+        };
+        // `*` matches every path (no pathspec would too, but then libgit2 passes the
+        // callback a null pathspec, which git2 0.21 dereferences).
+        index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_nested)).git(what)?;
+        if !skipped.is_empty() {
+            tracing::warn!(worktree = %self.checkout.display(), ?skipped, "left nested repositories out of the commit");
+        }
+        index.update_all(["*"], None).git(what)?;
+        let tree = index.write_tree().git(|| format!("write the tree of {}", self.checkout.display()))?;
+        // Keep the refreshed stat cache: a kept worktree then shows a clean status.
+        index.write().git(|| format!("write the index of {}", self.checkout.display()))?;
+        let refname = self.refname();
+        let parent = repo
+            .find_reference(&refname)
+            .and_then(|r| r.peel_to_commit())
+            .git(|| format!("find the branch {}", self.branch))?;
+        if parent.tree_id() == tree {
+            return Ok(None);
+        }
+        let tree = repo.find_tree(tree).git(|| "read the new tree".into())?;
+        let signature = author.signature()?;
+        let commit = repo
+            .commit(Some(&refname), &signature, &signature, message, &tree, &[&parent])
+            .git(|| format!("commit on {}", self.branch))?;
+        let files = self.changes(&repo)?;
+        Ok(Some(CommitInfo { commit: commit.to_string(), branch: self.branch.clone(), files, skipped }))
+    }
+
+    /// Files that differ between the base and the branch (what was committed).
+    pub async fn changed_files(&self) -> Result<Vec<FileChange>> {
+        let this = self.clone();
+        blocking("list changed files", move || this.changed_files_blocking()).await
+    }
+
+    /// [`Worktree::changed_files`], on the calling thread.
+    pub fn changed_files_blocking(&self) -> Result<Vec<FileChange>> {
+        self.changes(&self.clone.inner.open()?)
+    }
+
+    /// The unified diff (`git diff --binary` style, appliable with `git apply`) of the
+    /// branch against the base. Bytes, since files need not be UTF-8.
+    pub async fn patch(&self) -> Result<Vec<u8>> {
+        let this = self.clone();
+        blocking("make a patch", move || this.patch_blocking()).await
+    }
+
+    /// [`Worktree::patch`], on the calling thread.
+    pub fn patch_blocking(&self) -> Result<Vec<u8>> {
+        let repo = self.clone.inner.open()?;
+        let diff = self.diff(&repo)?;
+        let mut out = Vec::new();
+        diff.print(DiffFormat::Patch, |_, _, line| {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                out.push(line.origin() as u8);
+            }
+            out.extend_from_slice(line.content());
+            true
+        })
+        .git(|| format!("print the patch of {}", self.branch))?;
+        Ok(out)
+    }
+
+    /// Deletes the checkout and the worktree's admin dir. Not calling this keeps the
+    /// worktree (`--keep-worktrees`, or a failed agent) and then the run clone too. The
+    /// branch stays in the run clone until it is removed (merges and fetches need it).
+    pub async fn remove(self) -> Result<()> {
+        blocking("remove a worktree", move || self.remove_blocking()).await
+    }
+
+    /// [`Worktree::remove`], on the calling thread.
+    pub fn remove_blocking(self) -> Result<()> {
+        remove_all(&self.checkout)?;
+        remove_all(&self.admin)
+    }
+
+    /// Makes this worktree exist: the admin dir, the checkout's `.git` file, then a
+    /// checkout of `base` into the empty checkout, writing the admin dir's index.
+    ///
+    /// This is what `git worktree add` and libgit2's `git_worktree_add` write (same files,
+    /// same format, so `git worktree list`, `status` and `prune` work), done by hand
+    /// because `git_worktree_add` is not safe to run in parallel: it checks that the
+    /// branch is not checked out elsewhere by opening every sibling worktree, and libgit2
+    /// 1.9 turns any failure to open one (a sibling being created at that moment) into
+    /// "already checked out" (an operator precedence slip in
+    /// `git_repository_foreach_worktree`). One in five parallel runs of 32 failed so.
+    /// Our branches are fresh, so the check is moot; each call only touches its own
+    /// paths, and `HEAD` is written last, so a half-made admin dir is never listed.
+    pub(super) fn link_and_checkout(&self, repo: &Repository, base: &git2::Commit<'_>) -> Result<()> {
+        fs::create_dir(&self.admin).map_err(io_err("create", &self.admin))?;
+        fs::create_dir(&self.checkout).map_err(io_err("create", &self.checkout))?;
+        let dotgit = self.checkout.join(".git");
+        write_new(&dotgit, format!("gitdir: {}\n", self.admin.display()).as_bytes())?;
+        write_new(&self.admin.join("commondir"), b"../..\n")?;
+        write_new(&self.admin.join("gitdir"), format!("{}\n", dotgit.display()).as_bytes())?;
+        write_new(&self.admin.join("HEAD"), format!("ref: {}\n", self.refname()).as_bytes())?;
+
+        repo.set_workdir(&self.checkout, false).git(|| format!("use {} as a working tree", self.checkout.display()))?;
+        let path = self.admin.join("index");
+        let mut index = Index::open(&path).git(|| format!("create the index {}", path.display()))?;
+        repo.set_index(&mut index).git(|| format!("use the index {}", path.display()))?;
+        let tree = base.tree().git(|| "read the base tree".into())?;
+        let mut checkout = CheckoutBuilder::new();
+        // The checkout is empty: `force` writes every file without comparing against a
+        // baseline (the run clone's HEAD is the base, so `safe` would think the missing
+        // files were deleted on purpose).
+        checkout.force();
+        // Filters (eol conversion, `ident`) come only from `.gitattributes` here:
+        // `core.autocrlf` is pinned off and the run clone has no `info/attributes`. Without
+        // such a file, skip them: looking up the attributes of each file costs two
+        // `realpath`s of its whole path, a third of the checkout (see BENCHMARKS.md).
+        checkout.disable_filters(!self.clone.base_has_attributes(repo)?);
+        repo.checkout_tree(tree.as_object(), Some(&mut checkout))
+            .git(|| format!("check out the base into {}", self.checkout.display()))
+    }
+
+    fn refname(&self) -> String {
+        format!("refs/heads/{}", self.branch)
+    }
+
+    /// The run clone with this checkout as its working directory and this worktree's
+    /// index, found from our own records, not from the checkout's `.git` file.
+    fn open(&self) -> Result<(Repository, Index)> {
+        let repo = self.clone.inner.open()?;
+        repo.set_workdir(&self.checkout, false).git(|| format!("use {} as a working tree", self.checkout.display()))?;
+        let path = self.admin.join("index");
+        let mut index = Index::open(&path).git(|| format!("open the index {}", path.display()))?;
+        repo.set_index(&mut index).git(|| format!("use the index {}", path.display()))?;
+        Ok((repo, index))
+    }
+
+    /// Puts back the checkout's `.git` file if the agent changed it, so that whoever runs
+    /// git in a kept worktree gets our repository and not a planted config or hooks.
+    fn restore_gitlink(&self) -> Result<()> {
+        let dotgit = self.checkout.join(".git");
+        let admin = self.admin.display().to_string();
+        match fs::symlink_metadata(&dotgit) {
+            Ok(meta) if meta.is_file() => {
+                let text = fs::read_to_string(&dotgit).unwrap_or_default();
+                let target = text.trim_end().strip_prefix("gitdir: ").map(|t| t.trim_end_matches('/'));
+                if target == Some(admin.as_str()) {
+                    return Ok(());
+                }
+                fs::remove_file(&dotgit).map_err(io_err("remove", &dotgit))?;
+            }
+            Ok(meta) if meta.is_dir() => remove_all(&dotgit)?,
+            Ok(_) => fs::remove_file(&dotgit).map_err(io_err("remove", &dotgit))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("inspect", dotgit)(e)),
+        }
+        tracing::warn!(worktree = %self.checkout.display(), "the agent changed its .git; restored it");
+        fs::write(&dotgit, format!("gitdir: {admin}\n")).map_err(io_err("write", dotgit))
+    }
+
+    fn diff<'r>(&self, repo: &'r Repository) -> Result<git2::Diff<'r>> {
+        let base =
+            repo.find_commit(self.clone.base()).and_then(|c| c.tree()).git(|| "read the base tree".to_owned())?;
+        let tip = repo
+            .find_reference(&self.refname())
+            .and_then(|r| r.peel_to_tree())
+            .git(|| format!("read the tree of {}", self.branch))?;
+        let mut options = DiffOptions::new();
+        options.show_binary(true);
+        repo.diff_tree_to_tree(Some(&base), Some(&tip), Some(&mut options))
+            .git(|| format!("diff {} against the base", self.branch))
+    }
+
+    fn changes(&self, repo: &Repository) -> Result<Vec<FileChange>> {
+        let diff = self.diff(repo)?;
+        let mut files = Vec::new();
+        for delta in diff.deltas() {
+            let (file, kind) = match delta.status() {
+                Delta::Added => (delta.new_file(), ChangeKind::Added),
+                Delta::Deleted => (delta.old_file(), ChangeKind::Deleted),
+                Delta::Typechange => (delta.new_file(), ChangeKind::TypeChanged),
+                _ => (delta.new_file(), ChangeKind::Modified),
+            };
+            if let Some(path) = file.path() {
+                files.push(FileChange { path: path.to_owned(), kind });
+            }
+        }
+        Ok(files)
+    }
+}

@@ -1,0 +1,264 @@
+//! The per-agent cgroup, when orch runs as root and a cgroup hierarchy is writable:
+//! it caps processes (`pids.max`) and memory (`memory.max` with no swap, or the v1
+//! equivalents) of the whole sandbox, and lets the coordinator kill the whole tree at
+//! once, `setsid` escapees included.
+//!
+//! Where it lives, for a sandbox named `<name>`:
+//! - cgroup v2 with the `pids` or `memory` controller: `<v2 mount>/orch/<name>`, at the
+//!   top of the hierarchy (a v2 cgroup holding processes cannot have children with
+//!   controllers, so it cannot go under orch's own cgroup);
+//! - otherwise cgroup v1: `<controller mount><orch's own cgroup>/orch/<name>` in each of
+//!   the `pids` and `memory` hierarchies, nested under orch's own cgroups so the limits
+//!   orch runs under still apply.
+//!
+//! Anything not writable is skipped (debug log): the sandbox then relies on rlimits.
+//! The path is a function of the name and of orch's own cgroup, so the coordinator finds
+//! the cgroup its tool host created with [`Cgroup::find`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::policy::Limits;
+
+/// One sandbox's cgroup: a directory per hierarchy (one in v2, up to two in v1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup {
+    dirs: Vec<PathBuf>,
+    v2: bool,
+    memory: bool,
+}
+
+/// Where the cgroup hierarchies are mounted and where this process sits in them.
+#[derive(Debug, Default)]
+struct Layout {
+    /// The cgroup2 mount, if it has the pids or memory controller.
+    v2: Option<PathBuf>,
+    /// v1 (controller, directory of this process's cgroup) for pids and memory.
+    v1: Vec<(&'static str, PathBuf)>,
+}
+
+fn layout() -> Layout {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut layout = Layout::default();
+    for line in mounts.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [_, dir, fstype, options, ..] = fields[..] else { continue };
+        let dir = PathBuf::from(dir);
+        if fstype == "cgroup2" {
+            let controllers = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            if controllers.split_whitespace().any(|c| c == "pids" || c == "memory") {
+                layout.v2 = Some(dir);
+            }
+        } else if fstype == "cgroup" {
+            for controller in ["pids", "memory"] {
+                if options.split(',').any(|o| o == controller) {
+                    // "N:pids:/path" in /proc/self/cgroup.
+                    let current = own
+                        .lines()
+                        .filter_map(|l| {
+                            let mut parts = l.splitn(3, ':').skip(1);
+                            parts.next().zip(parts.next())
+                        })
+                        .find(|(list, _)| list.split(',').any(|c| c == controller))
+                        .map(|(_, path)| path.trim_start_matches('/').to_string())
+                        .unwrap_or_default();
+                    let here = dir.join(&current);
+                    layout.v1.push((controller, if here.is_dir() { here } else { dir.clone() }));
+                }
+            }
+        }
+    }
+    layout
+}
+
+fn dirs_for(name: &str, layout: &Layout) -> (Vec<(&'static str, PathBuf)>, bool) {
+    match &layout.v2 {
+        Some(root) => (vec![("v2", root.join("orch").join(name))], true),
+        None => (layout.v1.iter().map(|(c, dir)| (*c, dir.join("orch").join(name))).collect(), false),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !name.starts_with('.')
+}
+
+impl Cgroup {
+    /// Creates the cgroup for `name` with `limits` and returns it, or `None` where no
+    /// hierarchy is writable (or `name` is not a plain file name). Does not move any
+    /// process in; see [`Cgroup::enter`].
+    pub fn create(name: &str, limits: &Limits) -> Option<Cgroup> {
+        if !valid_name(name) {
+            tracing::debug!(name, "cgroup: not a usable cgroup name; skipping the cgroup");
+            return None;
+        }
+        let layout = layout();
+        let (dirs, v2) = dirs_for(name, &layout);
+        if v2 && let Some(root) = &layout.v2 {
+            // Delegate the controllers down to orch/ (errors: already on, or not allowed).
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
+            let _ = std::fs::create_dir(root.join("orch"));
+            let _ = std::fs::write(root.join("orch/cgroup.subtree_control"), "+pids +memory");
+        }
+        let mut made = Vec::new();
+        let mut memory = false;
+        for (controller, dir) in dirs {
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                tracing::debug!(dir = %dir.display(), "cgroup: cannot create ({e}); skipping it");
+                continue;
+            }
+            if let Some(n) = limits.processes {
+                write_if_present(&dir, "pids.max", &n.to_string());
+            }
+            if let Some(bytes) = limits.memory_bytes {
+                let bytes = bytes.to_string();
+                memory |= write_if_present(&dir, "memory.max", &bytes);
+                write_if_present(&dir, "memory.swap.max", "0");
+                if write_if_present(&dir, "memory.limit_in_bytes", &bytes) {
+                    memory = true;
+                    write_if_present(&dir, "memory.memsw.limit_in_bytes", &bytes);
+                }
+            }
+            tracing::debug!(controller, dir = %dir.display(), "cgroup: created");
+            made.push(dir);
+        }
+        if made.is_empty() { None } else { Some(Cgroup { dirs: made, v2, memory }) }
+    }
+
+    /// The cgroup a tool host created for `name`, if its directories exist.
+    pub fn find(name: &str) -> Option<Cgroup> {
+        if !valid_name(name) {
+            return None;
+        }
+        let layout = layout();
+        let (dirs, v2) = dirs_for(name, &layout);
+        let dirs: Vec<PathBuf> = dirs.into_iter().map(|(_, d)| d).filter(|d| d.is_dir()).collect();
+        let memory = dirs.iter().any(|d| d.join("memory.max").exists() || d.join("memory.limit_in_bytes").exists());
+        if dirs.is_empty() { None } else { Some(Cgroup { dirs, v2, memory }) }
+    }
+
+    /// Moves process `pid` (0: the caller) into the cgroup, in every hierarchy.
+    pub fn enter(&self, pid: u32) -> std::io::Result<()> {
+        let pid = if pid == 0 { std::process::id() } else { pid };
+        for dir in &self.dirs {
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Whether the cgroup limits memory (so `RLIMIT_DATA` is not needed).
+    pub fn limits_memory(&self) -> bool {
+        self.memory
+    }
+
+    /// The cgroup's directories.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Kills every process in the cgroup: `cgroup.kill` in v2 (Linux 5.14+), otherwise
+    /// SIGKILL to each listed process until none is left (bounded: about a second).
+    pub fn kill(&self) {
+        if self.v2
+            && let Some(dir) = self.dirs.first()
+            && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
+        {
+            return;
+        }
+        for _ in 0..200 {
+            let pids: Vec<i32> = self
+                .dirs
+                .iter()
+                .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+                .flat_map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect::<Vec<i32>>())
+                .collect();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Removes the cgroup's directories once they are empty (retries briefly while the
+    /// killed processes exit). Failures are logged: this runs during teardown.
+    pub fn remove(&self) {
+        for dir in &self.dirs {
+            let mut last = None;
+            for attempt in 0..100 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+                std::thread::sleep(Duration::from_millis(if attempt < 10 { 1 } else { 10 }));
+            }
+            if let Some(e) = last {
+                tracing::warn!(dir = %dir.display(), "could not remove the sandbox cgroup: {e}");
+            }
+        }
+    }
+}
+
+/// Kills and removes the cgroup of sandbox `name`, if there is one.
+pub fn kill_and_remove(name: &str) {
+    if let Some(cgroup) = Cgroup::find(name) {
+        cgroup.kill();
+        cgroup.remove();
+    }
+}
+
+fn write_if_present(dir: &Path, file: &str, value: &str) -> bool {
+    let path = dir.join(file);
+    if !path.exists() {
+        return false;
+    }
+    match std::fs::write(&path, value) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(path = %path.display(), "cgroup: cannot set {value} ({e})");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain_file_names() {
+        assert!(valid_name("exec-123-main") && valid_name("run_1.fix-2"));
+        for bad in ["", "..", ".hidden", "a/b", "../../etc", "a b"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+        assert!(Cgroup::create("../escape", &Limits::default()).is_none());
+    }
+
+    #[test]
+    fn v2_goes_to_the_top_v1_nests_under_our_own() {
+        let layout = Layout {
+            v2: None,
+            v1: vec![("pids", "/sys/fs/cgroup/pids".into()), ("memory", "/sys/fs/cgroup/memory/job/1".into())],
+        };
+        let (dirs, v2) = dirs_for("a", &layout);
+        assert!(!v2);
+        assert_eq!(dirs[1].1, Path::new("/sys/fs/cgroup/memory/job/1/orch/a"));
+        let layout = Layout { v2: Some("/sys/fs/cgroup".into()), v1: vec![] };
+        assert_eq!(dirs_for("a", &layout).0[0].1, Path::new("/sys/fs/cgroup/orch/a"));
+    }
+}

@@ -1,0 +1,130 @@
+//! [`confine`]: the tool host confining itself at start, before any thread exists.
+//!
+//! Landlock backend, in this order:
+//! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
+//!    at once, and the private mount namespace that keeps the roots reachable for the
+//!    sandbox uid (see [`crate::traverse`]);
+//! 2. child subreaper, so escaped processes stay the host's to kill ([`crate::reaper`]);
+//! 3. rlimits ([`crate::rlimits`]);
+//! 4. root only: drop to the policy's uid with no groups and no capabilities
+//!    ([`crate::identity`]);
+//! 5. Landlock, which also sets no_new_privs ([`crate::landlock`]);
+//! 6. seccomp ([`crate::seccomp`]).
+//!
+//! Backend `none`: only the subreaper (the caller warns that nothing is confined).
+//! Backend `container`: the subreaper and rlimits; the container is the confinement.
+
+use std::path::PathBuf;
+
+use crate::cgroup::Cgroup;
+use crate::error::SandboxError;
+use crate::policy::{Backend, Policy};
+use crate::{identity, landlock, rlimits, seccomp, traverse};
+
+/// What [`confine`] put in place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Confinement {
+    /// The uid the process now runs as, if it dropped root.
+    pub uid: Option<u32>,
+    /// The cgroup directories the process moved into.
+    pub cgroup: Vec<PathBuf>,
+    /// Directories covered so roots stay reachable after the uid drop.
+    pub covered: usize,
+    /// The Landlock ABI enforced, if Landlock was applied.
+    pub landlock_abi: Option<i32>,
+    /// Whether seccomp filters were installed.
+    pub seccomp: bool,
+}
+
+/// Confines the calling process according to `policy`. Must run while the process has a
+/// single thread (Landlock and seccomp bind the calling thread and what it starts).
+pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+    let mut done = Confinement::default();
+    match policy.backend {
+        Backend::None => {
+            subreaper()?;
+            return Ok(done);
+        }
+        Backend::Container => {
+            subreaper()?;
+            rlimits::apply(&rlimits::plan(&policy.limits, false, false))?;
+            return Ok(done);
+        }
+        Backend::Landlock => {}
+    }
+    validate(policy)?;
+    let threads = thread_count();
+    if threads != 1 {
+        return Err(SandboxError::Threads(threads));
+    }
+    let root = identity::is_root();
+    let uid = if root { Some(policy.uid.ok_or(SandboxError::NoSandboxUid)?) } else { None };
+
+    let mut memory_in_cgroup = false;
+    if let Some(uid) = uid {
+        let name = policy.name.clone().unwrap_or_else(|| format!("host-{}", std::process::id()));
+        if let Some(cgroup) = Cgroup::create(&name, &policy.limits) {
+            match cgroup.enter(0) {
+                Ok(()) => {
+                    memory_in_cgroup = cgroup.limits_memory();
+                    done.cgroup = cgroup.dirs().to_vec();
+                }
+                Err(e) => {
+                    tracing::debug!("cgroup: cannot move in ({e}); relying on rlimits");
+                    cgroup.remove();
+                }
+            }
+        }
+        let roots: Vec<PathBuf> = policy.read.iter().chain(&policy.write).cloned().collect();
+        done.covered = match traverse::expose(&roots, uid, uid) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("sandbox: some roots may be unreachable for the sandbox uid: {e}");
+                0
+            }
+        };
+        if done.covered > 0 {
+            // Re-enter the working directory through the new mounts.
+            std::env::set_current_dir(&policy.cwd).map_err(|e| {
+                SandboxError::io(format!("cannot enter the working directory {}", policy.cwd.display()), e)
+            })?;
+        }
+    }
+    subreaper()?;
+    rlimits::apply(&rlimits::plan(&policy.limits, memory_in_cgroup, uid.is_some()))?;
+    if let Some(uid) = uid {
+        identity::drop_to(uid)?;
+        done.uid = Some(uid);
+    }
+    let applied = landlock::restrict(&policy.read, &policy.write, policy.network)?;
+    done.landlock_abi = Some(applied.abi);
+    seccomp::apply(policy.network)?;
+    done.seccomp = true;
+    Ok(done)
+}
+
+fn subreaper() -> Result<(), SandboxError> {
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| SandboxError::io("cannot become a child subreaper", std::io::Error::from(e)))
+}
+
+/// Checks what the kernel would otherwise reject obscurely.
+pub fn validate(policy: &Policy) -> Result<(), SandboxError> {
+    for path in policy.read.iter().chain(&policy.write).chain(std::iter::once(&policy.cwd)) {
+        if !path.is_absolute() {
+            return Err(SandboxError::InvalidPolicy(format!("{} is not an absolute path", path.display())));
+        }
+    }
+    if policy.write.is_empty() {
+        return Err(SandboxError::InvalidPolicy("no writable root; give at least a private tmp".into()));
+    }
+    Ok(())
+}
+
+/// Threads of this process, from `/proc/self/status` (0 if unreadable).
+pub fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim().parse().unwrap_or(0))))
+        .unwrap_or(0)
+}

@@ -1,0 +1,165 @@
+//! Killing what commands leave behind. A tool host is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`, set by [`crate::confine`]), so every process its commands
+//! start stays its descendant, even one that called `setsid` and whose parent exited:
+//! orphans are re-parented to the host, not to init. That makes "everything the
+//! sandbox started" the host's descendants, which this module finds through
+//! `/proc/<pid>/task/<tid>/children` (falling back to a scan of `/proc`), kills with
+//! SIGKILL, and reaps.
+//!
+//! Reaping waits on the specific pids killed (`waitpid(pid)`), never `waitpid(-1)`,
+//! which would steal the exit statuses of children tokio is waiting for.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+
+/// How long a kill pass may keep finding and reaping processes.
+const PASS_BUDGET: Duration = Duration::from_millis(500);
+
+/// One process, as `/proc/<pid>/stat` describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    /// Exited and not yet reaped.
+    pub zombie: bool,
+}
+
+fn stat(pid: i32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgid = fields.next()?.parse().ok()?;
+    Some(Proc { pid, ppid, pgid, zombie: state == "Z" || state == "X" })
+}
+
+/// The direct children of `pid`, from each of its threads' `children` file.
+fn children(pid: i32) -> Option<Vec<i32>> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = task.ok()?.path().join("children");
+        let text = std::fs::read_to_string(path).ok()?;
+        found.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    Some(found)
+}
+
+/// Every descendant of `root`, parents before their children.
+pub fn descendants(root: i32) -> Vec<Proc> {
+    match descendants_by_children(root) {
+        Some(found) => found,
+        None => descendants_by_scan(root),
+    }
+}
+
+fn descendants_by_children(root: i32) -> Option<Vec<Proc>> {
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    let mut seen = BTreeSet::new();
+    while let Some(pid) = queue.pop() {
+        for child in children(pid)? {
+            if seen.insert(child)
+                && let Some(p) = stat(child)
+            {
+                found.push(p);
+                queue.push(child);
+            }
+        }
+    }
+    Some(found)
+}
+
+fn descendants_by_scan(root: i32) -> Vec<Proc> {
+    let all: Vec<Proc> = std::fs::read_dir("/proc")
+        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter_map(stat).collect())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for p in all.iter().filter(|p| p.ppid == parent) {
+            found.push(*p);
+            parents.push(p.pid);
+        }
+    }
+    found
+}
+
+/// Kills every descendant of this process that is not in one of `exclude_pgids` (the
+/// process groups of commands still running), and reaps the ones that are its direct
+/// children. Repeats until none is left (bounded), since a dying parent hands its
+/// children to this process. Returns how many processes were killed.
+pub fn kill_orphans(exclude_pgids: &[i32]) -> usize {
+    kill_tree(std::process::id() as i32, exclude_pgids)
+}
+
+/// Kills every descendant of this process and reaps them: for host shutdown.
+pub fn kill_descendants() -> usize {
+    kill_orphans(&[])
+}
+
+/// Kills every descendant of `root` outside `exclude_pgids`; reaps those that are this
+/// process's children.
+pub fn kill_tree(root: i32, exclude_pgids: &[i32]) -> usize {
+    let me = std::process::id() as i32;
+    let started = Instant::now();
+    let mut killed = BTreeSet::new();
+    loop {
+        let targets: Vec<Proc> = descendants(root).into_iter().filter(|p| !exclude_pgids.contains(&p.pgid)).collect();
+        if targets.is_empty() || started.elapsed() > PASS_BUDGET {
+            break;
+        }
+        for p in &targets {
+            if !p.zombie {
+                let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
+                killed.insert(p.pid);
+            }
+        }
+        for p in targets.iter().filter(|p| p.ppid == me) {
+            // A SIGKILLed child exits at once; do not block on one stuck in the kernel.
+            let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    killed.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_lines_with_odd_names() {
+        let me = stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(!me.zombie && me.ppid > 0);
+    }
+
+    #[test]
+    fn finds_grandchildren_both_ways() {
+        let mut child = std::process::Command::new("sh").args(["-c", "sleep 30 & sleep 30; :"]).spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut found = Vec::new();
+        for _ in 0..200 {
+            found = descendants(pid);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(found.len() >= 2, "{found:?}");
+        assert_eq!(descendants_by_scan(pid).len(), found.len());
+        let mine: Vec<i32> = descendants(std::process::id() as i32).iter().map(|p| p.pid).collect();
+        assert!(mine.contains(&pid));
+        assert_eq!(kill_tree(pid, &[]), 2);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(descendants(pid).is_empty());
+    }
+}

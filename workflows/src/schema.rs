@@ -1,0 +1,389 @@
+//! The typed workflow: what a workflow file may say, field by field.
+//!
+//! Every struct denies unknown keys. Agents and inputs keep their file order, because
+//! synthesis and merges follow it. A [`Workflow`] only comes out of
+//! [`load`](crate::load) / [`load_str`](crate::load_str), so it has passed validation:
+//! ids are unique and branch-safe, every `needs` target exists, there is no cycle, every
+//! tool is known, templates compile and only name things that exist.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::diagnostic::SourceFile;
+use crate::duration::Duration;
+use crate::yaml::Node;
+
+/// The core tools an agent may be given (besides `mcp__<server>__<tool>` names).
+pub const KNOWN_TOOLS: [&str; 9] = ["Read", "Write", "Edit", "Glob", "Grep", "LS", "Bash", "TodoWrite", "Agent"];
+
+/// The tools of an agent when neither the agent nor `defaults` lists any: read-only.
+pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Grep", "Glob", "LS", "TodoWrite"];
+
+/// The keys of the top-level mapping, in the order the documentation gives them.
+pub const WORKFLOW_KEYS: &[&str] = &[
+    "version",
+    "name",
+    "description",
+    "model",
+    "concurrency",
+    "limits",
+    "defaults",
+    "inputs",
+    "setup",
+    "agents",
+    "synthesis",
+    "integrate",
+    "fail_fast",
+];
+
+/// Whether `name` is a tool an agent may list: a core tool, or `mcp__<server>__<tool>`
+/// (`<tool>` may be `*` for every tool of that server).
+pub fn is_known_tool(name: &str) -> bool {
+    if KNOWN_TOOLS.contains(&name) {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix("mcp__") else { return false };
+    let Some((server, tool)) = rest.split_once("__") else { return false };
+    let word = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    word(server) && (tool == "*" || word(tool))
+}
+
+/// A whole workflow file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Workflow {
+    /// The format version; only `1` exists.
+    pub version: u32,
+    /// `name:`, or the file name without its extension.
+    pub name: String,
+    /// The task as a whole; synthesis presents it as the original task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The model of every agent and of synthesis, unless they say otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// How many agents may run at once (the coordinator's default when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Limits for the whole run.
+    pub limits: Limits,
+    /// Settings every agent starts from.
+    pub defaults: Defaults,
+    /// Declared inputs, in file order.
+    pub inputs: Vec<Input>,
+    /// Commands run once, before any agent, in the run clone (network allowed).
+    pub setup: Vec<String>,
+    /// The agents, in file order.
+    pub agents: Vec<Agent>,
+    pub synthesis: Synthesis,
+    pub integrate: Integrate,
+    /// Stop the whole run at the first failed agent.
+    pub fail_fast: bool,
+    #[serde(skip)]
+    pub(crate) source: Source,
+}
+
+impl Workflow {
+    /// The file name the workflow was loaded from, as given to `load_str`.
+    pub fn file(&self) -> &str {
+        &self.source.file.name
+    }
+
+    /// The agent with this id.
+    pub fn agent(&self, id: &str) -> Option<&Agent> {
+        self.agents.iter().find(|a| a.id == id)
+    }
+}
+
+/// The text and tree a workflow was loaded from, kept for diagnostics at plan time.
+#[derive(Clone)]
+pub(crate) struct Source {
+    pub file: Arc<SourceFile>,
+    pub tree: Arc<Node>,
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Source").field("file", &self.file.name).finish_non_exhaustive()
+    }
+}
+
+/// Turn, token, cost and time limits. For the whole run (`limits:`) or per agent
+/// (`defaults.limits`, `agents.<id>.limits`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Most model calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Most tokens processed (input, cache reads and writes, output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Most spend, in US dollars.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+}
+
+impl Limits {
+    /// `self`, with every unset field taken from `fallback`.
+    pub fn or(self, fallback: Limits) -> Limits {
+        Limits {
+            max_turns: self.max_turns.or(fallback.max_turns),
+            max_tokens: self.max_tokens.or(fallback.max_tokens),
+            max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
+            timeout: self.timeout.or(fallback.timeout),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+}
+
+/// `defaults:` settings every agent starts from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub permissions: Permissions,
+}
+
+/// Where an agent's tools run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Landlock and seccomp (Linux).
+    #[default]
+    Landlock,
+    /// One container per agent.
+    Container,
+    /// No confinement (explicit opt-in).
+    None,
+}
+
+/// Network access of an agent's tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    #[default]
+    None,
+    Full,
+}
+
+/// `sandbox:` as written; unset fields come from `defaults.sandbox`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    /// The container image (`backend: container`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Extra readable paths, added to the defaults'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
+    /// Extra writable paths, added to the defaults'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<String>,
+}
+
+/// Permission mode, as `orch exec --permission-mode` spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionMode {
+    #[default]
+    Default,
+    AcceptEdits,
+    Plan,
+    Bypass,
+}
+
+impl PermissionMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::AcceptEdits => "accept-edits",
+            PermissionMode::Plan => "plan",
+            PermissionMode::Bypass => "bypass",
+        }
+    }
+}
+
+/// `permissions:` rules such as `Bash(git diff *)`. Per-agent rules are added to the
+/// defaults' rules; the mode replaces the default mode.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Permissions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PermissionMode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
+}
+
+/// A declared input (`inputs.<name>`), given with `--input name=value`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    #[serde(skip_deserializing)]
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The value when none is given; an input without a default is required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+}
+
+/// One agent, as written under `agents.<id>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    /// The key under `agents:`.
+    #[serde(skip_deserializing)]
+    pub id: String,
+    /// The task, a template. Required unless `uses:` names an agent definition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// An agent definition (kept as written; the coordinator resolves it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uses: Option<String>,
+    /// Replaces `defaults.tools`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub permissions: Permissions,
+    /// Agents that must finish first (every instance, for a fan-out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
+    /// One instance of this agent per item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<ForEach>,
+    /// The template variable holding the item (default `item`).
+    #[serde(rename = "as", skip_serializing_if = "Option::is_none")]
+    pub as_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Output>,
+    /// This agent's failure neither fails the run nor stops its dependents.
+    #[serde(default)]
+    pub continue_on_failure: bool,
+}
+
+impl Agent {
+    /// The name of the fan-out item in templates.
+    pub fn item_name(&self) -> &str {
+        self.as_name.as_deref().unwrap_or("item")
+    }
+}
+
+/// `for_each:` a YAML list (static fan-out) or one `{{ expression }}`: over inputs it
+/// is expanded at plan time, over an earlier agent's output when that agent finishes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ForEach {
+    List(Vec<Value>),
+    Expr(String),
+}
+
+impl<'de> Deserialize<'de> for ForEach {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ForEach, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ForEach;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of items or a quoted `{{ expression }}`")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ForEach, E> {
+                Ok(ForEach::Expr(v.to_string()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ForEach, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<Value>()? {
+                    items.push(item);
+                }
+                Ok(ForEach::List(items))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// `output:` structured output of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// A JSON Schema its final answer must satisfy.
+    pub schema: Value,
+}
+
+/// `synthesis:` the final aggregation over every agent's report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Synthesis {
+    /// Replaces the default instructions; the agents' reports are still included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// What happens to the agents' branches at the end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Integrate {
+    /// Leave the changes in the run directory only.
+    None,
+    /// Fetch each agent's branch `orch/<run>/<agent>` into the repository.
+    #[default]
+    Branches,
+    /// Also merge them, in order, into `orch/<run>/integration`.
+    Merge,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knows_core_and_mcp_tools() {
+        assert!(is_known_tool("Read"));
+        assert!(is_known_tool("mcp__github__create_issue"));
+        assert!(is_known_tool("mcp__github__*"));
+        assert!(!is_known_tool("mcp__github"));
+        assert!(!is_known_tool("mcp____x"));
+        assert!(!is_known_tool("read"));
+    }
+
+    #[test]
+    fn limits_fall_back_field_by_field() {
+        let agent = Limits { max_turns: Some(5), ..Limits::default() };
+        let defaults = Limits { max_turns: Some(40), max_cost_usd: Some(3.0), ..Limits::default() };
+        assert_eq!(agent.or(defaults), Limits { max_turns: Some(5), max_cost_usd: Some(3.0), ..Limits::default() });
+    }
+}

@@ -1,0 +1,883 @@
+//! Semantic checks of a typed workflow, each error placed with the YAML tree.
+//!
+//! Checks: agent ids (branch-safe, unique ignoring case, not reserved), prompts, tools,
+//! permission rules, limits, `needs` (unknown targets with a suggestion, cycles with
+//! their path), `for_each` and `as`, output schemas (valid JSON Schema), templates
+//! (syntax, and every name they read: declared inputs, the fan-out item, agents this
+//! one needs, fields those agents' output schemas declare), `setup` and `synthesis`.
+//! Agents that failed to deserialize are known by id but not checked further, so one
+//! mistake is reported once.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::diagnostic::{Diagnostic, Location, SourceFile};
+use crate::load::{did_you_mean, key_list, push_sentence, suggest};
+use crate::schema::{Agent, ForEach, KNOWN_TOOLS, Limits, Permissions, SandboxConfig, Workflow, is_known_tool};
+use crate::template::{self, Reference};
+use crate::yaml::{Node, Seg};
+
+/// Agent ids that name something else in a run (`orch/<run>/integration`, the synthesis
+/// transcript, the setup step).
+pub const RESERVED_IDS: [&str; 3] = ["integration", "synthesis", "setup"];
+
+/// Template names that cannot be used for the fan-out item.
+const RESERVED_NAMES: [&str; 18] = [
+    "inputs", "agents", "loop", "self", "true", "false", "none", "True", "False", "None", "and", "or", "not", "in",
+    "is", "if", "else", "for",
+];
+
+/// Longest agent id.
+pub const MAX_ID_LEN: usize = 64;
+
+/// Whether `id` is a valid agent id: ASCII letters, digits, `_` and `-`, starting with a
+/// letter, at most [`MAX_ID_LEN`] characters. Such ids are safe in branch names
+/// (`orch/<run>/<id>`) and file names.
+pub fn is_valid_agent_id(id: &str) -> bool {
+    id.len() <= MAX_ID_LEN
+        && id.starts_with(|c: char| c.is_ascii_alphabetic())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn path(parts: &[&str]) -> Vec<Seg> {
+    parts.iter().map(|p| Seg::key(p)).collect()
+}
+
+fn with(mut base: Vec<Seg>, seg: Seg) -> Vec<Seg> {
+    base.push(seg);
+    base
+}
+
+/// Runs every check; returns the problems found.
+pub(crate) fn validate(workflow: &Workflow, broken: &HashSet<String>) -> Vec<Diagnostic> {
+    let root = workflow.source.tree.as_ref();
+    let all_ids: Vec<String> = root
+        .entry("agents")
+        .and_then(|e| e.value.entries())
+        .map(|entries| entries.iter().map(|e| e.key.clone()).collect())
+        .unwrap_or_default();
+    let mut checker = Checker {
+        workflow,
+        source: workflow.source.file.as_ref(),
+        root,
+        diagnostics: Vec::new(),
+        all_ids,
+        broken,
+        upstream: HashMap::new(),
+    };
+    checker.run();
+    checker.diagnostics
+}
+
+struct Checker<'a> {
+    workflow: &'a Workflow,
+    source: &'a SourceFile,
+    root: &'a Node,
+    diagnostics: Vec<Diagnostic>,
+    /// Every agent id in the file, in order, including agents that did not deserialize.
+    all_ids: Vec<String>,
+    broken: &'a HashSet<String>,
+    /// Each agent's transitive `needs`.
+    upstream: HashMap<String, BTreeSet<String>>,
+}
+
+/// What a template may read.
+struct Scope<'s> {
+    /// "the prompt of `fix`".
+    what: String,
+    /// The agent the template belongs to.
+    owner: Option<&'s str>,
+    /// The fan-out item's name.
+    item: Option<&'s str>,
+    /// Agents it may read; `None` when `agents` is not available at all.
+    upstream: Option<&'s BTreeSet<String>>,
+}
+
+impl<'a> Checker<'a> {
+    fn run(&mut self) {
+        self.compute_upstream();
+        self.check_ids();
+        if self.workflow.concurrency == Some(0) {
+            let at = self.at(&path(&["concurrency"]));
+            self.error(
+                at,
+                "`concurrency` must be at least 1",
+                "write how many agents may run at once, e.g. `concurrency: 8`",
+            );
+        }
+        self.check_limits(&self.workflow.limits, path(&["limits"]));
+        let defaults = &self.workflow.defaults;
+        self.check_limits(&defaults.limits, path(&["defaults", "limits"]));
+        if let Some(tools) = &defaults.tools {
+            self.check_tools(tools, path(&["defaults", "tools"]));
+        }
+        self.check_model(defaults.model.as_deref(), path(&["defaults", "model"]));
+        self.check_model(self.workflow.model.as_deref(), path(&["model"]));
+        self.check_permissions(&defaults.permissions, path(&["defaults", "permissions"]));
+        self.check_sandbox(&defaults.sandbox, path(&["defaults", "sandbox"]));
+        self.check_inputs();
+        self.check_setup();
+        if self.workflow.agents.is_empty() && self.broken.is_empty() && self.root.entry("agents").is_some() {
+            let at = self.key_at(&path(&["agents"]));
+            self.error(
+                at,
+                "the workflow has no agents",
+                "add at least one agent, e.g. `review: { prompt: Review the last commit. }`",
+            );
+        }
+        for agent in &self.workflow.agents {
+            self.check_agent(agent);
+        }
+        self.check_cycles();
+        self.check_synthesis();
+    }
+
+    // ----- positions -------------------------------------------------------------
+
+    /// The location of the value at `path`, or of its nearest ancestor that exists.
+    fn at(&self, path: &[Seg]) -> Location {
+        for len in (0..=path.len()).rev() {
+            if let Some((node, _)) = self.root.find(&path[..len]) {
+                return self.source.span(node.span);
+            }
+        }
+        self.source.at(1, 0, 1)
+    }
+
+    /// The location of the key at the end of `path` (or of the value, for an index).
+    fn key_at(&self, path: &[Seg]) -> Location {
+        match self.root.find(path) {
+            Some((_, Some(key_span))) => self.source.span(key_span),
+            _ => self.at(path),
+        }
+    }
+
+    fn node(&self, path: &[Seg]) -> Option<&'a Node> {
+        self.root.find(path).map(|(node, _)| node)
+    }
+
+    fn error(&mut self, location: Location, message: impl Into<String>, hint: impl Into<String>) {
+        self.diagnostics.push(Diagnostic::new(message, location, hint));
+    }
+
+    // ----- graph -------------------------------------------------------------------
+
+    fn compute_upstream(&mut self) {
+        let needs: HashMap<&str, &[String]> =
+            self.workflow.agents.iter().map(|a| (a.id.as_str(), a.needs.as_slice())).collect();
+        for agent in &self.workflow.agents {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<&str> = agent.needs.iter().map(String::as_str).collect();
+            while let Some(id) = stack.pop() {
+                if seen.insert(id.to_string()) {
+                    stack.extend(needs.get(id).copied().unwrap_or_default().iter().map(String::as_str));
+                }
+            }
+            self.upstream.insert(agent.id.clone(), seen);
+        }
+    }
+
+    fn check_ids(&mut self) {
+        let mut lower: HashMap<String, String> = HashMap::new();
+        for id in self.all_ids.clone() {
+            let at = self.key_at(&path(&["agents", &id]));
+            if !is_valid_agent_id(&id) {
+                self.error(
+                    at.clone(),
+                    format!("`{id}` is not a valid agent id"),
+                    format!(
+                        "use ASCII letters, digits, `_` and `-`, starting with a letter, at most {MAX_ID_LEN} \
+                         characters (ids become branch names `orch/<run>/<id>`), e.g. `fix-docs`"
+                    ),
+                );
+            } else if RESERVED_IDS.contains(&id.to_ascii_lowercase().as_str()) {
+                self.error(
+                    at.clone(),
+                    format!("`{id}` is reserved and cannot be an agent id"),
+                    format!(
+                        "rename the agent; orch itself uses {} (e.g. the branch `orch/<run>/integration`)",
+                        key_list(&RESERVED_IDS)
+                    ),
+                );
+            }
+            match lower.get(&id.to_ascii_lowercase()) {
+                Some(first) if first != &id => {
+                    let first = first.clone();
+                    self.error(
+                        at,
+                        format!("agent ids `{first}` and `{id}` differ only in case"),
+                        "rename one of them: their branches would collide on case-insensitive file systems",
+                    );
+                }
+                _ => {
+                    lower.insert(id.to_ascii_lowercase(), id.clone());
+                }
+            }
+        }
+    }
+
+    fn check_cycles(&mut self) {
+        let order: HashMap<&str, usize> =
+            self.workflow.agents.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
+        let needs: HashMap<&str, Vec<&str>> = self
+            .workflow
+            .agents
+            .iter()
+            .map(|a| (a.id.as_str(), a.needs.iter().map(String::as_str).filter(|n| order.contains_key(n)).collect()))
+            .collect();
+        let mut state: HashMap<&str, u8> = HashMap::new(); // 1 = on the stack, 2 = done
+        let mut cycles: Vec<Vec<&str>> = Vec::new();
+        fn visit<'g>(
+            id: &'g str,
+            needs: &HashMap<&'g str, Vec<&'g str>>,
+            state: &mut HashMap<&'g str, u8>,
+            stack: &mut Vec<&'g str>,
+            cycles: &mut Vec<Vec<&'g str>>,
+        ) {
+            state.insert(id, 1);
+            stack.push(id);
+            for &next in needs.get(id).map(Vec::as_slice).unwrap_or_default() {
+                match state.get(next) {
+                    Some(1) => {
+                        if let Some(pos) = stack.iter().position(|&s| s == next) {
+                            cycles.push(stack[pos..].to_vec());
+                        }
+                    }
+                    Some(_) => {}
+                    None => visit(next, needs, state, stack, cycles),
+                }
+            }
+            stack.pop();
+            state.insert(id, 2);
+        }
+        for agent in &self.workflow.agents {
+            if !state.contains_key(agent.id.as_str()) {
+                visit(&agent.id, &needs, &mut state, &mut Vec::new(), &mut cycles);
+            }
+        }
+        let mut reported: HashSet<BTreeSet<&str>> = HashSet::new();
+        for mut cycle in cycles {
+            if !reported.insert(cycle.iter().copied().collect()) {
+                continue;
+            }
+            // Start with the agent that comes first in the file.
+            let first = (0..cycle.len()).min_by_key(|&i| order.get(cycle[i]).copied().unwrap_or(usize::MAX));
+            cycle.rotate_left(first.unwrap_or(0));
+            let from = cycle[0];
+            let to = cycle.get(1).copied().unwrap_or(from);
+            let index = self.workflow.agent(from).and_then(|a| a.needs.iter().position(|n| n == to)).unwrap_or(0);
+            let at = self.at(&with(path(&["agents", from, "needs"]), Seg::Index(index)));
+            let mut shown: Vec<&str> = cycle.clone();
+            shown.push(from);
+            let message = if cycle.len() == 1 {
+                format!("agent `{from}` needs itself")
+            } else {
+                format!("`needs` forms a cycle: {}", shown.join(" -> "))
+            };
+            self.error(
+                at,
+                message,
+                "an agent runs after the agents it needs, so a cycle can never start: remove one of these needs",
+            );
+        }
+    }
+
+    // ----- settings ----------------------------------------------------------------
+
+    fn check_limits(&mut self, limits: &Limits, base: Vec<Seg>) {
+        if limits.max_turns == Some(0) {
+            let at = self.at(&with(base.clone(), Seg::key("max_turns")));
+            self.error(
+                at,
+                "`max_turns` must be at least 1",
+                "write a whole number of model turns, e.g. `max_turns: 40`",
+            );
+        }
+        if limits.max_tokens == Some(0) {
+            let at = self.at(&with(base.clone(), Seg::key("max_tokens")));
+            self.error(
+                at,
+                "`max_tokens` must be at least 1",
+                "write a whole number of tokens, e.g. `max_tokens: 200000`",
+            );
+        }
+        if let Some(cost) = limits.max_cost_usd
+            && !(cost.is_finite() && cost > 0.0)
+        {
+            let at = self.at(&with(base.clone(), Seg::key("max_cost_usd")));
+            self.error(
+                at,
+                format!("`max_cost_usd` must be more than 0, not {cost}"),
+                "write an amount in US dollars, e.g. `max_cost_usd: 2.5`",
+            );
+        }
+        if limits.timeout.is_some_and(|t| t.as_std().is_zero()) {
+            let at = self.at(&with(base, Seg::key("timeout")));
+            self.error(at, "`timeout` must be longer than 0", crate::duration::DURATION_HINT);
+        }
+    }
+
+    fn check_tools(&mut self, tools: &[String], base: Vec<Seg>) {
+        for (i, tool) in tools.iter().enumerate() {
+            if is_known_tool(tool) {
+                continue;
+            }
+            let at = self.at(&with(base.clone(), Seg::Index(i)));
+            let mut hint = did_you_mean(tool, KNOWN_TOOLS);
+            push_sentence(
+                &mut hint,
+                &format!(
+                    "the known tools are {}, and MCP tools written `mcp__<server>__<tool>`",
+                    key_list(&KNOWN_TOOLS)
+                ),
+            );
+            self.error(at, format!("unknown tool `{tool}`"), hint);
+        }
+    }
+
+    fn check_model(&mut self, model: Option<&str>, at_path: Vec<Seg>) {
+        if model.is_some_and(|m| m.trim().is_empty()) {
+            let at = self.at(&at_path);
+            self.error(
+                at,
+                "the model name is empty",
+                "write a model name, e.g. `model: claude-sonnet-4-5`, or remove the key",
+            );
+        }
+    }
+
+    fn check_permissions(&mut self, permissions: &Permissions, base: Vec<Seg>) {
+        for (list, rules) in [("allow", &permissions.allow), ("deny", &permissions.deny), ("ask", &permissions.ask)] {
+            for (i, rule) in rules.iter().enumerate() {
+                if let Err(problem) = check_rule(rule) {
+                    let at = self.at(&with(with(base.clone(), Seg::key(list)), Seg::Index(i)));
+                    self.error(
+                        at,
+                        format!("bad permission rule `{rule}`: {problem}"),
+                        "write `Tool` or `Tool(pattern)`, e.g. `Bash(git diff *)`, `Edit(src/**)`, `Read(~/.ssh/**)`",
+                    );
+                }
+            }
+        }
+    }
+
+    fn check_sandbox(&mut self, sandbox: &SandboxConfig, base: Vec<Seg>) {
+        if sandbox.image.is_some() && sandbox.backend.is_some_and(|b| b != crate::schema::Backend::Container) {
+            let at = self.key_at(&with(base.clone(), Seg::key("image")));
+            self.error(
+                at,
+                "`image` only applies to `backend: container`",
+                "remove `image`, or set `backend: container`",
+            );
+        }
+        for (list, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
+            for (i, p) in paths.iter().enumerate() {
+                if p.trim().is_empty() {
+                    let at = self.at(&with(with(base.clone(), Seg::key(list)), Seg::Index(i)));
+                    self.error(
+                        at,
+                        format!("empty path in `{list}`"),
+                        "write a path, e.g. `~/.cargo/registry`, or remove the item",
+                    );
+                }
+            }
+        }
+    }
+
+    fn check_inputs(&mut self) {
+        for input in &self.workflow.inputs {
+            if !is_identifier(&input.name) {
+                let at = self.key_at(&path(&["inputs", &input.name]));
+                self.error(
+                    at,
+                    format!("`{}` is not a valid input name", input.name),
+                    "use letters, digits and `_`, not starting with a digit, so templates can read `inputs.<name>`",
+                );
+            }
+        }
+    }
+
+    fn check_setup(&mut self) {
+        for (i, command) in self.workflow.setup.iter().enumerate() {
+            if command.trim().is_empty() {
+                let at = self.at(&with(path(&["setup"]), Seg::Index(i)));
+                self.error(at, "empty setup command", "write a shell command, e.g. `cargo fetch`, or remove the item");
+            }
+        }
+    }
+
+    fn check_synthesis(&mut self) {
+        let synthesis = &self.workflow.synthesis;
+        self.check_model(synthesis.model.as_deref(), path(&["synthesis", "model"]));
+        if let Some(prompt) = &synthesis.prompt {
+            let scope = Scope { what: "the synthesis prompt".to_string(), owner: None, item: None, upstream: None };
+            self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
+        }
+    }
+
+    // ----- agents ------------------------------------------------------------------
+
+    fn check_agent(&mut self, agent: &'a Agent) {
+        let id = agent.id.as_str();
+        let base = path(&["agents", id]);
+        if agent.prompt.is_none() && agent.uses.is_none() {
+            let at = self.key_at(&base);
+            self.error(
+                at,
+                format!("agent `{id}` has no prompt"),
+                "add `prompt:` with the task for this agent, or `uses:` with an agent definition that supplies one",
+            );
+        }
+        self.check_model(agent.model.as_deref(), with(base.clone(), Seg::key("model")));
+        if let Some(tools) = &agent.tools {
+            self.check_tools(tools, with(base.clone(), Seg::key("tools")));
+        }
+        self.check_limits(&agent.limits, with(base.clone(), Seg::key("limits")));
+        self.check_permissions(&agent.permissions, with(base.clone(), Seg::key("permissions")));
+        self.check_sandbox(&agent.sandbox, with(base.clone(), Seg::key("sandbox")));
+        self.check_needs(agent, &base);
+        self.check_for_each(agent, &base);
+        if let Some(output) = &agent.output {
+            self.check_schema(&output.schema, with(with(base.clone(), Seg::key("output")), Seg::key("schema")), id);
+        }
+        if let Some(prompt) = &agent.prompt {
+            let upstream = self.upstream.get(id).cloned().unwrap_or_default();
+            let scope = Scope {
+                what: format!("the prompt of `{id}`"),
+                owner: Some(id),
+                item: agent.for_each.as_ref().map(|_| agent.item_name()),
+                upstream: Some(&upstream),
+            };
+            self.check_template(prompt, with(base, Seg::key("prompt")), &scope);
+        }
+    }
+
+    fn check_needs(&mut self, agent: &Agent, base: &[Seg]) {
+        let mut seen = HashSet::new();
+        for (i, need) in agent.needs.iter().enumerate() {
+            let at = self.at(&with(with(base.to_vec(), Seg::key("needs")), Seg::Index(i)));
+            if !seen.insert(need.as_str()) {
+                self.error(at, format!("`{need}` is listed twice in `needs`"), "remove the repeated id");
+            } else if !self.all_ids.contains(need) {
+                let mut hint = did_you_mean(need, self.all_ids.iter().map(String::as_str));
+                push_sentence(
+                    &mut hint,
+                    &format!(
+                        "`needs` lists ids of agents in this file: {}",
+                        key_list(&self.all_ids.iter().map(String::as_str).collect::<Vec<_>>())
+                    ),
+                );
+                self.error(at, format!("`{}` needs `{need}`, which is not an agent", agent.id), hint);
+            }
+        }
+    }
+
+    fn check_for_each(&mut self, agent: &Agent, base: &[Seg]) {
+        let id = agent.id.as_str();
+        if let Some(name) = &agent.as_name {
+            let at = self.at(&with(base.to_vec(), Seg::key("as")));
+            if agent.for_each.is_none() {
+                let at = self.key_at(&with(base.to_vec(), Seg::key("as")));
+                self.error(
+                    at,
+                    format!("`as` names the item of `for_each`, but `{id}` has no `for_each`"),
+                    "add `for_each:` with the items, or remove `as:`",
+                );
+            } else if !is_identifier(name) || RESERVED_NAMES.contains(&name.as_str()) {
+                self.error(
+                    at,
+                    format!("`{name}` cannot name the fan-out item"),
+                    "use a plain name of letters, digits and `_` that is not `inputs`, `agents`, `loop` or a keyword, \
+                     e.g. `as: crate`",
+                );
+            }
+        }
+        let for_each_path = with(base.to_vec(), Seg::key("for_each"));
+        match &agent.for_each {
+            None => {}
+            Some(ForEach::List(items)) if items.is_empty() => {
+                let at = self.at(&for_each_path);
+                self.error(
+                    at,
+                    format!("`for_each` of `{id}` is an empty list, so the agent would never run"),
+                    "list at least one item, or remove `for_each`",
+                );
+            }
+            Some(ForEach::List(_)) => {}
+            Some(ForEach::Expr(text)) => self.check_for_each_expr(agent, text, for_each_path),
+        }
+    }
+
+    fn check_for_each_expr(&mut self, agent: &Agent, text: &str, at_path: Vec<Seg>) {
+        let id = agent.id.as_str();
+        let Some(node) = self.node(&at_path) else { return };
+        let Some((expr, offset)) = template::single_expression(text) else {
+            let at = self.at(&at_path);
+            self.error(
+                at,
+                format!("`for_each` of `{id}` must be a list or one `{{{{ expression }}}}`"),
+                "write a list (`for_each: [core, cli]`) or one quoted expression over an earlier agent's output \
+                 (`for_each: \"{{ agents.survey.output.crates }}\"`)",
+            );
+            return;
+        };
+        let refs = match template::expression_references(expr) {
+            Ok(refs) => refs,
+            Err(e) => {
+                let at = self.source.inside(node, text, offset + e.offset, e.len);
+                self.error(
+                    at,
+                    format!("bad expression in `for_each` of `{id}`: {}", e.message),
+                    "write one expression, e.g. `\"{{ agents.survey.output.crates }}\"`",
+                );
+                return;
+            }
+        };
+        let mut sources: BTreeSet<&str> = BTreeSet::new();
+        for reference in &refs {
+            let at = match reference.offset {
+                Some(o) => self.source.inside(node, text, offset + o, reference.len),
+                None => self.source.span(node.span),
+            };
+            match reference.root() {
+                "inputs" => self.check_input_ref(reference, at),
+                "agents" => {
+                    let Some(source) = reference.parts.get(1) else {
+                        self.error(
+                            at,
+                            format!("`for_each` of `{id}` must name the agent it reads"),
+                            "write `agents.<id>.output.<field>`, e.g. `\"{{ agents.survey.output.crates }}\"`",
+                        );
+                        continue;
+                    };
+                    if !self.all_ids.contains(source) {
+                        self.unknown_agent(source, at);
+                        continue;
+                    }
+                    if !agent.needs.contains(source) {
+                        self.error(
+                            at,
+                            format!("`for_each` of `{id}` reads `agents.{source}`, but `{source}` is not in `needs`"),
+                            format!(
+                                "add `{source}` to `needs` (`needs: [{source}]`): the fan-out expands when it finishes"
+                            ),
+                        );
+                        continue;
+                    }
+                    if self.broken.contains(source) {
+                        continue;
+                    }
+                    if self.is_fan_out(source) {
+                        self.error(
+                            at,
+                            format!("`for_each` of `{id}` reads `{source}`, which fans out itself"),
+                            "fan out over the output of a single agent: add one that collects the items, and read its \
+                             output",
+                        );
+                        continue;
+                    }
+                    if reference.parts.get(2).map(String::as_str) != Some("output") {
+                        self.error(
+                            at,
+                            format!("`for_each` of `{id}` can only read structured output"),
+                            format!("write `agents.{source}.output.<field>`, and give `{source}` an `output.schema`"),
+                        );
+                        continue;
+                    }
+                    sources.insert(source);
+                    self.check_agent_ref(reference, at, &format!("`for_each` of `{id}`"));
+                }
+                root if root == agent.item_name() && agent.as_name.is_some() => {
+                    self.error(
+                        at,
+                        format!("`for_each` cannot use its own item `{root}`"),
+                        "read an input or an earlier agent's output",
+                    );
+                }
+                root => {
+                    let root = root.to_string();
+                    self.unknown_variable(&root, at, "`for_each`", None);
+                }
+            }
+        }
+        if sources.len() > 1 {
+            let at = self.at(&at_path);
+            let names: Vec<&str> = sources.into_iter().collect();
+            self.error(
+                at,
+                format!("`for_each` of `{id}` reads several agents ({})", key_list(&names)),
+                "fan out over one agent's output; combine the lists in that agent",
+            );
+        }
+    }
+
+    fn is_fan_out(&self, id: &str) -> bool {
+        self.workflow.agent(id).is_some_and(|a| a.for_each.is_some())
+    }
+
+    fn check_schema(&mut self, schema: &Value, at_path: Vec<Seg>, id: &str) {
+        let hint = "write a valid JSON Schema (draft 2020-12) in YAML, e.g. `schema: { type: object, required: [crates], \
+                    properties: { crates: { type: array, items: { type: string } } } }`";
+        if !(schema.is_object() || schema.is_boolean()) {
+            let at = self.at(&at_path);
+            self.error(at, format!("`output.schema` of `{id}` must be a JSON Schema mapping"), hint);
+            return;
+        }
+        let problem = match jsonschema::meta::validate(schema) {
+            Err(e) => Some((e.to_string(), e.instance_path().as_str().to_string())),
+            Ok(()) => match jsonschema::validator_for(schema) {
+                Err(e) => Some((e.to_string(), String::new())),
+                Ok(_) => None,
+            },
+        };
+        if let Some((message, pointer)) = problem {
+            let mut full = at_path.clone();
+            let mut node = self.node(&at_path);
+            for raw in pointer.split('/').skip(1) {
+                let segment = raw.replace("~1", "/").replace("~0", "~");
+                let seg = match (node.map(|n| &n.kind), segment.parse::<usize>()) {
+                    (Some(crate::yaml::Kind::Seq(_)), Ok(i)) => Seg::Index(i),
+                    _ => Seg::Key(segment),
+                };
+                full.push(seg);
+                node = self.node(&full);
+            }
+            let at = self.at(&full);
+            self.error(at, format!("`output.schema` of `{id}` is not a valid JSON Schema: {message}"), hint);
+        }
+    }
+
+    // ----- templates ---------------------------------------------------------------
+
+    fn check_template(&mut self, text: &str, at_path: Vec<Seg>, scope: &Scope<'_>) {
+        let Some(node) = self.node(&at_path) else { return };
+        let refs = match template::references(text) {
+            Ok(refs) => refs,
+            Err(e) => {
+                let at = self.source.inside(node, text, e.offset, e.len);
+                self.error(
+                    at,
+                    format!("bad template in {}: {}", scope.what, e.message),
+                    "close every `{{` with `}}` and every `{%` with `%}`; write a literal `{{` as `{{ '{{' }}`",
+                );
+                return;
+            }
+        };
+        for reference in &refs {
+            let at = match reference.offset {
+                Some(o) => self.source.inside(node, text, o, reference.len),
+                None => self.source.span(node.span),
+            };
+            match reference.root() {
+                "inputs" => self.check_input_ref(reference, at),
+                root if Some(root) == scope.item => {}
+                "agents" => {
+                    let Some(upstream) = scope.upstream else {
+                        self.error(
+                            at,
+                            format!("{} cannot read `agents`", scope.what),
+                            "the agents' reports are added to the synthesis prompt for you; refer to them in words",
+                        );
+                        continue;
+                    };
+                    let Some(other) = reference.parts.get(1) else { continue };
+                    if !self.all_ids.contains(other) {
+                        self.unknown_agent(other, at);
+                    } else if scope.owner == Some(other.as_str()) {
+                        self.error(
+                            at,
+                            format!("{} reads its own result", scope.what),
+                            "an agent can only read agents it needs",
+                        );
+                    } else if !upstream.contains(other) {
+                        let owner = scope.owner.unwrap_or("this agent");
+                        self.error(
+                            at,
+                            format!("{} reads `agents.{other}`, but `{owner}` does not need `{other}`", scope.what),
+                            format!("add `{other}` to `needs` of `{owner}` so it finishes first"),
+                        );
+                    } else if !self.broken.contains(other) {
+                        self.check_agent_ref(reference, at, &scope.what);
+                    }
+                }
+                root => {
+                    let root = root.to_string();
+                    self.unknown_variable(&root, at, &scope.what, scope.item);
+                }
+            }
+        }
+    }
+
+    fn check_input_ref(&mut self, reference: &Reference, at: Location) {
+        let Some(name) = reference.parts.get(1) else { return };
+        if self.workflow.inputs.iter().any(|i| &i.name == name) {
+            return;
+        }
+        let declared: Vec<&str> = self.workflow.inputs.iter().map(|i| i.name.as_str()).collect();
+        let mut hint = did_you_mean(name, declared.iter().copied());
+        let declare = format!("declare it: `inputs: {{ {name}: {{ description: …, default: … }} }}`");
+        if hint.is_empty() {
+            push_sentence(&mut hint, &declare);
+        } else {
+            push_sentence(&mut hint, &format!("otherwise {declare}"));
+        }
+        self.error(at, format!("unknown input `{name}`"), hint);
+    }
+
+    fn unknown_agent(&mut self, name: &str, at: Location) {
+        let mut hint = did_you_mean(name, self.all_ids.iter().map(String::as_str));
+        if let Some(dashed) = self.all_ids.iter().find(|id| id.contains('-') && id.starts_with(&format!("{name}-"))) {
+            hint = format!("an id with `-` needs brackets in a template: `agents[\"{dashed}\"]`. ");
+        }
+        push_sentence(
+            &mut hint,
+            &format!("the agents are {}", key_list(&self.all_ids.iter().map(String::as_str).collect::<Vec<_>>())),
+        );
+        self.error(at, format!("unknown agent `{name}`"), hint);
+    }
+
+    fn unknown_variable(&mut self, name: &str, at: Location, what: &str, item: Option<&str>) {
+        let mut names = vec!["inputs", "agents"];
+        names.extend(item);
+        let mut hint = did_you_mean(name, names.iter().copied());
+        if item.is_none() && name == "item" {
+            push_sentence(&mut hint, "`item` exists only in an agent with `for_each`. ");
+        }
+        push_sentence(
+            &mut hint,
+            &format!(
+                "a template can read `inputs.<name>`, `agents.<id>.text`, `agents.<id>.output`{}",
+                item.map(|i| format!(" and the fan-out item `{i}`")).unwrap_or_default()
+            ),
+        );
+        self.error(at, format!("unknown variable `{name}` in {what}"), hint);
+    }
+
+    /// `agents.<id>…` where `<id>` is known and allowed: checks the rest of the chain.
+    fn check_agent_ref(&mut self, reference: &Reference, at: Location, what: &str) {
+        let Some(other) = reference.parts.get(1) else { return };
+        let Some(agent) = self.workflow.agent(other) else { return };
+        if agent.for_each.is_some() {
+            if reference.parts.len() > 2 {
+                self.error(
+                    at,
+                    format!("`{other}` fans out, so `agents.{other}` is a list of results, one per item"),
+                    format!(
+                        "loop over it: `{{% for r in agents.{other} %}}{{{{ r.item }}}}: {{{{ r.text }}}}{{% endfor %}}`"
+                    ),
+                );
+            }
+            return;
+        }
+        match reference.parts.get(2).map(String::as_str) {
+            None | Some("text") => {}
+            Some("output") => match (&agent.output, reference.parts.get(3)) {
+                (None, _) => self.error(
+                    at,
+                    format!("{what} reads `agents.{other}.output`, but `{other}` has no `output.schema`"),
+                    format!(
+                        "give `{other}` an `output: {{ schema: … }}`, or read its final answer `agents.{other}.text`"
+                    ),
+                ),
+                (Some(output), Some(field)) => {
+                    if let Some(known) = missing_property(&output.schema, field) {
+                        let mut hint = did_you_mean(field, known.iter().map(String::as_str));
+                        push_sentence(
+                            &mut hint,
+                            &format!(
+                                "the output schema of `{other}` declares {}; add `{field}` to its `properties` if it is meant",
+                                key_list(&known.iter().map(String::as_str).collect::<Vec<_>>())
+                            ),
+                        );
+                        self.error(at, format!("the output of `{other}` has no field `{field}`"), hint);
+                    }
+                }
+                (Some(_), None) => {}
+            },
+            Some(field) => self.error(
+                at,
+                format!("`agents.{other}.{field}` does not exist"),
+                format!(
+                    "an agent's result has `text` (its final answer) and `output` (its structured output): \
+                     `agents.{other}.text`, `agents.{other}.output`"
+                ),
+            ),
+        }
+    }
+}
+
+/// When `schema` declares `properties` and `name` is not one of them (nor allowed by
+/// `additionalProperties` or `patternProperties`), the declared names.
+fn missing_property(schema: &Value, name: &str) -> Option<Vec<String>> {
+    let properties = schema.get("properties")?.as_object()?;
+    if properties.contains_key(name) || schema.get("patternProperties").is_some() {
+        return None;
+    }
+    match schema.get("additionalProperties") {
+        None | Some(Value::Bool(false)) => Some(properties.keys().cloned().collect()),
+        Some(_) => None,
+    }
+}
+
+/// Checks the shape of a permission rule: `Tool` or `Tool(pattern)`.
+fn check_rule(rule: &str) -> Result<(), String> {
+    let rule = rule.trim();
+    let (tool, pattern) = match rule.find('(') {
+        None => (rule, None),
+        Some(open) => match rule[open + 1..].strip_suffix(')') {
+            Some(inner) => (&rule[..open], Some(inner)),
+            None => return Err("a pattern must end with `)`".to_string()),
+        },
+    };
+    if tool.is_empty() {
+        return Err("it must start with a tool name".to_string());
+    }
+    let mcp_server = tool.strip_prefix("mcp__").is_some_and(|s| !s.is_empty() && !s.contains("__"));
+    if !(is_known_tool(tool) || mcp_server) {
+        let suggestion = suggest(tool, KNOWN_TOOLS).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
+        return Err(format!("unknown tool `{tool}`{suggestion}"));
+    }
+    if pattern.is_some_and(|p| p.trim().is_empty()) {
+        return Err("the pattern in `()` is empty".to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_ids_are_branch_safe() {
+        assert!(is_valid_agent_id("fix-docs_2"));
+        assert!(!is_valid_agent_id("2fix"));
+        assert!(!is_valid_agent_id("fix/docs"));
+        assert!(!is_valid_agent_id("fix.lock"));
+        assert!(!is_valid_agent_id("fix docs"));
+        assert!(!is_valid_agent_id(&"a".repeat(65)));
+    }
+
+    #[test]
+    fn rules_are_checked() {
+        assert!(check_rule("Bash(git diff *)").is_ok());
+        assert!(check_rule("Edit").is_ok());
+        assert!(check_rule("mcp__github").is_ok());
+        assert_eq!(check_rule("Bash(git diff *").unwrap_err(), "a pattern must end with `)`");
+        assert_eq!(check_rule("Bsh(x)").unwrap_err(), "unknown tool `Bsh` (did you mean `Bash`?)");
+    }
+
+    #[test]
+    fn missing_properties_list_the_declared_ones() {
+        let schema = serde_json::json!({ "properties": { "crates": {}, "notes": {} } });
+        assert_eq!(missing_property(&schema, "crate"), Some(vec!["crates".to_string(), "notes".to_string()]));
+        assert_eq!(missing_property(&schema, "crates"), None);
+        let open = serde_json::json!({ "properties": { "a": {} }, "additionalProperties": true });
+        assert_eq!(missing_property(&open, "b"), None);
+    }
+}
