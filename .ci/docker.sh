@@ -63,8 +63,10 @@ if ! engine_up; then
     fi
 fi
 say "engine up: $("${SUDO[@]}" docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
-# Let the current user reach the socket without sudo (the tests talk to it directly).
+# The tests talk to the engine as the current user. On a CI machine (CI=true), open the
+# socket to it if need be; anywhere else, say what to do.
 if [ "$(id -u)" != 0 ] && ! docker version >/dev/null 2>&1; then
+    [ "${CI:-}" = true ] || die "$(id -un) cannot use $SOCK; add it to the docker group (then log in again)"
     "${SUDO[@]}" chmod 666 "$SOCK" || die "cannot make $SOCK usable by $(id -un)"
 fi
 
@@ -86,11 +88,12 @@ BUSYBOX=$(busybox_bin) && [ -x "$BUSYBOX" ] || die "cannot find or download a st
 
 # The glibc runtime of this machine: what a Rust binary built here links against.
 LIBS="libc.so.6 libm.so.6 libgcc_s.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1"
+LDCONFIG=$(command -v ldconfig || echo /sbin/ldconfig)
 loader=$(ldd /bin/true | awk '/ld-linux/ { print $1 }')
 [ -n "$loader" ] || die "cannot find the dynamic loader of this machine (ldd /bin/true)"
 lib_paths=("$loader")
 for lib in $LIBS; do
-    path=$(ldconfig -p | awk -v l="$lib" '!found && $1 == l && $0 ~ /x86-64|AArch64|64bit/ { print $NF; found = 1 }')
+    path=$("$LDCONFIG" -p | awk -v l="$lib" '!found && $1 == l && $0 ~ /x86-64|AArch64|64bit/ { print $NF; found = 1 }')
     [ -n "$path" ] && lib_paths+=("$path")
 done
 glibc=$(ldd --version 2>&1 | awk 'NR == 1 { print $NF }')

@@ -58,6 +58,8 @@ const BIG_CRATES: &[&str] = &[
     "futures-util",
 ];
 const MIN_BIG_FILES: usize = 800;
+/// Worktrees made at once in the fan-out measurement.
+const FAN_OUT: usize = 16;
 
 fn main() -> Res<()> {
     // `cargo bench` passes `--bench`; repositories are the arguments that are not flags.
@@ -84,6 +86,11 @@ fn main() -> Res<()> {
     let mut keep = Vec::new();
     for repo in &repos {
         keep.push(bench_repo(repo)?);
+    }
+    println!("\n| repository | {FAN_OUT} worktrees one after another (ms) | {FAN_OUT} at once (ms) | speed-up |");
+    println!("| --- | ---: | ---: | ---: |");
+    for repo in &repos {
+        keep.push(bench_fan_out(repo)?);
     }
     Ok(())
 }
@@ -147,6 +154,41 @@ fn bench_repo(repo: &Path) -> Res<tempfile::TempDir> {
         ms(cli_cpu),
         ours_cpu.as_secs_f64() / cli_cpu.as_secs_f64(),
         ms(libgit2)
+    );
+    Ok(work)
+}
+
+/// Wall time of [`FAN_OUT`] worktrees made one after another, then of as many made at
+/// once through the async API (tokio's blocking pool), as `orch run` starts its agents.
+fn bench_fan_out(repo: &Path) -> Res<tempfile::TempDir> {
+    let work = tempfile::Builder::new().prefix("orch-worktree-bench-").tempdir()?;
+    let clone = git::RunClone::create_blocking(repo, &work.path().join("run"), "HEAD", "bench")?;
+    let start = Instant::now();
+    for i in 0..FAN_OUT {
+        clone.add_worktree_blocking(&format!("seq-{i}"))?;
+    }
+    let sequential = start.elapsed();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let start = Instant::now();
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..FAN_OUT)
+            .map(|i| {
+                let clone = clone.clone();
+                tokio::spawn(async move { clone.add_worktree(&format!("par-{i}")).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await??;
+        }
+        Ok::<_, Box<dyn Error>>(())
+    })?;
+    let parallel = start.elapsed();
+    println!(
+        "| {} | {:.0} | {:.0} | {:.2}× |",
+        repo.display(),
+        ms(sequential),
+        ms(parallel),
+        sequential.as_secs_f64() / parallel.as_secs_f64()
     );
     Ok(work)
 }

@@ -55,7 +55,20 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let tools = host::select_tools(&args.tools)?;
     let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
     let sandbox_name = format!("exec-{}-{}", std::process::id(), sanitize(&args.agent_id));
-    let sandbox = AgentSandbox::prepare(&args.sandbox, &cwd, &sandbox_name, results_dir.join("sandbox"))?;
+    // Only an agent that can write gets the working directory writable (as root, that
+    // hands it to the sandbox uid for the run).
+    let writes = args.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    // Results too large to send inline land here; the agent may Read them.
+    let big_results = results_dir.join("tool-results");
+    std::fs::create_dir_all(&big_results).context("cannot create the directory for large tool results")?;
+    let sandbox = AgentSandbox::prepare(
+        &args.sandbox,
+        &cwd,
+        writes,
+        vec![big_results.clone()],
+        &sandbox_name,
+        results_dir.join("sandbox"),
+    )?;
     let client = match host::spawn(&cwd, &args.tools, &sandbox.policy).await {
         Ok(client) => client,
         Err(e) => {
@@ -66,7 +79,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let executor = Arc::new(HostExecutor::new(client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
         .map_err(|e| UsageError(e.to_string()))?
-        .with_results_dir(results_dir.join("tool-results"));
+        .with_results_dir(big_results);
 
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;

@@ -69,10 +69,20 @@ pub struct AgentSandbox {
 }
 
 impl AgentSandbox {
-    /// Builds the policy of an agent named `name` working in `cwd` (writable) with the
-    /// flags `args`, creates its private tmp and home under `base`, and, as root, hands
-    /// the writable roots to its sandbox uid. Warns when the backend is `none`.
-    pub fn prepare(args: &SandboxArgs, cwd: &Path, name: &str, base: PathBuf) -> anyhow::Result<AgentSandbox> {
+    /// Builds the policy of an agent named `name` working in `cwd` with the flags
+    /// `args`, creates its private tmp and home under `base`, and, as root, hands the
+    /// writable roots to its sandbox uid. `cwd` is writable when `writable_cwd` (the
+    /// agent has a tool that writes), readable otherwise; `read` are extra readable
+    /// roots (such as the directory of results too large to send inline). Warns when
+    /// the backend is `none`.
+    pub fn prepare(
+        args: &SandboxArgs,
+        cwd: &Path,
+        writable_cwd: bool,
+        read: Vec<PathBuf>,
+        name: &str,
+        base: PathBuf,
+    ) -> anyhow::Result<AgentSandbox> {
         match args.backend {
             BackendKind::Container => return Err(orch_sandbox::container_unavailable().into()),
             BackendKind::None => sandbox_cmd::warn_unconfined(),
@@ -81,8 +91,8 @@ impl AgentSandbox {
         let dirs = PrivateDirs::create(base).context("cannot create the agent's private tmp and home")?;
         let input = PolicyInput {
             cwd,
-            write: vec![cwd.to_path_buf()],
-            read: vec![],
+            write: if writable_cwd { vec![cwd.to_path_buf()] } else { vec![] },
+            read: if writable_cwd { read } else { read.into_iter().chain([cwd.to_path_buf()]).collect() },
             dirs: &dirs,
             name: name.to_string(),
             wall_time: None,

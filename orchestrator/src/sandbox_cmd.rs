@@ -11,8 +11,8 @@
 //! Defaults: readable roots are `default_read_roots` plus the current directory and
 //! `--read`s; writable roots are the `--write`s, or the current directory when none is
 //! given and orch is not root (as root, a writable root is handed to the sandbox uid for
-//! the run, so orch does not take the current directory unasked), plus a private tmp
-//! and home under `$TMPDIR/orch-sandbox-<pid>/`.
+//! the run, so orch does not take the current directory unasked), plus one private
+//! directory, `$TMPDIR/orch-sandbox-<pid>`, that is both `HOME` and `TMPDIR`.
 //!
 //! Exit codes: the command's status; 128+N when a signal N killed it; 124 on timeout;
 //! 125 when the sandbox failed; 126 when the command cannot be executed; 127 when it
@@ -48,11 +48,35 @@ pub struct PrivateDirs {
 }
 
 impl PrivateDirs {
-    /// Creates `base/tmp` and `base/home` (and `base`), fresh.
+    /// One fresh directory `base` serving as both tmp and home (one `mkdir`, where
+    /// start-up time matters).
+    pub fn single(base: PathBuf) -> std::io::Result<Self> {
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                std::fs::remove_dir_all(&base)?;
+                std::fs::create_dir(&base)?;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(Self { tmp: base.clone(), home: base.clone(), base })
+    }
+
+    /// Creates `base/tmp` and `base/home` (and `base`), fresh: a `base` left over from
+    /// an earlier process is emptied first.
     pub fn create(base: PathBuf) -> std::io::Result<Self> {
         let dirs = Self { tmp: base.join("tmp"), home: base.join("home"), base };
-        std::fs::create_dir_all(&dirs.tmp)?;
-        std::fs::create_dir_all(&dirs.home)?;
+        match std::fs::create_dir(&dirs.base) {
+            Ok(()) => {}
+            // Left over by a process that had the same pid and died.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                std::fs::remove_dir_all(&dirs.base)?;
+                std::fs::create_dir(&dirs.base)?;
+            }
+            Err(_) => std::fs::create_dir_all(&dirs.base)?,
+        }
+        std::fs::create_dir(&dirs.tmp)?;
+        std::fs::create_dir(&dirs.home)?;
         Ok(dirs)
     }
 
@@ -170,7 +194,7 @@ fn run_inner(args: SandboxRunArgs) -> Result<u8, SandboxError> {
         .and_then(std::fs::canonicalize)
         .map_err(|e| SandboxError::io("cannot read the current directory", e))?;
     let pid = std::process::id();
-    let dirs = PrivateDirs::create(std::env::temp_dir().join(format!("orch-sandbox-{pid}")))
+    let dirs = PrivateDirs::single(std::env::temp_dir().join(format!("orch-sandbox-{pid}")))
         .map_err(|e| SandboxError::io("cannot create the sandbox's private tmp and home", e))?;
     let result = supervise(&args, &cwd, &dirs, pid);
     dirs.remove();
@@ -195,7 +219,7 @@ fn supervise(args: &SandboxRunArgs, cwd: &Path, dirs: &PrivateDirs, pid: u32) ->
     orch_sandbox::confine::validate(&policy)?;
     let handover = orch_sandbox::prepare_writable(&policy)?;
     let outcome = spawn_and_wait(args, &policy);
-    if root {
+    if root && policy.backend == Backend::Landlock {
         orch_sandbox::cgroup::kill_and_remove(&name);
     }
     handover.restore();

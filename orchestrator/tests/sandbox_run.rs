@@ -279,6 +279,9 @@ async fn exec_tools_cannot_read_the_coordinator_or_write_outside() {
         Step::tool("Bash", json!({"command": snoop})),
         Step::tool("Bash", json!({"command": "echo x > /etc/orch-escape; id -u"})),
         Step::tool("Bash", json!({"command": "echo fine > inside.txt && cat inside.txt"})),
+        // A process that leaves the command's group is killed when the command ends.
+        Step::tool("Bash", json!({"command": "setsid sleep 600 > /dev/null 2>&1 & echo $! > escaped.pid"})),
+        Step::tool("Bash", json!({"command": "kill -0 $(cat escaped.pid) 2>/dev/null && echo ALIVE || echo GONE"})),
         Step::text("done"),
     ]);
     let mut child = orch()
@@ -315,5 +318,6 @@ async fn exec_tools_cannot_read_the_coordinator_or_write_outside() {
     }
     assert!(result(3).contains("fine"), "{}", result(3));
     assert_eq!(std::fs::read_to_string(w.join("inside.txt")).unwrap(), "fine\n");
+    assert_eq!(result(5), "GONE", "a setsid escapee outlived its Bash call");
     let _ = std::io::stdout().flush();
 }

@@ -37,8 +37,15 @@ pub struct Confinement {
 }
 
 /// Confines the calling process according to `policy`. Must run while the process has a
-/// single thread (Landlock and seccomp bind the calling thread and what it starts).
+/// single thread (Landlock and seccomp bind the calling thread and what it starts);
+/// fails with [`SandboxError::Threads`] otherwise.
 pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+    confine_with(policy, true)
+}
+
+/// [`confine`], optionally without counting threads: a child between `fork` and `exec`
+/// has exactly one.
+pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confinement, SandboxError> {
     let mut done = Confinement::default();
     match policy.backend {
         Backend::None => {
@@ -53,9 +60,11 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
         Backend::Landlock => {}
     }
     validate(policy)?;
-    let threads = thread_count();
-    if threads != 1 {
-        return Err(SandboxError::Threads(threads));
+    if check_threads {
+        let threads = thread_count();
+        if threads != 1 {
+            return Err(SandboxError::Threads(threads));
+        }
     }
     let root = identity::is_root();
     let uid = if root { Some(policy.uid.ok_or(SandboxError::NoSandboxUid)?) } else { None };
@@ -64,7 +73,7 @@ pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
     if let Some(uid) = uid {
         let name = policy.name.clone().unwrap_or_else(|| format!("host-{}", std::process::id()));
         if let Some(cgroup) = Cgroup::create(&name, &policy.limits) {
-            match cgroup.enter(0) {
+            match cgroup.enter_self() {
                 Ok(()) => {
                     memory_in_cgroup = cgroup.limits_memory();
                     done.cgroup = cgroup.dirs().to_vec();
@@ -121,10 +130,7 @@ pub fn validate(policy: &Policy) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Threads of this process, from `/proc/self/status` (0 if unreadable).
+/// Threads of this process, from `/proc/self/task` (0 if unreadable).
 pub fn thread_count() -> usize {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim().parse().unwrap_or(0))))
-        .unwrap_or(0)
+    std::fs::read_dir("/proc/self/task").map(|dir| dir.count()).unwrap_or(0)
 }

@@ -15,18 +15,24 @@
 //!   inside the container, never run as Docker execs (an exec can be neither killed nor
 //!   started cheaply).
 //! - **Filesystem**: every writable root of the policy (worktree, private tmp and home)
-//!   is bind-mounted read-write at the same path. Read roots under the system
-//!   directories ([`SYSTEM_PREFIXES`]: `/usr`, `/etc`, `/lib`, `/opt`, …) are *not*
-//!   bound: the image provides the system. Other read roots (a toolchain under the home,
-//!   the main repository's `.git` of a worktree) are bound read-only at the same path.
-//!   The image's root filesystem is read-only ([`ContainerOptions::readonly_rootfs`]),
-//!   `/tmp` is a private tmpfs.
-//! - **User**: a non-root `uid:gid`: `policy.uid` when set (gid = uid), otherwise the
-//!   coordinator's own uid:gid when it is not root, otherwise `65534:65534` (nobody).
-//!   Each writable root must be writable by that uid. When orch runs as root it hands a
-//!   root that belongs to someone else to the uid (`lchown -R`, which does not follow
-//!   symlinks; refused for `/` and the system directories); when it is not root, a root
-//!   it cannot hand over is an error, unless it is writable by everyone.
+//!   is bind-mounted read-write at the same path (the path as the policy writes it,
+//!   since tools and the environment use that). Read roots under the system directories
+//!   ([`SYSTEM_PREFIXES`]: `/usr`, `/etc`, `/lib`, `/opt`, …) are *not* bound: the image
+//!   provides the system. Other read roots (a toolchain under the home, the main
+//!   repository's `.git` of a worktree) are bound read-only at the same path, on top of
+//!   a writable root that holds them (as root such a policy is refused, as by the
+//!   landlock backend, since the root would be handed over). The image's root filesystem is read-only
+//!   ([`ContainerOptions::readonly_rootfs`]), `/tmp` is a private tmpfs, the orch binary
+//!   is read-only.
+//! - **User**: a non-root `uid:gid`: [`ContainerOptions::user`] if set; otherwise, when
+//!   orch runs as root, `policy.uid` (gid = uid; see `crate::sandbox_uid`) or else
+//!   `65534:65534` (nobody); when orch is not root, its own uid:gid, which owns the
+//!   worktree anyway. Each writable root must be writable by that uid: when orch runs
+//!   as root it hands a root that is not to the uid (`lchown -R`, not following symlinks
+//!   nor leaving the file system; refused for `/`, system directories, the home
+//!   directory, and a root that holds a read root) and [`ContainerHost::stop`] hands it
+//!   back to its previous owner; when orch is not root, such a root is an error unless
+//!   everyone may write to it.
 //! - **Confinement**: `network_mode: none` under [`Network::None`] (only `lo`); memory
 //!   (swap included) and pids limits from `policy.limits`, CPU time and file size as
 //!   rlimits, a CPU count ([`ContainerOptions::cpus`]); `cap_drop: ALL`,
@@ -40,9 +46,12 @@
 //! [`ContainerHost::stop`] force-removes the container; call it when the agent ends,
 //! whether it succeeded, failed, timed out or was aborted. Dropping a [`ContainerHost`]
 //! that was not stopped removes the container from a background thread (best effort: a
-//! process that exits at once may not get that far). The [`HostClient`] kills the
-//! container when it kills its host. [`reap_leftovers`] removes containers whose
-//! coordinator is gone (killed orch processes); `start` runs it once per process.
+//! process that exits at once may not get that far; [`remove_own`] is the orderly way
+//! at exit). The [`HostClient`] kills the container when it kills its host (dropped,
+//! protocol broken, shutdown grace over). If the coordinator itself is killed, its attach
+//! connection closes, the container's stdin closes with it (`stdin_once`) and the tool
+//! host exits; the stopped container is left for [`reap_leftovers`], which removes
+//! containers whose coordinator is gone and which `start` runs once per process.
 //!
 //! # Images
 //! The orch binary runs from the host inside the image, so the image must be able to run
@@ -52,9 +61,12 @@
 //! (2.39) for a binary built on bookworm; not in musl images such as Alpine nor in a bare
 //! busybox. A statically linked orch (`RUSTFLAGS="-C target-feature=+crt-static" cargo
 //! build --target x86_64-unknown-linux-gnu`) runs in any x86-64 image, busybox included.
-//! The test image `orch-test:busybox` that `.ci/docker.sh` builds without Docker Hub is
-//! busybox-static plus the building machine's glibc runtime, so both kinds run in it.
-//! Start errors name the binary's ELF interpreter when it is dynamically linked.
+//! `.ci/docker.sh` builds two test images without Docker Hub: `orch-test:busybox`,
+//! busybox-static plus the building machine's glibc runtime, where both kinds run, and
+//! `orch-test:bare`, busybox alone, where only the static build runs (both verified by
+//! `tests/container.rs` and its `real_orch` benchmark; the Docker Hub images above are
+//! not reachable from CI). When the host fails to start, the error names the binary's
+//! ELF interpreter if it is dynamically linked and says what the image needs.
 //!
 //! # Engine
 //! [`connect`] honours `DOCKER_HOST` (default `unix:///var/run/docker.sock`) and
@@ -840,7 +852,7 @@ fn remove_in_background(id: String, handed: Vec<Owner>) {
             }
         };
         runtime.block_on(async {
-            let result = match Docker::connect_with_defaults() {
+            let result = match connect().await {
                 Ok(docker) => remove(&docker, &id).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
@@ -929,6 +941,58 @@ mod tests {
         assert!(is_system(Path::new("/proc")));
         assert!(!is_system(Path::new("/home/u/.cargo/registry")));
         assert!(!is_system(Path::new("/usr2")));
+    }
+
+    fn policy(read: &[&Path], write: &[&Path]) -> Policy {
+        Policy {
+            backend: crate::policy::Backend::Container,
+            read: read.iter().map(|p| p.to_path_buf()).collect(),
+            write: write.iter().map(|p| p.to_path_buf()).collect(),
+            network: Network::None,
+            limits: crate::policy::Limits::default(),
+            env: Default::default(),
+            cwd: write.first().map(|p| p.to_path_buf()).unwrap_or_default(),
+            image: Some("img".into()),
+            uid: None,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn mounts_bind_the_binary_the_writable_roots_and_non_system_read_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        for sub in ["wt", "wt/sub", "wt/vendor", "home", "toolchain"] {
+            std::fs::create_dir_all(base.join(sub)).unwrap();
+        }
+        let binary = std::env::current_exe().unwrap();
+        let p = policy(
+            &[
+                Path::new("/usr"),
+                Path::new("/etc"),
+                Path::new("/tmp"),
+                &base.join("wt/vendor"),
+                &base.join("toolchain"),
+                &base.join("missing"),
+            ],
+            &[&base.join("wt"), &base.join("wt/sub"), &base.join("home/")],
+        );
+        let mounts = mounts(&p, &binary).unwrap();
+        let seen: Vec<(String, bool)> =
+            mounts.iter().map(|m| (m.target.clone().unwrap(), m.read_only.unwrap())).collect();
+        let at = |sub: &str| base.join(sub).display().to_string();
+        assert!(seen.contains(&(ORCH_MOUNT.to_string(), true)), "{seen:?}");
+        assert!(seen.contains(&(at("wt"), false)), "{seen:?}");
+        assert!(seen.contains(&(at("home"), false)), "{seen:?}");
+        assert!(seen.contains(&(at("wt/vendor"), true)), "a read root inside the worktree stays read-only: {seen:?}");
+        assert!(seen.contains(&(at("toolchain"), true)), "{seen:?}");
+        assert_eq!(seen.len(), 5, "no system dirs, no /tmp, no nested or missing roots: {seen:?}");
+        let wt = seen.iter().position(|(t, _)| *t == at("wt")).unwrap();
+        let vendor = seen.iter().position(|(t, _)| *t == at("wt/vendor")).unwrap();
+        assert!(wt < vendor, "parents are mounted first");
+
+        let relative = policy(&[], &[Path::new("relative/wt")]);
+        assert!(matches!(super::mounts(&relative, &binary), Err(ContainerError::WriteRoot { .. })));
     }
 
     #[test]

@@ -15,9 +15,11 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope,
 };
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::{Mode, fstat};
 
 use crate::error::SandboxError;
 use crate::policy::Network;
@@ -65,9 +67,11 @@ fn supports(abi: ABI) -> bool {
 
 /// The rights each path gets, in order: read roots, write roots, then the devices.
 /// Paths that do not exist are left out; a file gets only the rights that apply to files.
+/// ([`restrict`] applies the same mapping, deciding file or directory from the
+/// descriptor it opens.)
 pub fn rules(read: &[PathBuf], write: &[PathBuf], abi: ABI) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
     let read_access = AccessFs::from_read(abi);
-    let device_access = (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev) & AccessFs::from_all(abi);
+    let device_access = device_access(abi);
     let read = read.iter().map(|p| (p.clone(), read_access));
     let write = write.iter().map(|p| (p.clone(), AccessFs::from_all(abi)));
     let devices = RW_DEVICES.iter().map(|p| (PathBuf::from(p), device_access));
@@ -79,6 +83,10 @@ pub fn rules(read: &[PathBuf], write: &[PathBuf], abi: ABI) -> Vec<(PathBuf, Bit
             Some((path, access))
         })
         .collect()
+}
+
+fn device_access(abi: ABI) -> BitFlags<AccessFs> {
+    (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev) & AccessFs::from_all(abi)
 }
 
 /// Restricts the calling thread, and every thread and process it starts afterwards, to
@@ -104,16 +112,18 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], network: Network) -> Result
         ruleset = ruleset.scope(scope).map_err(err)?;
     }
     let mut created = ruleset.create().map_err(err)?;
-    for (path, access) in rules(read, write, abi) {
-        let fd = match PathFd::new(&path) {
-            Ok(fd) => fd,
-            Err(e) => {
-                // Gone between the check and the open: nothing to grant.
-                tracing::debug!(path = %path.display(), "landlock: skipping a root that cannot be opened: {e}");
-                continue;
-            }
+    let read = read.iter().map(|p| (p.as_path(), AccessFs::from_read(abi)));
+    let write = write.iter().map(|p| (p.as_path(), AccessFs::from_all(abi)));
+    let devices = RW_DEVICES.iter().map(|p| (Path::new(*p), device_access(abi)));
+    for (path, access) in read.chain(write).chain(devices) {
+        // One open per root; the kind of file comes from the descriptor.
+        let Ok(fd) = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) else {
+            tracing::debug!(path = %path.display(), "landlock: skipping a root that does not exist");
+            continue;
         };
-        created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| rule_error(&path, e))?;
+        let is_dir = fstat(&fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| rule_error(path, e))?;
     }
     let status = created.restrict_self().map_err(err)?;
     if status.ruleset != RulesetStatus::FullyEnforced || !status.no_new_privs {

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::confine::{confine, thread_count};
+use crate::confine::{confine_with, thread_count};
 use crate::error::SandboxError;
 use crate::policy::Policy;
 
@@ -50,7 +50,8 @@ pub fn confine_on_exec(command: &mut Command, policy: Policy) -> Result<(), Sand
 }
 
 fn confine_child(policy: &Policy, parent: u32) -> std::io::Result<()> {
-    match confine(policy) {
+    // The parent had one thread (checked), so this fork child has exactly one.
+    match confine_with(policy, false) {
         Ok(_) => {
             // Die with the parent; checked after arming, in case it already died.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);

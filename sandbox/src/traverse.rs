@@ -28,12 +28,24 @@ use crate::error::SandboxError;
 /// inside it that lead to roots. Parents sort before their children.
 pub fn blocked(roots: &[PathBuf], uid: u32, gid: u32) -> BTreeMap<PathBuf, BTreeSet<OsString>> {
     let mut blocked: BTreeMap<PathBuf, BTreeSet<OsString>> = BTreeMap::new();
+    let mut known: std::collections::HashMap<PathBuf, bool> = std::collections::HashMap::new();
     for root in roots {
-        let Ok(root) = std::fs::canonicalize(root) else { continue };
+        // A root that is a symlink is checked where it points. (Symlinks higher up are
+        // not resolved, to keep this cheap: an entry bound back follows its symlink
+        // anyway; only a symlink into a closed directory elsewhere is missed.)
+        let root = match std::fs::symlink_metadata(root) {
+            Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(root) {
+                Ok(target) => target,
+                Err(_) => continue,
+            },
+            Ok(_) if root.is_absolute() => root.clone(),
+            _ => continue,
+        };
         let mut dir = PathBuf::from("/");
         for component in root.components() {
             let Component::Normal(name) = component else { continue };
-            if dir != Path::new("/") && !searchable(&dir, uid, gid) {
+            let open = *known.entry(dir.clone()).or_insert_with(|| searchable(&dir, uid, gid));
+            if dir != Path::new("/") && !open {
                 blocked.entry(dir.clone()).or_default().insert(name.to_os_string());
             }
             dir.push(name);
@@ -112,9 +124,8 @@ mod tests {
         let other = 1_900_000_001;
         let roots = [closed.join("a/b"), closed.join("c"), "/usr".into()];
         let blocked = blocked(&roots, other, other);
-        let canon = std::fs::canonicalize(&closed).unwrap();
         assert_eq!(blocked.len(), 1, "{blocked:?}");
-        let names: Vec<_> = blocked[&canon].iter().cloned().collect();
+        let names: Vec<_> = blocked[&closed].iter().cloned().collect();
         assert_eq!(names, vec![OsString::from("a"), OsString::from("c")]);
         // The owner can search it.
         assert!(super::blocked(&roots, me, me).is_empty());

@@ -2,8 +2,8 @@
 # Harness overhead per turn: orch against Claude Code 2.1.328, in the same run
 # (BENCHMARKS.md, "Harness overhead per turn").
 #
-#   bash tests/bench/turns.sh            # 5 measured runs of each, after one warm-up
-#   RUNS=10 bash tests/bench/turns.sh
+#   bash tests/bench/turns.sh            # 10 measured runs of each, after one warm-up
+#   RUNS=20 bash tests/bench/turns.sh
 #
 # One session = 21 turns that each make one tool call, then a final answer: 22 model
 # requests to the mock model server (`bench-turns serve`, zero added latency), started
@@ -14,12 +14,12 @@
 # from GNU time. Prints a Markdown table: per harness, the median over the runs.
 #
 # Needs cargo, npm (the npm registry, to install the peer once), GNU time.
-# Environment: RUNS (5), TURNS (21), CC_PREFIX (/tmp/cc-bench),
+# Environment: RUNS (10), TURNS (21), CC_PREFIX (/tmp/cc-bench),
 # BENCH_TURNS_BIN (a prebuilt bench-turns; skips the build), KEEP=1 keeps the work dir.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-runs=${RUNS:-5}
+runs=${RUNS:-10}
 turns=${TURNS:-21}
 requests=$((turns + 1))
 cc_version=2.1.328
@@ -38,7 +38,7 @@ log() { echo "turns.sh: $*" >&2; }
 
 # --- tools -----------------------------------------------------------------------------
 if [[ -n ${BENCH_TURNS_BIN:-} ]]; then
-    bench=$BENCH_TURNS_BIN
+    bench=$(realpath "$BENCH_TURNS_BIN")
 else
     log "building bench-turns (release)"
     (cd "$root" && cargo build --release --quiet -p orch-testkit --bin bench-turns)
@@ -127,7 +127,7 @@ for run in $(seq 0 "$runs"); do
         line=$("$bench" stats --log "$work/$harness-$run.log" --harness "$harness" --expect "$requests" \
             --rss-kb "$(tail -n 1 "$work/rss")" --wall-ns "$(cat "$work/wall")" "${client[@]}")
         if ((run > 0)); then echo "$line" >>"$results"; fi
-        log "run $run $harness: $(sed -E 's/"turn_ms":\[[^]]*\],?//g' <<<"$line" | cut -c1-240)"
+        log "run $run $harness: $(sed -E 's/"[a-z_]+":\[[^]]*\],?//g' <<<"$line" | cut -c1-300)"
     done
 done
 

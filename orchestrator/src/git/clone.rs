@@ -116,10 +116,11 @@ impl RunClone {
         let borrowed = alternates(&user_objects);
         let shallow = user.is_shallow().then(|| user_common.join("shallow"));
         let user_git_dir = canonical(user.path())?;
-        drop(user);
 
         fs::create_dir_all(run_dir).map_err(io_err("create the run directory", run_dir))?;
         let run_dir = canonical(run_dir)?;
+        warn_if_inside_checkout(&user, &run_dir);
+        drop(user);
         let git_dir = run_dir.join(CLONE_DIR);
         let checkouts = run_dir.join(CHECKOUTS_DIR);
         for path in [&git_dir, &checkouts] {
@@ -411,6 +412,21 @@ impl Inner {
         }
         kept.sort();
         Ok(kept)
+    }
+}
+
+/// A run directory inside the user's checkout shows up in its `git status` (the run
+/// clone, the agents' checkouts) unless ignored. Nothing breaks, but the checkout no
+/// longer looks as it did: say so.
+fn warn_if_inside_checkout(user: &Repository, run_dir: &Path) {
+    let Some(workdir) = user.workdir().and_then(|w| fs::canonicalize(w).ok()) else { return };
+    let Ok(relative) = run_dir.strip_prefix(&workdir) else { return };
+    if !user.is_path_ignored(relative).unwrap_or(false) {
+        tracing::warn!(
+            run_dir = %run_dir.display(),
+            "the run directory is inside the repository's checkout and not ignored, so `git status` there \
+             will list it; put it outside the checkout or add it to .gitignore"
+        );
     }
 }
 

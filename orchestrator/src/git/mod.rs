@@ -28,7 +28,18 @@
 //!   git metadata from its own records, never through the checkout's `.git` file, and
 //!   restores that file before it commits.
 //! - Every git2 [`git2::Repository`] handle is opened on the thread that uses it
-//!   (handles are not `Sync`); async callers go through `spawn_blocking`.
+//!   (handles are not `Sync`); async callers go through `spawn_blocking`. Parallel
+//!   worktree creation touches only per-agent paths (see `Worktree::link_and_checkout`).
+//! - libgit2's process-wide strict hash verification is turned off on first use (git
+//!   does not re-hash objects on read either; see BENCHMARKS.md, "Worktree creation").
+//!
+//! Where the sandbox comes in: [`Worktree::git_paths`] lists what an agent's sandbox
+//! must expose read-only (the run clone's git dir, the worktree's admin dir, the user's
+//! object store) and writable (the checkout only), and the environment its git needs.
+//! Enforcing that is the sandbox's job; the tests emulate it with file modes and a uid.
+//! What that exposure allows: reading, never writing, what the run clone holds, which
+//! includes the branches of agents the coordinator has already committed and the admin
+//! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
 
 #![allow(dead_code, unused_imports)] // wired in by the coordinator
 

@@ -6,6 +6,8 @@ use super::{GitError, Result};
 
 /// Longest name kept from an id before the disambiguating hash is appended.
 const MAX_LEN: usize = 64;
+/// Names of run branches that are not agents' (`orch/<run>/integration`).
+const RESERVED: &[&str] = &["integration"];
 
 /// Checks that a run id can be used as is in `orch/<run-id>/<agent>`. Run ids are made
 /// by orch, so they are validated, not rewritten.
@@ -24,7 +26,8 @@ pub fn validate_run_id(run_id: &str) -> Result<()> {
 /// directory name: ASCII letters, digits, `_`, `-` and single inner dots, at most 64
 /// characters. An id that is already such a name is kept as is; any other id is
 /// rewritten and gets a `-` and 8 hex digits of its SHA-1 appended, so two ids that
-/// rewrite to the same text (`a/b`, `a b`) still get different names.
+/// rewrite to the same text (`a/b`, `a b`) still get different names. So does an id
+/// that would take a reserved name (`integration`, the merge branch).
 pub fn safe_name(agent_id: &str) -> Result<String> {
     if agent_id.is_empty() {
         return Err(GitError::AgentId(agent_id.to_owned()));
@@ -44,7 +47,7 @@ pub fn safe_name(agent_id: &str) -> Result<String> {
     }
     name.truncate(MAX_LEN); // ASCII only, so any byte index is a char boundary
     let mut name = name.trim_end_matches(['.', '-']).to_owned();
-    if name != agent_id {
+    if name != agent_id || RESERVED.contains(&name.as_str()) {
         let hash = git2::Oid::hash_object(git2::ObjectType::Blob, agent_id.as_bytes())
             .map_err(|source| GitError::Git { action: format!("hash the agent id `{agent_id}`"), source })?;
         let hex = hash.to_string();
@@ -85,6 +88,7 @@ mod tests {
             assert!(git2::Reference::is_valid_name(&format!("refs/heads/orch/run/{name}")), "{name}");
         }
         assert!(safe_name("").is_err());
+        assert!(safe_name("integration").unwrap().starts_with("integration-"));
         assert_eq!(safe_name(&"x".repeat(200)).unwrap().len(), MAX_LEN + 9);
     }
 

@@ -527,6 +527,29 @@ fn gitattributes_filters_apply() {
     assert!(patch.contains("-two\n+2\n") && !patch.contains('\r'), "{patch}");
 }
 
+/// A submodule stays as it was (its directory is empty in the checkout, as git leaves
+/// an uninitialized one), and committing the agent's other changes still works.
+#[test]
+fn submodules_are_left_alone() {
+    let fx = Fixture::new();
+    let lib = fx.tmp.path().join("lib");
+    git(fx.tmp.path(), &["init", "-q", "-b", "main", "lib"]);
+    write(&lib.join("lib.txt"), "lib\n");
+    git(&lib, &["add", "-A"]);
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    git(&fx.user, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", lib.to_str().unwrap(), "sub"]);
+    git(&fx.user, &["commit", "-q", "-m", "submodule"]);
+    let gitlink = git(&fx.user, &["rev-parse", "HEAD:sub"]);
+    let clone = fx.clone("r11");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    assert!(wt.path().join("sub").is_dir() && wt.path().join(".gitmodules").is_file());
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+    write(&wt.path().join("a.txt"), "edited\n");
+    let info = wt.commit_all_blocking("edit", &author()).unwrap().unwrap();
+    assert_eq!(info.files, [FileChange { path: "a.txt".into(), kind: ChangeKind::Modified }]);
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD:sub"]), gitlink);
+}
+
 #[test]
 fn shallow_user_clone() {
     let fx = Fixture::new();

@@ -446,7 +446,7 @@ fn server_stats(log: &[Value]) -> Value {
         "median_ms": median(&turn_ms),
         "p90_ms": percentile(&turn_ms, 0.9),
         "span_ms": main.last().zip(main.first()).map(|(last, first)| last - first),
-        "request_bytes": main_loop(log).filter_map(|r| r["bytes"].as_f64()).collect::<Vec<_>>(),
+        "median_request_bytes": median(&main_loop(log).filter_map(|r| r["bytes"].as_f64()).collect::<Vec<_>>()),
         "turn_ms": turn_ms,
     })
 }
@@ -511,21 +511,22 @@ fn table(path: &Path) -> Result<(), String> {
         }
     }
     let mut out = String::from(
-        "| harness | runs | median per turn | p90 per turn | first → last request | process wall | peak RSS |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+        "| harness | runs | median per turn | p90 per turn | first → last request | process wall | peak RSS | request size |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut notes = String::new();
     for harness in harnesses {
         let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == harness).collect();
         let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
         out.push_str(&format!(
-            "| {harness} | {} | {} | {} | {} | {} | {} |\n",
+            "| {harness} | {} | {} | {} | {} | {} | {} | {} |\n",
             runs.len(),
             ms(med("/server/median_ms")),
             ms(med("/server/p90_ms")),
             ms(med("/server/span_ms")),
             ms(med("/wall_ms")),
             mib(med("/rss_kb")),
+            med("/server/median_request_bytes").map_or("–".to_owned(), |b| format!("{:.1} KB", b / 1e3)),
         ));
         if runs.iter().any(|r| r["client"].is_object()) {
             notes.push_str(&format!(
