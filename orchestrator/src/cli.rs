@@ -26,6 +26,18 @@ pub enum Command {
     Sandbox(SandboxCommand),
 }
 
+/// Only `orch sandbox ...`: parsed without building the rest of the grammar, because
+/// `orch sandbox run` start-up time counts. Same arguments as through [`Cli`].
+#[derive(Debug, Parser)]
+#[command(name = "orch sandbox", bin_name = "orch sandbox", about = "Run commands in a sandbox by hand.")]
+pub struct SandboxCli {
+    /// More logs on stderr (-v debug, -vv trace). `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: SandboxCommand,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Run CMD under a sandbox policy and exit with its status (124 on timeout, 125 when

@@ -69,13 +69,8 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         &sandbox_name,
         results_dir.join("sandbox"),
     )?;
-    let client = match host::spawn(&cwd, &args.tools, &sandbox.policy).await {
-        Ok(client) => client,
-        Err(e) => {
-            sandbox.teardown();
-            return Err(e);
-        }
-    };
+    // On an early return, dropping `sandbox` tears it down.
+    let client = host::spawn(&cwd, &args.tools, &sandbox.policy).await?;
     let executor = Arc::new(HostExecutor::new(client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
         .map_err(|e| UsageError(e.to_string()))?
@@ -91,6 +86,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         executor.shutdown(Duration::from_secs(2)).await;
     }
     sandbox.teardown();
+    // Left only if a result was saved there for the agent to read.
+    let _ = std::fs::remove_dir(results_dir.join("tool-results"));
+    let _ = std::fs::remove_dir(&results_dir);
 
     if !args.json && !outcome.final_text.trim().is_empty() {
         let mut out = std::io::stdout().lock();

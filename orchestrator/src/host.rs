@@ -110,17 +110,27 @@ impl AgentSandbox {
     }
 
     /// After the tool host stopped: kills what is left in the agent's cgroup, hands the
-    /// writable roots back, removes the private directories.
+    /// writable roots back, removes the private directories. Dropping the sandbox does
+    /// the same, so an early return cannot leave a worktree with the sandbox uid.
     pub fn teardown(mut self) {
+        self.tear_down();
+    }
+
+    fn tear_down(&mut self) {
+        let Some(handover) = self.handover.take() else { return };
         if let Some(name) = &self.policy.name
             && orch_sandbox::identity::is_root()
         {
             orch_sandbox::cgroup::kill_and_remove(name);
         }
-        if let Some(handover) = self.handover.take() {
-            handover.restore();
-        }
+        handover.restore();
         self.dirs.remove();
+    }
+}
+
+impl Drop for AgentSandbox {
+    fn drop(&mut self) {
+        self.tear_down();
     }
 }
 

@@ -14,6 +14,19 @@ mod signals;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "sandbox") {
+        // Like `env`, usage errors exit 125, so they never look like CMD's own status.
+        let cli = match cli::SandboxCli::try_parse_from(std::env::args_os().skip(1)) {
+            Ok(cli) => cli,
+            Err(e) => {
+                let _ = e.print();
+                return std::process::ExitCode::from(if e.use_stderr() { sandbox_cmd::EXIT_SANDBOX } else { 0 });
+            }
+        };
+        logging::init(cli.verbose);
+        let cli::SandboxCommand::Run(args) = cli.command;
+        return sandbox_cmd::run(args);
+    }
     let cli = cli::Cli::parse();
     logging::init(cli.verbose);
     // Both of these run while the process has a single thread: `sandbox run` never

@@ -191,6 +191,8 @@ fn exit_codes_follow_env_and_timeout() {
     let out = run(&["--read", "/nonexistent/orch-root", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--read /nonexistent/orch-root"));
+    let out = orch().args(["sandbox", "run", "--network", "sideways", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "usage errors must not look like the command's status");
     let out = run(&["--backend", "container", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("container backend:"));

@@ -9,13 +9,15 @@
 //! sending the next request. A session has 21 of them.
 //!
 //! ```text
-//! bench-turns run [--turns N] [--server URL]
+//! bench-turns run [--turns N] [--server URL] [--runtime multi-thread|current-thread]
 //!     Runs the session through `orch_agents::query` in this process, with the Anthropic
-//!     provider and an in-process `Echo` tool (no tool host). Without --server it starts
-//!     its own mock server as a child process (`bench-turns serve`), so the mock never
-//!     counts towards this process's memory. Prints one JSON line: the turn times
-//!     between `TurnStarted` events, the session time, this process's peak RSS (VmHWM),
-//!     and with its own server the server's view and where a turn's time goes.
+//!     provider and an in-process `Echo` tool (no tool host), on a multi-thread tokio
+//!     runtime as the `orch` binary does (or, to compare, a current-thread one). Without
+//!     --server it starts its own mock server as a child process (`bench-turns serve`),
+//!     so the mock never counts towards this process's memory. Prints one JSON line: the
+//!     turn times between `TurnStarted` events, the session time, this process's peak
+//!     RSS (VmHWM), and with its own server the server's view and where a turn's time
+//!     goes.
 //! bench-turns steps [--turns N] [--tool NAME] [--input JSON]
 //!     Prints the session's step file (JSON, as `mock-model-server` reads it): N replies
 //!     calling the tool once each (default `Echo` with `{"text": "turn K"}`), then a
@@ -51,7 +53,7 @@ use orch_testkit::mock::{MockServer, RecordedRequest, Step, parse_steps};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: bench-turns run [--turns N] [--server URL]
+const USAGE: &str = "usage: bench-turns run [--turns N] [--server URL] [--runtime multi-thread|current-thread]
        bench-turns steps [--turns N] [--tool NAME] [--input JSON]
        bench-turns serve --steps FILE --log FILE [--port N] [--stdin]
        bench-turns stats --log FILE --harness NAME --expect N [--client FILE] [--rss-kb N] [--wall-ns N]
@@ -69,7 +71,7 @@ fn main() -> ExitCode {
     let command = args.next().unwrap_or_default();
     let args: Vec<String> = args.collect();
     let result = match command.as_str() {
-        "run" => Flags::parse(&args, &["--turns", "--server"], &[]).and_then(|f| run(&f)),
+        "run" => Flags::parse(&args, &["--turns", "--server", "--runtime"], &[]).and_then(|f| run(&f)),
         "steps" => Flags::parse(&args, &["--turns", "--tool", "--input"], &[]).and_then(|f| steps(&f)),
         "serve" => Flags::parse(&args, &["--steps", "--log", "--port"], &["--stdin"]).and_then(|f| serve(&f)),
         "stats" => Flags::parse(&args, &["--log", "--harness", "--expect", "--client", "--rss-kb", "--wall-ns"], &[])
@@ -344,12 +346,20 @@ impl ChildServer {
 
 fn run(flags: &Flags) -> Result<(), String> {
     let turns = flags.number("--turns")?.unwrap_or(DEFAULT_TURNS);
+    let flavor = flags.get("--runtime").unwrap_or("multi-thread");
+    let runtime = match flavor {
+        "multi-thread" => runtime()?,
+        "current-thread" => {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?
+        }
+        other => return Err(format!("--runtime {other:?}: multi-thread or current-thread")),
+    };
     let child = match flags.get("--server") {
         Some(_) => None,
         None => Some(ChildServer::start(turns)?),
     };
     let url = flags.get("--server").or(child.as_ref().map(|c| c.url.as_str())).unwrap_or_default().to_owned();
-    let session = runtime()?.block_on(session(&url, turns));
+    let session = runtime.block_on(session(&url, turns));
     let server_log = child.map(ChildServer::stop).transpose()?;
     let session = session?;
 
@@ -357,6 +367,7 @@ fn run(flags: &Flags) -> Result<(), String> {
     let turn_ms = intervals_ms(&session.requests);
     let mut line = json!({
         "harness": "orch",
+        "runtime": flavor,
         "turns": turn_ms.len(),
         "requests": session.requests.len(),
         "median_ms": median(&turn_ms),
@@ -511,17 +522,19 @@ fn table(path: &Path) -> Result<(), String> {
         }
     }
     let mut out = String::from(
-        "| harness | runs | median per turn | p90 per turn | first → last request | process wall | peak RSS | request size |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| harness | runs | median per turn | (range over runs) | p90 per turn | first → last request | process wall | \
+         peak RSS | request size |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut notes = String::new();
     for harness in harnesses {
         let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == harness).collect();
         let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
         out.push_str(&format!(
-            "| {harness} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {harness} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             runs.len(),
             ms(med("/server/median_ms")),
+            range(&runs, "/server/median_ms"),
             ms(med("/server/p90_ms")),
             ms(med("/server/span_ms")),
             ms(med("/wall_ms")),
@@ -545,6 +558,14 @@ fn table(path: &Path) -> Result<(), String> {
     }
     print!("{out}{notes}");
     Ok(())
+}
+
+/// `min–max` of a number over runs.
+fn range(runs: &[&Value], pointer: &str) -> String {
+    let values: Vec<f64> = runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect();
+    let min = values.iter().copied().reduce(f64::min);
+    let max = values.iter().copied().reduce(f64::max);
+    format!("{}–{}", ms(min).trim_end_matches(" ms"), ms(max))
 }
 
 fn ms(value: Option<f64>) -> String {
