@@ -70,8 +70,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         results_dir.join("sandbox"),
     )?;
     // On an early return, dropping `sandbox` tears it down.
-    let client = host::spawn(&cwd, &args.tools, &sandbox.policy).await?;
-    let executor = Arc::new(HostExecutor::new(client));
+    let started = host::spawn(&args.agent_id, &cwd, &args.tools, &sandbox.policy).await?;
+    let container = started.container;
+    let executor = Arc::new(HostExecutor::new(started.client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
         .map_err(|e| UsageError(e.to_string()))?
         .with_results_dir(big_results);
@@ -84,6 +85,11 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     drop(pool);
     if let Ok(executor) = Arc::try_unwrap(executor) {
         executor.shutdown(Duration::from_secs(2)).await;
+    }
+    if let Some(container) = container
+        && let Err(e) = container.stop().await
+    {
+        tracing::warn!("could not remove the agent's container: {e}");
     }
     sandbox.teardown();
     // Left only if a result was saved there for the agent to read.

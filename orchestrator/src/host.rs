@@ -24,8 +24,9 @@ use orch_agents::ToolOutput;
 use orch_agents::tools::host::{HostRequest, HostTools, ToolExecutor};
 use orch_agents::tools::{DynTool, Session, core_tools};
 use orch_sandbox::Handover;
+use orch_sandbox::container::{ContainerHost, ContainerOptions};
 use orch_sandbox::host::{Handler, HostClient, HostError, ServeOptions, serve_stdio};
-use orch_sandbox::policy::Policy;
+use orch_sandbox::policy::{Backend, Policy};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +67,7 @@ pub struct AgentSandbox {
     pub policy: Policy,
     dirs: PrivateDirs,
     handover: Option<Handover>,
+    done: bool,
 }
 
 impl AgentSandbox {
@@ -84,9 +86,11 @@ impl AgentSandbox {
         base: PathBuf,
     ) -> anyhow::Result<AgentSandbox> {
         match args.backend {
-            BackendKind::Container => return Err(orch_sandbox::container_unavailable().into()),
+            BackendKind::Container if args.image.is_none() => {
+                return Err(UsageError("--backend container needs an image: pass --image NAME".into()).into());
+            }
             BackendKind::None => sandbox_cmd::warn_unconfined(),
-            BackendKind::Landlock => {}
+            BackendKind::Landlock | BackendKind::Container => {}
         }
         let dirs = PrivateDirs::create(base).context("cannot create the agent's private tmp and home")?;
         let input = PolicyInput {
@@ -99,9 +103,16 @@ impl AgentSandbox {
         };
         let prepared = sandbox_cmd::build_policy(args, input)
             .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))
-            .and_then(|policy| Ok((orch_sandbox::prepare_writable(&policy)?, policy)));
+            .and_then(|policy| {
+                // The container backend hands the writable roots over itself.
+                let handover = match policy.backend {
+                    Backend::Container => None,
+                    _ => Some(orch_sandbox::prepare_writable(&policy)?),
+                };
+                Ok((handover, policy))
+            });
         match prepared {
-            Ok((handover, policy)) => Ok(AgentSandbox { policy, dirs, handover: Some(handover) }),
+            Ok((handover, policy)) => Ok(AgentSandbox { policy, dirs, handover, done: false }),
             Err(e) => {
                 dirs.remove();
                 Err(e)
@@ -117,13 +128,17 @@ impl AgentSandbox {
     }
 
     fn tear_down(&mut self) {
-        let Some(handover) = self.handover.take() else { return };
-        if let Some(name) = &self.policy.name
-            && orch_sandbox::identity::is_root()
-        {
-            orch_sandbox::cgroup::kill_and_remove(name);
+        if std::mem::replace(&mut self.done, true) {
+            return;
         }
-        handover.restore();
+        if let Some(handover) = self.handover.take() {
+            if let Some(name) = &self.policy.name
+                && orch_sandbox::identity::is_root()
+            {
+                orch_sandbox::cgroup::kill_and_remove(name);
+            }
+            handover.restore();
+        }
         self.dirs.remove();
     }
 }
@@ -171,9 +186,37 @@ pub async fn serve(args: HostArgs) -> anyhow::Result<()> {
     served.context("the tool host lost its pipe to the coordinator")
 }
 
-/// Starts a tool host for an agent working in `cwd` with `tools`, confined by `policy`.
-pub async fn spawn(cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<HostClient> {
+/// A started tool host: its client, and its container when the backend is `container`
+/// (stop it with [`ContainerHost::stop`] after the client shut down).
+pub struct Started {
+    pub client: HostClient,
+    pub container: Option<ContainerHost>,
+}
+
+/// Starts a tool host for an agent `agent` working in `cwd` with `tools`, confined by
+/// `policy`: a child process, or for the container backend a container whose
+/// long-lived process is this orch binary.
+pub async fn spawn(agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<Started> {
     let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
+    if policy.backend == Backend::Container {
+        let docker = orch_sandbox::container::connect().await?;
+        let args: Vec<String> = vec![
+            SUBCOMMAND.into(),
+            "--cwd".into(),
+            cwd.display().to_string(),
+            "--tools".into(),
+            tools.join(","),
+            "--policy".into(),
+            serde_json::to_string(policy)?,
+        ];
+        let options = ContainerOptions {
+            run: format!("exec-{}", std::process::id()),
+            agent: agent.to_string(),
+            ..ContainerOptions::default()
+        };
+        let (container, client) = ContainerHost::start(&docker, policy, &exe, &args, &options).await?;
+        return Ok(Started { client, container: Some(container) });
+    }
     let mut command = tokio::process::Command::new(exe);
     command
         .arg(SUBCOMMAND)
@@ -189,7 +232,7 @@ pub async fn spawn(cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Res
     let started = std::time::Instant::now();
     let client = HostClient::spawn(command).await?;
     tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "tool host started");
-    Ok(client)
+    Ok(Started { client, container: None })
 }
 
 /// Sends calls to one agent's tool host.

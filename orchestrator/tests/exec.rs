@@ -227,3 +227,54 @@ async fn sigint_during_a_tool_exits_130_and_kills_the_command() {
     assert!(gone, "the command outlived orch");
     let _ = std::io::stdout().flush();
 }
+
+/// Needs the Docker engine and `orch-test:busybox` that `.ci/docker.sh` provides; set
+/// `ORCH_SKIP_DOCKER_TESTS=1` to skip on purpose.
+#[test]
+fn the_container_backend_runs_tools_in_a_container() {
+    if std::env::var_os("ORCH_SKIP_DOCKER_TESTS").is_some_and(|v| v == "1") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Bash, input: {command: \"test -e /.dockerenv && echo in-docker; id -u; echo hi > made.txt\"}}]\n    - text: done\n",
+    );
+    let (code, stdout, stderr) = run(orch().current_dir(dir.path()).arg("exec").arg("--script").arg(&s).args([
+        "--provider",
+        "scripted",
+        "--tools",
+        "Bash",
+        "--backend",
+        "container",
+        "--image",
+        "orch-test:busybox",
+        "--json",
+        "go",
+    ]));
+    assert_eq!(code, 0, "is the engine up and the image built (.ci/docker.sh)? {stderr}");
+    let finished = stdout.lines().find(|l| l.contains("tool_use_finished")).unwrap();
+    let output: serde_json::Value = serde_json::from_str(finished).unwrap();
+    let lines: Vec<&str> = output["output"].as_str().unwrap().lines().collect();
+    assert_eq!(lines[0], "in-docker", "{lines:?}");
+    assert_ne!(lines[1], "0", "the container ran the tools as root");
+    assert_eq!(std::fs::read_to_string(dir.path().join("made.txt")).unwrap(), "hi\n");
+    let (code, out, _) = run(Command::new("docker").args(["ps", "-aq", "--filter", "label=orch.managed"]));
+    assert_eq!(code, 0);
+    assert!(out.trim().is_empty(), "containers left behind: {out}");
+}
+
+#[test]
+fn the_container_backend_needs_an_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), "version: 1\nagents: {}\n");
+    let (code, _, stderr) = run(orch().current_dir(dir.path()).arg("exec").arg("--script").arg(&s).args([
+        "--provider",
+        "scripted",
+        "--backend",
+        "container",
+        "go",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("needs an image"), "{stderr}");
+}
