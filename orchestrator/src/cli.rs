@@ -16,6 +16,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a workflow: its agents in parallel worktrees, then synthesis and reports.
+    Run(Box<RunArgs>),
+    /// Check a workflow file and report every error with its line and column.
+    Validate(ValidateArgs),
+    /// Show what a workflow will run: agents, prompts, tools, sandbox, model, limits.
+    Plan(PlanArgs),
     /// Run one ad-hoc agent on PROMPT and print its final answer.
     Exec(Box<ExecArgs>),
     /// The tool host of one agent (started by orch itself, not by hand).
@@ -165,6 +171,116 @@ pub struct ExecArgs {
     pub sandbox: SandboxArgs,
 }
 
+/// `orch run WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+    /// A workflow input, `name=value` (the value is parsed as YAML: `n=3` is a number).
+    /// Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    /// The model API.
+    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
+    pub provider: ProviderKind,
+    /// The model of every agent that names none (replaces the workflow's `model:`).
+    #[arg(long, env = "ORCH_MODEL")]
+    pub model: Option<String>,
+    /// A model to switch to when the main one stays overloaded.
+    #[arg(long)]
+    pub fallback_model: Option<String>,
+    /// The turn script for `--provider scripted`.
+    #[arg(long, env = "ORCH_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table that overrides the built-in prices.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+    /// Most agents running at once (replaces the workflow's `concurrency:`).
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+    /// The run directory (default: $ORCH_RUNS_DIR/<run-id>, else
+    /// $XDG_STATE_HOME/orch/runs/<run-id>, else ~/.local/state/orch/runs/<run-id>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Stream every agent's events as JSON lines on stdout, then the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep every agent's worktree (failed agents' worktrees are always kept).
+    #[arg(long)]
+    pub keep_worktrees: bool,
+    /// The git repository the agents work on (default: the one containing the current
+    /// directory).
+    #[arg(long, value_name = "PATH")]
+    pub repo: Option<PathBuf>,
+    /// The commit the agents start from: a branch, tag, sha or `HEAD`.
+    #[arg(long, default_value = "HEAD", value_name = "REF")]
+    pub base: String,
+    /// The run id, used in branch names `orch/<run-id>/<agent>` (default: the time and
+    /// a random suffix).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Author of the commits orch makes, `Name <email>`.
+    #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
+    pub author: Option<(String, String)>,
+}
+
+/// `orch validate WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+}
+
+/// `orch plan WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+    /// A workflow input, `name=value`. Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    /// How to print the plan.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: PlanFormat,
+}
+
+/// `orch plan --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanFormat {
+    /// For people.
+    Text,
+    /// The plan as one JSON document.
+    Json,
+}
+
+/// Parses `name=value`; the value is YAML (`3` is a number, `[a, b]` a list), and text
+/// that is not valid YAML stays text.
+fn parse_input(text: &str) -> Result<(String, serde_json::Value), String> {
+    let (name, value) =
+        text.split_once('=').ok_or_else(|| format!("`{text}` is not an input; write it as name=value"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{text}` has no input name; write it as name=value"));
+    }
+    let value = serde_yaml::from_str::<serde_json::Value>(value)
+        .ok()
+        .filter(|v| !v.is_null() || value.trim() == "null")
+        .unwrap_or_else(|| serde_json::Value::String(value.to_string()));
+    Ok((name.to_string(), value))
+}
+
+/// Parses `Name <email>`.
+fn parse_author(text: &str) -> Result<(String, String), String> {
+    let bad = || format!("`{text}` is not an author; write it as `Name <email>`");
+    let (name, rest) = text.split_once('<').ok_or_else(bad)?;
+    let email = rest.strip_suffix('>').ok_or_else(bad)?.trim();
+    let name = name.trim();
+    if name.is_empty() || email.is_empty() {
+        return Err(bad());
+    }
+    Ok((name.to_string(), email.to_string()))
+}
+
 /// Permission rules and mode.
 #[derive(Debug, Args)]
 pub struct PermissionArgs {
@@ -216,6 +332,23 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn inputs_are_yaml_values() {
+        assert_eq!(parse_input("n=3"), Ok(("n".into(), serde_json::json!(3))));
+        assert_eq!(parse_input("xs=[a, b]"), Ok(("xs".into(), serde_json::json!(["a", "b"]))));
+        assert_eq!(parse_input("s=a: b: c"), Ok(("s".into(), serde_json::json!("a: b: c"))));
+        assert_eq!(parse_input("e="), Ok(("e".into(), serde_json::json!(""))));
+        assert!(parse_input("novalue").is_err());
+        assert!(parse_input("=x").is_err());
+    }
+
+    #[test]
+    fn authors() {
+        assert_eq!(parse_author("A B <a@b>"), Ok(("A B".into(), "a@b".into())));
+        assert!(parse_author("nobody").is_err());
+        assert!(parse_author("<a@b>").is_err());
+    }
 
     #[test]
     fn durations() {

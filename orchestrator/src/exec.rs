@@ -40,7 +40,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         cwd: &cwd,
         is_git_repo: cwd.join(".git").exists(),
         model: &config.model,
-        date: &today(),
+        date: &crate::clock::today(),
     });
     let rules = RuleSet {
         mode: args.permissions.permission_mode,
@@ -54,7 +54,8 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
     let tools = host::select_tools(&args.tools)?;
     let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
-    let sandbox_name = format!("exec-{}-{}", std::process::id(), sanitize(&args.agent_id));
+    let run = format!("exec-{}", std::process::id());
+    let sandbox_name = host::sandbox_name(&format!("{run}-{}", args.agent_id));
     // Only an agent that can write gets the working directory writable (as root, that
     // hands it to the sandbox uid for the run).
     let writes = args.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
@@ -70,7 +71,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         results_dir.join("sandbox"),
     )?;
     // On an early return, dropping `sandbox` tears it down.
-    let started = host::spawn(&args.agent_id, &cwd, &args.tools, &sandbox.policy).await?;
+    let started = host::spawn(&run, &args.agent_id, &cwd, &args.tools, &sandbox.policy).await?;
     let container = started.container;
     let executor = Arc::new(HostExecutor::new(started.client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
@@ -107,11 +108,6 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     Ok(interrupts.code().unwrap_or_else(|| Code::for_terminal(&outcome.terminal)))
 }
 
-/// `id` as a cgroup-safe name: letters, digits, `-`, `_` and `.`.
-fn sanitize(id: &str) -> String {
-    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
-}
-
 /// `--json`: every event as one JSON line on stdout, flushed per line.
 struct JsonLines;
 
@@ -145,36 +141,5 @@ impl EventSink for StderrLog {
             _ => return,
         };
         eprintln!("orch: {line}");
-    }
-}
-
-/// Today's date in UTC, `YYYY-MM-DD`.
-fn today() -> String {
-    let days =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86_400).unwrap_or(0);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Days since 1970-01-01 to a calendar date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { era * 400 + yoe + 1 } else { era * 400 + yoe }, m, d)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn civil_dates() {
-        assert_eq!(super::civil_from_days(0), (1970, 1, 1));
-        assert_eq!(super::civil_from_days(20_786), (2026, 11, 29));
-        assert_eq!(super::civil_from_days(11_016), (2000, 2, 29));
     }
 }

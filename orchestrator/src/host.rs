@@ -193,10 +193,16 @@ pub struct Started {
     pub container: Option<ContainerHost>,
 }
 
-/// Starts a tool host for an agent `agent` working in `cwd` with `tools`, confined by
-/// `policy`: a child process, or for the container backend a container whose
-/// long-lived process is this orch binary.
-pub async fn spawn(agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<Started> {
+/// `id` as a name for a sandbox (cgroup, container): letters, digits, `-`, `_` and `.`.
+pub fn sandbox_name(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+/// Starts a tool host for an agent `agent` of the run `run` working in `cwd` with
+/// `tools`, confined by `policy`: a child process, or for the container backend a
+/// container (labelled with the run and agent) whose long-lived process is this orch
+/// binary.
+pub async fn spawn(run: &str, agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<Started> {
     let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
     if policy.backend == Backend::Container {
         let docker = orch_sandbox::container::connect().await?;
@@ -209,11 +215,8 @@ pub async fn spawn(agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -
             "--policy".into(),
             serde_json::to_string(policy)?,
         ];
-        let options = ContainerOptions {
-            run: format!("exec-{}", std::process::id()),
-            agent: agent.to_string(),
-            ..ContainerOptions::default()
-        };
+        let options =
+            ContainerOptions { run: run.to_string(), agent: agent.to_string(), ..ContainerOptions::default() };
         let (container, client) = ContainerHost::start(&docker, policy, &exe, &args, &options).await?;
         return Ok(Started { client, container: Some(container) });
     }

@@ -2,12 +2,15 @@
 //! wires providers, tools and reporters together, and maps outcomes to exit codes.
 
 mod cli;
+mod clock;
 mod exec;
 mod exit;
 mod git;
 mod host;
 mod logging;
+mod plan_cmd;
 mod provider;
+mod run;
 mod sandbox_cmd;
 mod signals;
 
@@ -33,6 +36,7 @@ fn main() -> std::process::ExitCode {
     // builds the async runtime, and the tool host confines itself before it does.
     let command = match cli.command {
         cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
+        cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
         other => other,
     };
     if let cli::Command::ToolHost(args) = &command
@@ -50,6 +54,9 @@ fn main() -> std::process::ExitCode {
     };
     let code = runtime.block_on(async {
         match command {
+            cli::Command::Run(args) => run::run(*args).await,
+            cli::Command::Plan(args) => plan_cmd::show(&args),
+            cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
             cli::Command::Exec(args) => exec::run(*args).await,
             cli::Command::ToolHost(args) => host::serve(args).await.map(|()| exit::Code::Success),
             cli::Command::Sandbox(_) => Ok(exit::Code::Usage),

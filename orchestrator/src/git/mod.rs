@@ -41,7 +41,9 @@
 //! includes the branches of agents the coordinator has already committed and the admin
 //! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
 
-#![allow(dead_code, unused_imports)] // wired in by the coordinator
+// A few accessors (`branch_for`, `changed_files`, ...) serve the tests and the worktree
+// benchmark only.
+#![allow(dead_code)]
 
 mod clone;
 mod merge;
@@ -53,10 +55,9 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use clone::{Fetched, Removal, RunClone};
-pub use merge::MergeOutcome;
+pub use clone::{Removal, RunClone};
 pub use names::{safe_name, validate_run_id};
-pub use worktree::{ChangeKind, CommitInfo, FileChange, GitPaths, Worktree};
+pub use worktree::{ChangeKind, Worktree};
 
 /// What failed in a git operation of the coordinator, with what to do about it.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,68 @@
+//! `orch validate` and `orch plan`: load a workflow, report every diagnostic with its
+//! position, and print what a run would do. Neither touches git, the network or a
+//! sandbox.
+
+use std::io::Write;
+use std::path::Path;
+
+use orch_workflows::{Diagnostic, Inputs, Plan, Workflow, render_diagnostics};
+
+use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
+use crate::exit::Code;
+
+/// Loads `path`, or prints its diagnostics on stderr.
+pub fn load(path: &Path) -> Result<Workflow, Code> {
+    orch_workflows::load(path).map_err(|diagnostics| report(&diagnostics))
+}
+
+/// Plans `workflow` with `inputs`, or prints the diagnostics on stderr.
+pub fn plan(workflow: &Workflow, inputs: &[(String, serde_json::Value)]) -> Result<Plan, Code> {
+    let inputs: Inputs = inputs.iter().cloned().collect();
+    orch_workflows::plan(workflow, &inputs).map_err(|diagnostics| report(&diagnostics))
+}
+
+fn report(diagnostics: &[Diagnostic]) -> Code {
+    eprint!("{}", render_diagnostics(diagnostics));
+    let n = diagnostics.len();
+    eprintln!("orch: the workflow is invalid ({n} error{})", if n == 1 { "" } else { "s" });
+    Code::Usage
+}
+
+/// `orch validate`: exit 0 and one line on stderr when the file is valid.
+pub fn validate(args: &ValidateArgs) -> Code {
+    match load(&args.workflow) {
+        Ok(workflow) => {
+            let agents = workflow.agents.len();
+            eprintln!(
+                "orch: {} is valid: workflow `{}`, {agents} agent{}",
+                args.workflow.display(),
+                workflow.name,
+                if agents == 1 { "" } else { "s" }
+            );
+            Code::Success
+        }
+        Err(code) => code,
+    }
+}
+
+/// `orch plan`: the plan on stdout, as text or JSON.
+pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
+    let workflow = match load(&args.workflow) {
+        Ok(w) => w,
+        Err(code) => return Ok(code),
+    };
+    let plan = match plan(&workflow, &args.inputs) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        PlanFormat::Text => out.write_all(orch_workflows::render_text(&plan).as_bytes())?,
+        PlanFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, &plan)?;
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
+    Ok(Code::Success)
+}

@@ -1,0 +1,313 @@
+//! One agent of a run, start to end: its worktree, its sandbox and tool host, its tool
+//! pool, its query loop (asked again when its structured output is invalid), then its
+//! work committed on its branch and its patch kept, whatever way it ended.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orch_agents::permissions::{Mode, Permissions, RuleSet};
+use orch_agents::pipeline::ToolPool;
+use orch_agents::prompt::{Environment, system_prompt};
+use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
+use orch_workflows::{AgentSpec, PermissionMode};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{AgentSink, Transcript};
+use super::output::{MAX_RETRIES, OutputSchema};
+use super::report::{AgentReport, AgentStatus, ChangedFile};
+use super::{Shared, StopReason};
+use crate::cli::{BackendKind, NetworkKind, SandboxArgs};
+use crate::git::{ChangeKind, Worktree, safe_name};
+use crate::host::{self, AgentSandbox, HostExecutor};
+
+/// A finished agent: its report and the spec it ran.
+pub struct Finished {
+    pub report: AgentReport,
+    pub spec: AgentSpec,
+}
+
+/// Runs `spec` with the rendered `prompt`. Never fails: every failure is in the report.
+pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finished {
+    let started = Instant::now();
+    let item = spec.fan_out.as_ref().map(|f| f.item.clone());
+    let mut report = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Failed, String::new());
+    report.reason = None;
+    report.continue_on_failure = spec.continue_on_failure;
+    let file = safe_name(&spec.id).unwrap_or_else(|_| "agent".into());
+    let transcript_rel = PathBuf::from("transcripts").join(format!("{file}.jsonl"));
+    let transcript = match Transcript::create(&shared.run_dir.join(&transcript_rel)) {
+        Ok(t) => {
+            report.transcript = Some(transcript_rel);
+            Some(Arc::new(t))
+        }
+        Err(e) => {
+            tracing::warn!(agent = %spec.id, "cannot create the transcript: {e}");
+            None
+        }
+    };
+    let worktree = match shared.clone.add_worktree(&spec.id).await {
+        Ok(w) => w,
+        Err(e) => {
+            report.infrastructure = true;
+            report.reason = Some(format!("cannot create its worktree: {e}"));
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            return Finished { report, spec };
+        }
+    };
+    report.branch = Some(worktree.branch().to_string());
+    let cancel = shared.run_cancel.child_token();
+    if let Err(e) = drive(&shared, &spec, prompt, &worktree, transcript, &cancel, &mut report).await {
+        report.status = AgentStatus::Failed;
+        report.infrastructure = true;
+        report.reason = Some(format!("{e:#}"));
+    }
+    commit(&shared, &spec, &worktree, &mut report).await;
+    let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
+    if keep {
+        report.worktree = Some(worktree.path().to_path_buf());
+    } else if let Err(e) = worktree.remove().await {
+        tracing::warn!(agent = %spec.id, "cannot remove the worktree: {e}");
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    Finished { report, spec }
+}
+
+/// Sandbox, tool host, loop. An `Err` is an infrastructure failure.
+async fn drive(
+    shared: &Shared,
+    spec: &AgentSpec,
+    prompt: String,
+    worktree: &Worktree,
+    transcript: Option<Arc<Transcript>>,
+    cancel: &CancellationToken,
+    report: &mut AgentReport,
+) -> anyhow::Result<()> {
+    let schema = match spec.output_schema.as_ref().map(OutputSchema::new).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            report.reason = Some(e);
+            return Ok(());
+        }
+    };
+    let cwd = worktree.path().to_path_buf();
+    let git = worktree.git_paths();
+    let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
+    read.extend(git.read_only.iter().cloned());
+    read.extend(shared.cache_dir.iter().cloned());
+    let args = SandboxArgs {
+        backend: match spec.sandbox.backend {
+            orch_workflows::Backend::Landlock => BackendKind::Landlock,
+            orch_workflows::Backend::Container => BackendKind::Container,
+            orch_workflows::Backend::None => BackendKind::None,
+        },
+        network: match spec.sandbox.network {
+            orch_workflows::Network::None => NetworkKind::None,
+            orch_workflows::Network::Full => NetworkKind::Full,
+        },
+        read,
+        write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
+        image: spec.sandbox.image.clone(),
+    };
+    let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    let results = shared.run_dir.join("tool-results");
+    let name = host::sandbox_name(&format!("{}-{}", shared.run_id, spec.id));
+    let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
+    let mut sandbox = AgentSandbox::prepare(&args, &cwd, writes, vec![results.clone()], &name, private)?;
+    sandbox.policy.env.extend(git.env.iter().cloned());
+    sandbox.policy.env.extend(shared.cache_env.iter().cloned());
+    let started = host::spawn(&shared.run_id, &spec.id, &cwd, &spec.tools, &sandbox.policy).await?;
+    let container = started.container;
+    let executor = Arc::new(HostExecutor::new(started.client));
+
+    let rules = RuleSet {
+        mode: match spec.permissions.mode {
+            PermissionMode::Default => Mode::Default,
+            PermissionMode::AcceptEdits => Mode::AcceptEdits,
+            PermissionMode::Plan => Mode::Plan,
+            PermissionMode::Bypass => Mode::Bypass,
+        },
+        allow: spec.permissions.allow.clone(),
+        deny: spec.permissions.deny.clone(),
+        ask: spec.permissions.ask.clone(),
+        ..RuleSet::default()
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let outcome = async {
+        let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
+            .map_err(|e| anyhow::anyhow!("the permission rules of `{}` are invalid: {e}", spec.id))?;
+        let tools = host::select_tools(&spec.tools)?;
+        let pool = ToolPool::new(&spec.id, tools, executor.clone(), permissions)?.with_results_dir(results);
+        let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
+        let mut config = QueryConfig::new(&spec.id, &model);
+        config.fallback_model = shared.fallback_model.clone();
+        config.prices = shared.prices.clone();
+        config.system =
+            system_prompt(&Environment { cwd: &cwd, is_git_repo: true, model: &model, date: &crate::clock::today() });
+        let capped = shared.meter.cap(spec.limits);
+        config.limits = Limits {
+            max_turns: capped.max_turns,
+            max_tokens: capped.max_tokens,
+            max_cost_usd: capped.max_cost_usd,
+            timeout: capped.timeout.map(|d| d.as_std()),
+        };
+        let sink = AgentSink {
+            agent: spec.id.clone(),
+            transcript: transcript.clone(),
+            meter: shared.meter.clone(),
+            stop: shared.stop.clone(),
+            run_cancel: shared.run_cancel.clone(),
+            json: shared.json,
+        };
+        converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
+        anyhow::Ok(())
+    }
+    .await;
+    // The pool holds the other reference to the executor; it is gone by now.
+    if let Ok(executor) = Arc::try_unwrap(executor) {
+        executor.shutdown(Duration::from_secs(2)).await;
+    }
+    if let Some(container) = container
+        && let Err(e) = container.stop().await
+    {
+        tracing::warn!(agent = %spec.id, "could not remove the agent's container: {e}");
+    }
+    sandbox.teardown();
+    outcome
+}
+
+/// The loop, asked again (at most [`MAX_RETRIES`] times) while its structured output is
+/// invalid; then the agent's status from how it ended.
+#[allow(clippy::too_many_arguments)]
+async fn converse(
+    shared: &Shared,
+    pool: &ToolPool,
+    mut config: QueryConfig,
+    prompt: String,
+    schema: Option<&OutputSchema>,
+    sink: &AgentSink,
+    cancel: &CancellationToken,
+    report: &mut AgentReport,
+) {
+    let mut text = prompt;
+    if let Some(schema) = schema {
+        text.push_str(&schema.instructions());
+    }
+    if let Some(t) = &sink.transcript {
+        t.record(&json!({ "agent": sink.agent, "event": { "type": "prompt", "text": text } }));
+    }
+    let mut messages = vec![Message::user(text)];
+    let started = Instant::now();
+    let mut retries = 0;
+    let terminal = loop {
+        let outcome = query(shared.provider.as_ref(), pool, &config, messages, sink, cancel).await;
+        report.turns += outcome.turns;
+        report.usage += outcome.usage;
+        report.cost_usd += outcome.cost_usd;
+        report.model = Some(outcome.model.clone());
+        report.text = outcome.final_text.clone();
+        let (Some(schema), Terminal::Completed) = (schema, &outcome.terminal) else { break outcome.terminal };
+        match schema.check(&outcome.final_text) {
+            Ok(value) => {
+                report.output = Some(value);
+                report.output_error = None;
+                break Terminal::Completed;
+            }
+            Err(error) if retries == MAX_RETRIES => {
+                report.output_error = Some(error);
+                break Terminal::Completed;
+            }
+            Err(error) => {
+                retries += 1;
+                tracing::info!(agent = %sink.agent, "its answer does not match output.schema; asking again: {error}");
+                report.output_error = Some(error.clone());
+                messages = outcome.messages;
+                messages.push(Message::user(schema.retry_message(&error)));
+                let limits = &mut config.limits;
+                limits.max_turns = limits.max_turns.map(|t| t.saturating_sub(outcome.turns));
+                limits.max_tokens = limits.max_tokens.map(|t| t.saturating_sub(outcome.usage.total()));
+                limits.max_cost_usd = limits.max_cost_usd.map(|c| (c - outcome.cost_usd).max(0.0));
+                limits.timeout = limits.timeout.map(|t| t.saturating_sub(started.elapsed()));
+            }
+        }
+    };
+    let (status, reason) = match &terminal {
+        Terminal::Completed => match &report.output_error {
+            Some(error) if report.output.is_none() => (
+                AgentStatus::Failed,
+                Some(format!("its final answer does not match output.schema after {MAX_RETRIES} retries: {error}")),
+            ),
+            _ => (AgentStatus::Succeeded, None),
+        },
+        Terminal::Aborted { .. } => match shared.stop.get() {
+            Some(StopReason::RunLimit(why)) => (AgentStatus::Partial, Some(why)),
+            Some(other) => (AgentStatus::Cancelled, Some(other.to_string())),
+            None => (AgentStatus::Cancelled, Some(terminal.to_string())),
+        },
+        t if t.is_limit() => (AgentStatus::Partial, Some(t.to_string())),
+        Terminal::ModelError { kind, .. } => {
+            report.infrastructure = matches!(kind.as_str(), "auth" | "network" | "config");
+            (AgentStatus::Failed, Some(terminal.to_string()))
+        }
+        _ => (AgentStatus::Failed, Some(terminal.to_string())),
+    };
+    report.status = status;
+    report.reason = reason;
+    report.terminal = Some(terminal);
+}
+
+/// Commits whatever the agent left in its worktree, and keeps its patch.
+async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: &mut AgentReport) {
+    let message = format!(
+        "orch: {} ({})\n\nRun {} of workflow `{}`.\n",
+        spec.id,
+        report.status.as_str(),
+        shared.run_id,
+        shared.workflow_name
+    );
+    match worktree.commit_all(&message, &shared.author).await {
+        Ok(Some(info)) => {
+            report.commit = Some(info.commit);
+            report.changed_files = info
+                .files
+                .iter()
+                .map(|f| ChangedFile {
+                    path: f.path.clone(),
+                    kind: match f.kind {
+                        ChangeKind::Added => "added",
+                        ChangeKind::Modified => "modified",
+                        ChangeKind::Deleted => "deleted",
+                        ChangeKind::TypeChanged => "type_changed",
+                    }
+                    .into(),
+                })
+                .collect();
+            for skipped in &info.skipped {
+                tracing::warn!(agent = %spec.id, path = %skipped.display(), "left a nested repository out of the commit");
+            }
+            match worktree.patch().await {
+                Ok(patch) => {
+                    let rel = PathBuf::from("patches").join(format!("{}.patch", worktree.name()));
+                    let path = shared.run_dir.join(&rel);
+                    let written = std::fs::create_dir_all(shared.run_dir.join("patches"))
+                        .and_then(|()| std::fs::write(&path, patch));
+                    match written {
+                        Ok(()) => report.patch = Some(rel),
+                        Err(e) => tracing::warn!(agent = %spec.id, "cannot write the patch: {e}"),
+                    }
+                }
+                Err(e) => tracing::warn!(agent = %spec.id, "cannot make the patch: {e}"),
+            }
+        }
+        // Nothing to keep: the branch is still at the base.
+        Ok(None) => report.branch = None,
+        Err(e) => {
+            // The work is still in the worktree, which is then kept.
+            report.status = AgentStatus::Failed;
+            report.infrastructure = true;
+            let before = report.reason.take().map(|r| format!("{r}; ")).unwrap_or_default();
+            report.reason = Some(format!("{before}cannot commit its work: {e}"));
+        }
+    }
+}

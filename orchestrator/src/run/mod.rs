@@ -1,0 +1,481 @@
+//! `orch run WORKFLOW`: the coordinator. It loads and plans the workflow, makes the run
+//! clone, runs `setup:`, dispatches agents (see [`schedule`]), synthesizes their
+//! reports, integrates their branches, and writes the run directory:
+//!
+//! ```text
+//! <run_dir>/report.json            versioned (see report.rs and README "Run reports")
+//! <run_dir>/report.md
+//! <run_dir>/transcripts/<agent>.jsonl   written as the agents go
+//! <run_dir>/patches/<agent>.patch
+//! <run_dir>/tool-results/<agent>/       results too large to send inline
+//! <run_dir>/synthesis-prompt.md
+//! <run_dir>/setup.log, cache/           when the workflow has `setup:`
+//! <run_dir>/repo.git, worktrees/        the run clone; removed at the end unless kept
+//! ```
+//!
+//! The run's limits are enforced by a shared meter (cost, tokens, turns: see
+//! [`events::Meter`]) and a timer; crossing one stops the run, and the agents still
+//! running keep their partial work. Interrupts cancel the run token: agents return
+//! promptly, a partial report is written at once, then everything is torn down and the
+//! final report replaces it.
+
+mod agent;
+mod events;
+mod output;
+mod report;
+mod schedule;
+mod setup;
+mod synthesis;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use anyhow::Context as _;
+use orch_agents::{ModelProvider, PriceTable};
+use orch_workflows::{Integrate, Plan, PlanNode};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{ModelArgs, RunArgs};
+use crate::exit::{Code, UsageError};
+use crate::git::{Author, GitError, RunClone};
+use crate::{clock, plan_cmd, provider, signals};
+use report::{AgentReport, AgentStatus, IntegrationReport, RunReport, RunStatus, Totals, WorkflowInfo};
+
+/// The model used when neither the command line, the workflow nor the agent names one.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// Concurrency when neither the command line nor the workflow sets it.
+pub const DEFAULT_CONCURRENCY: u32 = 4;
+
+/// Why a run stopped before all its agents ran.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// A run limit (cost, tokens, turns, time) was reached.
+    RunLimit(String),
+    /// `fail_fast` and this agent failed.
+    FailFast(String),
+    /// SIGINT or SIGTERM.
+    Interrupted(&'static str),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RunLimit(why) => f.write_str(why),
+            Self::FailFast(agent) => write!(f, "the run stopped because `{agent}` failed (fail_fast)"),
+            Self::Interrupted(signal) => write!(f, "interrupted by {signal}"),
+        }
+    }
+}
+
+/// The first reason the run stopped, set once.
+#[derive(Debug, Default)]
+pub struct Stop(Mutex<Option<StopReason>>);
+
+impl Stop {
+    /// Records `reason` unless another came first.
+    pub fn set(&self, reason: StopReason) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason);
+        }
+    }
+
+    pub fn get(&self) -> Option<StopReason> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What every agent task of a run shares.
+pub struct Shared {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub workflow_name: String,
+    pub clone: RunClone,
+    pub provider: Arc<dyn ModelProvider>,
+    pub prices: Arc<PriceTable>,
+    pub default_model: String,
+    pub fallback_model: Option<String>,
+    pub author: Author,
+    pub meter: Arc<events::Meter>,
+    pub stop: Arc<Stop>,
+    pub run_cancel: CancellationToken,
+    pub json: bool,
+    pub keep_worktrees: bool,
+    /// `<run_dir>/cache` when setup ran: readable by every agent.
+    pub cache_dir: Option<PathBuf>,
+    pub cache_env: Vec<(String, String)>,
+}
+
+/// `orch run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
+    let started_at = SystemTime::now();
+    let clock_start = Instant::now();
+    let workflow = match plan_cmd::load(&args.workflow) {
+        Ok(w) => w,
+        Err(code) => return Ok(code),
+    };
+    let plan = match plan_cmd::plan(&workflow, &args.inputs) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    preflight(&plan)?;
+    let model_args = ModelArgs {
+        provider: args.provider,
+        model: args.model.clone().or_else(|| plan.model.clone()).unwrap_or_else(|| DEFAULT_MODEL.into()),
+        fallback_model: args.fallback_model.clone(),
+        script: args.script.clone(),
+        prices: args.prices.clone(),
+    };
+    let provider = provider::build(&model_args)?;
+    let prices = provider::prices(&model_args)?;
+    let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
+    crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
+    let repo = match &args.repo {
+        Some(r) => r.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let run_dir = run_dir(args.out.as_deref(), &run_id)?;
+    let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
+        GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => anyhow::Error::new(other).context("cannot create the run clone"),
+    })?;
+    let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
+    eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
+
+    let run_cancel = CancellationToken::new();
+    let interrupts = signals::watch(run_cancel.clone())?;
+    let stop = Arc::new(Stop::default());
+    if let Some(limit) = plan.limits.timeout {
+        let (stop, cancel) = (stop.clone(), run_cancel.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(limit.as_std()).await;
+            stop.set(StopReason::RunLimit(format!("the run's time limit of {limit} was reached")));
+            cancel.cancel();
+        });
+    }
+    let mut shared = Shared {
+        run_id: run_id.clone(),
+        run_dir: run_dir.clone(),
+        workflow_name: plan.name.clone(),
+        clone: clone.clone(),
+        provider,
+        prices,
+        default_model: model_args.model.clone(),
+        fallback_model: model_args.fallback_model.clone(),
+        author: args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch),
+        meter: Arc::new(events::Meter::new(plan.limits)),
+        stop: stop.clone(),
+        run_cancel: run_cancel.clone(),
+        json: args.json,
+        keep_worktrees: args.keep_worktrees,
+        cache_dir: None,
+        cache_env: Vec::new(),
+    };
+    let mut report = RunReport {
+        schema_version: report::REPORT_VERSION,
+        run_id: run_id.clone(),
+        workflow: WorkflowInfo {
+            name: plan.name.clone(),
+            file: args.workflow.display().to_string(),
+            description: plan.description.clone(),
+        },
+        status: RunStatus::Failed,
+        exit_code: Code::Failed as u8,
+        stopped: None,
+        started_at: clock::rfc3339(started_at),
+        finished_at: String::new(),
+        duration_ms: 0,
+        run_dir: run_dir.clone(),
+        repo: repo.clone(),
+        base: clone.base().to_string(),
+        setup: None,
+        agents: Vec::new(),
+        synthesis: None,
+        overlaps: Vec::new(),
+        integration: IntegrationReport { mode: integrate_name(plan.integrate).into(), ..Default::default() },
+        totals: Totals::default(),
+    };
+
+    let mut setup_failed = None;
+    if !plan.setup.is_empty() {
+        let backend = plan.agents().next().map(|a| a.sandbox.backend).unwrap_or_default();
+        let (setup, failed) = setup::run(&clone, &run_dir, &run_id, &plan.setup, backend, &run_cancel).await?;
+        shared.cache_dir = Some(setup.cache.clone());
+        shared.cache_env = setup::cache_env(&setup.cache);
+        report.setup = Some(setup);
+        setup_failed = failed;
+    }
+    let shared = Arc::new(shared);
+    if let Some(why) = &setup_failed {
+        eprintln!("orch: {why}");
+        report.stopped = Some("setup failed".into());
+        report.agents = plan
+            .nodes()
+            .map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, "setup failed".into()))
+            .collect();
+    } else {
+        let partial = PartialReport { report: report.clone(), written: false };
+        let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
+        report.agents = schedule::run(shared.clone(), &plan, concurrency as usize, partial).await;
+        if let Some(code) = interrupts.code() {
+            stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
+        }
+        if stop.get().is_none() {
+            report.synthesis = synthesize(&shared, &plan, &report.agents).await;
+        }
+    }
+    integrate(&shared, &plan, &mut report).await;
+    match clone.remove().await {
+        Ok(crate::git::Removal::Removed) => {}
+        Ok(crate::git::Removal::Kept { worktrees }) => {
+            tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
+        }
+        Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+    }
+
+    // Emptied as each sandbox was torn down.
+    let _ = std::fs::remove_dir(run_dir.join("sandbox"));
+    let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    report.exit_code = code as u8;
+    report.status = match code {
+        Code::Success => RunStatus::Succeeded,
+        Code::Partial => RunStatus::Partial,
+        Code::Interrupted | Code::Terminated => RunStatus::Interrupted,
+        _ => RunStatus::Failed,
+    };
+    report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
+    report.totals = Totals::of(&report.agents, report.synthesis.as_ref());
+    report.finished_at = clock::rfc3339(SystemTime::now());
+    report.duration_ms = clock_start.elapsed().as_millis() as u64;
+    report::write(&run_dir, &report).with_context(|| format!("cannot write the report into {}", run_dir.display()))?;
+    finish_output(&args, &report)?;
+    Ok(code)
+}
+
+/// Refuses what this version cannot run, before anything starts.
+fn preflight(plan: &Plan) -> anyhow::Result<()> {
+    let specs = plan.nodes().map(|n| match n {
+        PlanNode::Agent(spec) => spec,
+        PlanNode::DynamicFanOut(d) => &d.template,
+    });
+    for spec in specs {
+        if spec.uses.is_some() {
+            return Err(UsageError(format!(
+                "agent `{}` uses an agent definition (`uses:`), which this version of orch cannot load yet; \
+                 give it a `prompt:` instead",
+                spec.agent
+            ))
+            .into());
+        }
+        if let Some(tool) = spec.tools.iter().find(|t| t.as_str() == "Agent" || t.starts_with("mcp__")) {
+            return Err(UsageError(format!(
+                "agent `{}` lists the tool `{tool}`, which this version of orch cannot provide yet; remove it",
+                spec.agent
+            ))
+            .into());
+        }
+        if spec.sandbox.backend == orch_workflows::Backend::Container && spec.sandbox.image.is_none() {
+            return Err(UsageError(format!(
+                "agent `{}` uses the container backend without an image; set `sandbox.image`",
+                spec.agent
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
+/// or `~/.local/state/orch/runs`. It must not exist yet, or be empty.
+fn run_dir(out: Option<&Path>, run_id: &str) -> anyhow::Result<PathBuf> {
+    let dir = match out {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+            let base = env("ORCH_RUNS_DIR")
+                .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("orch/runs")))
+                .or_else(|| env("HOME").map(|h| h.join(".local/state/orch/runs")))
+                .ok_or_else(|| UsageError("cannot choose a run directory: pass --out DIR".into()))?;
+            base.join(run_id)
+        }
+    };
+    if let Ok(mut entries) = std::fs::read_dir(&dir)
+        && entries.next().is_some()
+    {
+        return Err(UsageError(format!(
+            "the run directory {} is not empty; pass another --out or remove it",
+            dir.display()
+        ))
+        .into());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the run directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The report written as soon as an interrupt comes, before teardown.
+pub struct PartialReport {
+    report: RunReport,
+    written: bool,
+}
+
+impl PartialReport {
+    /// Writes the report with the agents known so far (finished, and running ones as
+    /// cancelled), once.
+    pub fn write_once(&mut self, run_dir: &Path, agents: Vec<AgentReport>, stop: Option<StopReason>) {
+        if std::mem::replace(&mut self.written, true) {
+            return;
+        }
+        let mut r = self.report.clone();
+        r.totals = Totals::of(&agents, None);
+        r.agents = agents;
+        r.status = RunStatus::Interrupted;
+        r.exit_code = Code::Interrupted as u8;
+        r.stopped = stop.map(|s| format!("{s} (this report was written before teardown; the final one replaces it)"));
+        r.finished_at = clock::rfc3339(SystemTime::now());
+        if let Err(e) = report::write(run_dir, &r) {
+            tracing::warn!("cannot write the partial report: {e}");
+        }
+    }
+}
+
+/// Runs synthesis when there is something to combine: two or more agents that ran, or
+/// a custom `synthesis.prompt`. With a single agent, its answer is the run's answer.
+async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Option<report::SynthesisReport> {
+    let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
+    if ran == 0 || (agents.len() < 2 && plan.synthesis.prompt.is_none()) {
+        return None;
+    }
+    let task = plan.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", plan.name));
+    let prompt = synthesis::prompt(&task, agents, plan.synthesis.prompt.as_deref());
+    let model = plan.synthesis.model.clone().unwrap_or_else(|| shared.default_model.clone());
+    Some(schedule::synthesis(shared, prompt, model).await)
+}
+
+/// Overlaps, then `integrate:`: fetch branches into the user's repository, and merge
+/// them into the integration branch.
+async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport) {
+    let changed: Vec<(String, Vec<PathBuf>)> = report
+        .agents
+        .iter()
+        .filter(|a| a.commit.is_some())
+        .map(|a| (a.id.clone(), a.changed_files.iter().map(|f| f.path.clone()).collect()))
+        .collect();
+    report.overlaps =
+        crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+    let committed: Vec<&AgentReport> = report.agents.iter().filter(|a| a.commit.is_some()).collect();
+    let mut branches: Vec<String> = committed.iter().filter_map(|a| a.branch.clone()).collect();
+    if plan.integrate == Integrate::None || committed.is_empty() {
+        return;
+    }
+    if plan.integrate == Integrate::Merge {
+        // Failed and cancelled agents' work is fetched, but not merged.
+        let mergeable: Vec<&&AgentReport> =
+            committed.iter().filter(|a| matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial)).collect();
+        let into = shared.clone.integration_branch();
+        let list: Vec<String> = mergeable.iter().filter_map(|a| a.branch.clone()).collect();
+        match shared.clone.merge_branches(&list, &into, &shared.author).await {
+            Ok(outcomes) => {
+                let merges = mergeable
+                    .iter()
+                    .zip(outcomes)
+                    .map(|(a, o)| report::MergeEntry {
+                        agent: a.id.clone(),
+                        branch: o.branch,
+                        merged: o.merged,
+                        conflicts: o.conflicts,
+                    })
+                    .collect();
+                report.integration.merge = Some(report::MergeReport { branch: into.clone(), merges });
+                branches.push(into);
+            }
+            Err(e) => report.integration.error = Some(format!("cannot merge the agents' branches: {e}")),
+        }
+    }
+    match shared.clone.fetch_into_user(&branches).await {
+        Ok(fetched) => {
+            report.integration.fetched =
+                fetched.into_iter().map(|f| report::FetchedBranch { branch: f.branch, commit: f.commit }).collect();
+        }
+        Err(e) => {
+            let before = report.integration.error.take().map(|e| format!("{e}; ")).unwrap_or_default();
+            report.integration.error = Some(format!("{before}cannot fetch the branches into the repository: {e}"));
+        }
+    }
+}
+
+fn integrate_name(i: Integrate) -> &'static str {
+    match i {
+        Integrate::None => "none",
+        Integrate::Branches => "branches",
+        Integrate::Merge => "merge",
+    }
+}
+
+/// The exit code of a finished run (DESIGN.md, "CLI").
+fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
+    if let Some(code) = interrupted {
+        return code;
+    }
+    let counted = || report.agents.iter().filter(|a| !a.continue_on_failure);
+    let synthesis_failed = report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Failed);
+    if counted().any(|a| a.status == AgentStatus::Failed && a.infrastructure) || report.integration.error.is_some() {
+        return Code::Infrastructure;
+    }
+    if setup_failed || synthesis_failed || counted().any(|a| a.status == AgentStatus::Failed) {
+        return Code::Failed;
+    }
+    if counted().any(|a| matches!(a.status, AgentStatus::Cancelled)) {
+        return Code::Failed;
+    }
+    if counted().any(|a| matches!(a.status, AgentStatus::Partial | AgentStatus::Skipped))
+        || report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Partial)
+    {
+        return Code::Partial;
+    }
+    Code::Success
+}
+
+/// stdout: the run's answer (synthesis, or the only agent's), or with `--json` a last
+/// line with the report. A summary line goes to stderr.
+fn finish_output(args: &RunArgs, report: &RunReport) -> anyhow::Result<()> {
+    let t = &report.totals;
+    eprintln!(
+        "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
+         report: {}",
+        report.run_id,
+        match report.status {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Partial => "finished with partial agents",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "was interrupted",
+        },
+        t.succeeded,
+        t.partial,
+        t.failed,
+        t.cancelled,
+        t.skipped,
+        t.turns,
+        t.cost_usd,
+        report.run_dir.join("report.md").display()
+    );
+    if args.json {
+        events::print_json_line(&serde_json::json!({ "type": "run_finished", "report": report }));
+        return Ok(());
+    }
+    let answer = match (&report.synthesis, report.agents.as_slice()) {
+        (Some(s), _) => s.text.clone(),
+        (None, [only]) => only.text.clone(),
+        _ => String::new(),
+    };
+    if !answer.trim().is_empty() {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", answer.trim_end())?;
+        out.flush()?;
+    }
+    Ok(())
+}
