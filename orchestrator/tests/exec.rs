@@ -47,7 +47,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 }
 
 #[test]
-fn the_readme_quickstart_runs_offline() {
+fn the_exec_example_runs_offline() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let (code, stdout, stderr) = run(orch().current_dir(root).args([
         "exec",
