@@ -174,7 +174,10 @@ pub fn select_tools(names: &[String]) -> anyhow::Result<Vec<Arc<dyn DynTool>>> {
 
 /// Runs the tool host until the coordinator closes its stdin or says shutdown.
 pub async fn serve(args: HostArgs) -> anyhow::Result<()> {
-    let tools = select_tools(&args.tools)?;
+    // An agent with `tools: []` is spawned with `--tools ""`, which clap reads as one
+    // empty name.
+    let names: Vec<String> = args.tools.iter().filter(|t| !t.is_empty()).cloned().collect();
+    let tools = select_tools(&names)?;
     let session = Arc::new(Session::new(&args.cwd));
     let handler = Arc::new(Serve(HostTools::new(tools, session)));
     orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
