@@ -1026,3 +1026,54 @@ agents:
     assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleeper), None).is_err(), "the sleep outlived orch");
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
+
+#[test]
+fn a_run_turn_limit_allows_exactly_that_many_turns_and_keeps_the_work() {
+    let fx = Fixture::new("t-runlimit", &[("a.txt", "a\n")]);
+    let workflow = r#"
+version: 1
+name: run-limit
+concurrency: 1
+limits: { max_turns: 3 }
+defaults:
+  tools: [Write]
+agents:
+  first:
+    prompt: Work.
+  second:
+    prompt: Work more.
+  third:
+    prompt: Never starts.
+"#;
+    let script = r#"
+version: 1
+agents:
+  first:
+    - tool_calls: [{name: Write, input: {file_path: f1.txt, content: "1\n"}}]
+    - text: first done
+  second:
+    - tool_calls: [{name: Write, input: {file_path: f2.txt, content: "2\n"}}]
+    - tool_calls: [{name: Write, input: {file_path: f3.txt, content: "3\n"}}]
+    - text: second done
+  third:
+    - text: third done
+  synthesis:
+    - text: synth
+"#;
+    let run = fx.run(workflow, script, &[]);
+    run.expect_code(4);
+    assert_eq!(run.report["status"], "partial");
+    assert!(run.report["stopped"].as_str().unwrap().contains("turn limit of 3"), "{:#}", run.report);
+    assert_eq!(run.report["totals"]["turns"], 3, "{:#}", run.report["totals"]);
+    assert_eq!(run.agent("first")["status"], "succeeded");
+    let second = run.agent("second");
+    assert_eq!(second["status"], "partial", "{second:#}");
+    assert_eq!(second["turns"], 1, "{second:#}");
+    assert!(second["reason"].as_str().unwrap().contains("run's turn limit of 3"), "{second:#}");
+    // The third turn of the run was answered and its work kept.
+    assert_eq!(fx.show(&fx.branch("second"), "f2.txt"), "2\n");
+    let third = run.agent("third");
+    assert_eq!(third["status"], "skipped", "{third:#}");
+    assert_eq!(third["turns"], 0);
+    assert!(run.report["synthesis"].is_null());
+}

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use tempfile::TempDir;
 
+use super::worktree::FileChange;
 use super::*;
 
 const TOKEN: &str = "ghs_SECRETtoken123";

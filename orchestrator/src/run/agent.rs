@@ -245,6 +245,10 @@ async fn converse(
             Some(other) => (AgentStatus::Cancelled, Some(other.to_string())),
             None => (AgentStatus::Cancelled, Some(terminal.to_string())),
         },
+        // Its turns were capped by what the run had left: say so, not "the limit of 1".
+        Terminal::MaxTurns { .. } if let Some(StopReason::RunLimit(why)) = shared.meter.exhausted() => {
+            (AgentStatus::Partial, Some(why))
+        }
         t if t.is_limit() => (AgentStatus::Partial, Some(t.to_string())),
         Terminal::ModelError { kind, .. } => {
             report.infrastructure = matches!(kind.as_str(), "auth" | "network" | "config");

@@ -75,8 +75,22 @@ impl Meter {
         }
     }
 
-    /// Which run limit is used up, if any.
+    /// Which run limit is used up, if any: then nothing new may start.
     pub fn exhausted(&self) -> Option<StopReason> {
+        self.over_budget().or_else(|| self.over_turns(false))
+    }
+
+    /// The run's turn limit, once used up; with `started`, once the turn that has just
+    /// started goes past it (the turns up to the limit may run).
+    fn over_turns(&self, started: bool) -> Option<StopReason> {
+        let limit = self.limits.max_turns?;
+        let turns = self.turns.load(Ordering::SeqCst);
+        let over = if started { turns > limit } else { turns >= limit };
+        over.then(|| StopReason::RunLimit(format!("the run's turn limit of {limit} was reached")))
+    }
+
+    /// The run's cost or token limit, once reached.
+    fn over_budget(&self) -> Option<StopReason> {
         if let Some(limit) = self.limits.max_cost_usd
             && self.cost_usd() >= limit
         {
@@ -86,11 +100,6 @@ impl Meter {
             && self.tokens.load(Ordering::SeqCst) >= limit
         {
             return Some(StopReason::RunLimit(format!("the run's token limit of {limit} was reached")));
-        }
-        if let Some(limit) = self.limits.max_turns
-            && self.turns.load(Ordering::SeqCst) >= limit
-        {
-            return Some(StopReason::RunLimit(format!("the run's turn limit of {limit} was reached")));
         }
         None
     }
@@ -140,9 +149,13 @@ impl EventSink for AgentSink {
         if self.json {
             print_json_line(&line);
         }
-        if matches!(event, Event::Usage { .. } | Event::TurnStarted { .. })
-            && let Some(reason) = self.meter.exhausted()
-        {
+        // A turn that stays within the run's turn limit runs to its end, tools included.
+        let over = match event {
+            Event::Usage { .. } => self.meter.over_budget(),
+            Event::TurnStarted { .. } => self.meter.over_turns(true),
+            _ => None,
+        };
+        if let Some(reason) = over {
             self.stop.set(reason);
             self.run_cancel.cancel();
         }

@@ -50,7 +50,14 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
     loop {
         let resolved = resolve(&mut pending, &mut order, &running, &done, &outputs);
         done.extend(resolved);
-        if !stopping {
+        if !stopping && let Some(reason) = shared.meter.exhausted() {
+            // A run limit is used up: nothing more starts.
+            shared.stop.set(reason);
+            shared.run_cancel.cancel();
+        }
+        // Once the run is cancelled (limit, fail-fast, signal), nothing new starts, even
+        // before the `select!` below has seen it.
+        if !stopping && !shared.run_cancel.is_cancelled() {
             let mut i = 0;
             while tasks.len() < concurrency && i < pending.len() {
                 let ready = match &pending[i] {
