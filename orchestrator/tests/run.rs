@@ -972,9 +972,12 @@ agents:
     assert!(run.stderr.contains("cannot open the git repository"), "{}", run.stderr);
 }
 
-#[test]
-fn sigint_during_a_tool_exits_130_with_an_interrupted_report() {
-    let fx = Fixture::new("t-sigint", &[("a.txt", "a\n")]);
+/// Starts a run whose agent `stuck` sits in `sleep 30`, sends `signal` once the command
+/// runs, and checks what every interrupt must give: the exit code within 5 s, an
+/// `interrupted` report naming the signal, the finished agent's result, the stuck agent
+/// cancelled with its work kept, no synthesis, and no process left.
+fn interrupt_a_stuck_agent(run_id: &str, signal: nix::sys::signal::Signal, code: i32, name: &str) {
+    let fx = Fixture::new(run_id, &[("a.txt", "a\n")]);
     let workflow = r#"
 version: 1
 name: stuck
@@ -993,7 +996,7 @@ agents:
   quick:
     - text: done quickly
   stuck:
-    - tool_calls: [{name: Bash, input: {command: "echo $$ > sleeper.pid; echo x > wip.txt; sleep 30"}}]
+    - tool_calls: [{name: Bash, input: {command: "echo x > wip.txt; echo $$ > sleeper.pid; sleep 30"}}]
     - text: never
 "#;
     let mut child = fx.command(workflow, script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -1007,24 +1010,121 @@ agents:
         std::thread::sleep(Duration::from_millis(20));
     };
     let signalled = Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = child.wait().unwrap();
     let elapsed = signalled.elapsed();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert_eq!(status.code(), Some(code), "{stderr}");
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?} to stop");
     let run = Run::from_output(&fx.out, std::process::Output { status, stdout: Vec::new(), stderr: stderr.into() });
     assert_eq!(run.report["status"], "interrupted", "{:#}", run.report);
-    assert_eq!(run.report["exit_code"], 130);
-    assert!(run.report["stopped"].as_str().unwrap().contains("SIGINT"), "{:#}", run.report);
+    assert_eq!(run.report["exit_code"], code);
+    assert!(run.report["stopped"].as_str().unwrap().contains(name), "{:#}", run.report);
     assert_eq!(run.agent("quick")["status"], "succeeded");
     let stuck = run.agent("stuck");
     assert_eq!(stuck["status"], "cancelled", "{stuck:#}");
     assert!(run.report["synthesis"].is_null(), "synthesis ran after an interrupt");
+    // What it did before the signal is committed and fetched.
+    assert_eq!(fx.show(&fx.branch("stuck"), "wip.txt"), "x\n");
     // The command is dead, and nothing of the run is left running.
     assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleeper), None).is_err(), "the sleep outlived orch");
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn sigint_during_a_tool_exits_130_with_an_interrupted_report() {
+    interrupt_a_stuck_agent("t-sigint", nix::sys::signal::Signal::SIGINT, 130, "SIGINT");
+}
+
+#[test]
+fn sigterm_during_a_tool_exits_143_with_an_interrupted_report() {
+    interrupt_a_stuck_agent("t-sigterm", nix::sys::signal::Signal::SIGTERM, 143, "SIGTERM");
+}
+
+#[test]
+fn sigint_during_setup_exits_130_and_starts_no_agent() {
+    let fx = Fixture::new("t-setup-int", &[("a.txt", "a\n")]);
+    let workflow = "version: 1\nsetup: [\"echo $$ > $ORCH_CACHE_DIR/pid; sleep 30\"]\nagents:\n  a:\n    prompt: Go.\n";
+    let mut child = fx.command(workflow, "version: 1\nagents: {}\n").stderr(Stdio::piped()).spawn().unwrap();
+    let pid_file = fx.out.join("cache/pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pid_file.exists() {
+        assert!(Instant::now() < deadline, "setup never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let signalled = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(signalled.elapsed() < Duration::from_secs(5));
+    let run = Run::from_output(&fx.out, std::process::Output { status, stdout: Vec::new(), stderr: Vec::new() });
+    assert_eq!(run.report["status"], "interrupted");
+    assert_eq!(run.agent("a")["status"], "skipped");
+    assert_eq!(run.agent("a")["turns"], 0);
+    assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn fail_fast_cancels_the_others_and_exits_1() {
+    let fx = Fixture::new("t-failfast", &[("a.txt", "a\n")]);
+    let workflow = r#"
+version: 1
+name: fail-fast
+concurrency: 2
+fail_fast: true
+agents:
+  bad:
+    prompt: Fail.
+    tools: [Bash]
+  slow:
+    prompt: Take long.
+    tools: [Bash]
+  later:
+    needs: [slow]
+    prompt: After slow.
+    tools: []
+"#;
+    // `bad` runs out of turns (a model error) while `slow` sleeps.
+    let script = r#"
+version: 1
+agents:
+  bad:
+    - tool_calls: [{name: Bash, input: {command: "sleep 0.3"}}]
+  slow:
+    - tool_calls: [{name: Bash, input: {command: "echo wip > wip.txt; sleep 20"}}]
+    - text: slow done
+  later:
+    - text: never
+"#;
+    let started = Instant::now();
+    let run = fx.run(workflow, script, &[]);
+    run.expect_code(1);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(run.report["status"], "failed");
+    assert!(run.report["stopped"].as_str().unwrap().contains("`bad` failed (fail_fast)"), "{:#}", run.report);
+    assert_eq!(run.agent("bad")["status"], "failed");
+    assert_eq!(run.agent("slow")["status"], "cancelled");
+    assert_eq!(fx.show(&fx.branch("slow"), "wip.txt"), "wip\n");
+    assert_eq!(run.agent("later")["status"], "skipped");
+    assert!(run.report["synthesis"].is_null());
+    assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn json_streams_events_and_ends_with_the_report() {
+    let fx = Fixture::new("t-json", &[("a.txt", "a\n")]);
+    let run = fx.run(TWO_WRITERS, TWO_WRITERS_SCRIPT, &["--json"]);
+    run.expect_code(0);
+    let lines: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["report"]["run_id"], "t-json");
+    assert_eq!(last["report"]["agents"], run.report["agents"]);
+    for agent in ["one", "two", "synthesis"] {
+        let terminal = lines.iter().any(|l| l["agent"] == agent && l["event"]["type"] == "terminal");
+        assert!(terminal, "no terminal event for {agent}");
+    }
 }
 
 #[test]
