@@ -1002,11 +1002,16 @@ agents:
     let mut child = fx.command(workflow, script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let pid_file = fx.out.join("worktrees/stuck/sleeper.pid");
     let deadline = Instant::now() + Duration::from_secs(10);
+    let quick_done = || {
+        std::fs::read_to_string(fx.out.join("transcripts/quick.jsonl"))
+            .is_ok_and(|t| t.contains(r#""type":"terminal""#))
+    };
     let sleeper: i32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse().ok()) {
+        let pid = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse().ok());
+        if let Some(pid) = pid.filter(|_| quick_done()) {
             break pid;
         }
-        assert!(Instant::now() < deadline, "the agent's command never started");
+        assert!(Instant::now() < deadline, "the agents never got there");
         std::thread::sleep(Duration::from_millis(20));
     };
     let signalled = Instant::now();
@@ -1090,7 +1095,7 @@ agents:
 version: 1
 agents:
   bad:
-    - tool_calls: [{name: Bash, input: {command: "sleep 0.3"}}]
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
   slow:
     - tool_calls: [{name: Bash, input: {command: "echo wip > wip.txt; sleep 20"}}]
     - text: slow done
@@ -1176,4 +1181,58 @@ agents:
     assert_eq!(third["status"], "skipped", "{third:#}");
     assert_eq!(third["turns"], 0);
     assert!(run.report["synthesis"].is_null());
+}
+
+#[test]
+fn concurrency_and_needs_order_the_agents() {
+    let fx = Fixture::new("t-conc", &[("a.txt", "a\n")]);
+    let workflow = r#"
+version: 1
+name: order
+concurrency: 4
+defaults:
+  tools: [Bash]
+agents:
+  w1: { prompt: Work 1. }
+  w2: { prompt: Work 2. }
+  w3: { prompt: Work 3. }
+  w4: { prompt: Work 4. }
+  last:
+    needs: [w1, w4]
+    tools: []
+    prompt: "Combine {{ agents.w1.text }} and {{ agents.w4.text }}."
+integrate: none
+"#;
+    let mut script = String::from("version: 1\nagents:\n");
+    for n in 1..=4 {
+        script.push_str(&format!(
+            "  w{n}:\n    - tool_calls: [{{name: Bash, input: {{command: \"sleep 0.3\"}}}}]\n    - text: result-{n}\n"
+        ));
+    }
+    script.push_str("  last:\n    - expect: {contains: \"Combine result-1 and result-4.\"}\n      text: combined\n");
+    script.push_str("  synthesis:\n    - text: synth\n");
+    // The command line's --concurrency beats the workflow's.
+    let run = fx.run(workflow, &script, &["--concurrency", "2"]);
+    run.expect_code(0);
+    let (mut running, mut finished): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+    let mut most = 0;
+    for line in run.stderr.lines().filter_map(|l| l.strip_prefix("orch: ")) {
+        if let Some(id) = line.strip_suffix(" started") {
+            running.push(id);
+            most = most.max(running.len());
+            if id == "last" {
+                assert!(
+                    finished.contains(&"w1") && finished.contains(&"w4"),
+                    "`last` started too early:\n{}",
+                    run.stderr
+                );
+            }
+        } else if let Some((id, _)) = line.split_once(" succeeded (") {
+            running.retain(|r| *r != id);
+            finished.push(id);
+        }
+    }
+    assert_eq!(most, 2, "at most 2 at once, and 2 did run together:\n{}", run.stderr);
+    assert_eq!(run.agent_ids(), ["w1", "w2", "w3", "w4", "last"]);
+    assert_eq!(run.agent("last")["text"], "combined");
 }
