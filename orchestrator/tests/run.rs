@@ -1236,3 +1236,24 @@ integrate: none
     assert_eq!(run.agent_ids(), ["w1", "w2", "w3", "w4", "last"]);
     assert_eq!(run.agent("last")["text"], "combined");
 }
+
+#[test]
+fn a_planted_dot_git_is_neither_committed_nor_trusted() {
+    let fx = Fixture::new("t-plant", &[("a.txt", "a\n")]);
+    let workflow = "version: 1\nname: plant\nagents:\n  planter:\n    prompt: Plant.\n    tools: [Bash]\n";
+    let script = r#"
+version: 1
+agents:
+  planter:
+    - tool_calls: [{name: Bash, input: {command: "rm .git && mkdir -p .git/hooks && printf '[core]\\n\\thooksPath = /tmp\\n' > .git/config && echo new > n.txt"}}]
+    - text: planted
+"#;
+    let run = fx.run(workflow, script, &["--keep-worktrees"]);
+    run.expect_code(0);
+    let a = run.agent("planter");
+    assert_eq!(a["changed_files"], json!([{"path": "n.txt", "kind": "added"}]));
+    let worktree = Path::new(a["worktree"].as_str().unwrap());
+    let dotgit = std::fs::read_to_string(worktree.join(".git")).expect(".git is a file again");
+    assert_eq!(dotgit, format!("gitdir: {}\n", run.out.join("repo.git/worktrees/planter").display()));
+    assert_eq!(git(worktree, &["status", "--porcelain"]), "");
+}
