@@ -67,6 +67,10 @@ struct Script {
     queue: VecDeque<Step>,
     default: Option<Step>,
     latency: Duration,
+    /// When not empty: the answer to a request is the step at the index of the number
+    /// of assistant messages it holds (the last step once past the end), whatever the
+    /// queue says. Serves many concurrent conversations the same turns.
+    by_turn: Vec<Step>,
 }
 
 impl MockServer {
@@ -86,7 +90,7 @@ impl MockServer {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            script: Mutex::new(Script { queue: VecDeque::new(), default: None, latency: Duration::ZERO }),
+            script: Mutex::new(Script { queue: VecDeque::new(), default: None, latency: Duration::ZERO, by_turn: Vec::new() }),
             requests: Mutex::new(Vec::new()),
             responses: AtomicU64::new(0),
             tool_ids: AtomicU64::new(0),
@@ -131,6 +135,13 @@ impl MockServer {
     /// [`NO_STEP_LEFT`].
     pub fn set_default(&self, step: Option<Step>) {
         self.shared.script().default = step;
+    }
+
+    /// Answers every conversation with `steps` by turn: its n-th model call (n assistant
+    /// messages in the request) gets `steps[n]`, or the last step past the end or when
+    /// the request offers no tools. An empty list goes back to the queue.
+    pub fn set_by_turn(&self, steps: Vec<Step>) {
+        self.shared.script().by_turn = steps;
     }
 
     /// A delay added before every response's first byte.
@@ -183,8 +194,17 @@ impl Shared {
 
     /// Records a request and takes the step that answers it, with the latency to add.
     pub(crate) fn take_step(&self, request: RecordedRequest) -> (Option<Step>, Duration) {
+        // A request that offers no tools can only be answered in text: the last step.
+        let turn = if request.tools().is_empty() {
+            usize::MAX
+        } else {
+            request.messages().iter().filter(|m| m["role"] == "assistant").count()
+        };
         self.record(request);
         let mut script = self.script();
+        if let Some(step) = script.by_turn.get(turn).or(script.by_turn.last()).cloned() {
+            return (Some(step), script.latency);
+        }
         let step = script.queue.pop_front().or_else(|| script.default.clone());
         (step, script.latency)
     }

@@ -47,6 +47,7 @@ pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finish
             None
         }
     };
+    let at = Instant::now();
     let worktree = match shared.clone.add_worktree(&spec.id).await {
         Ok(w) => w,
         Err(e) => {
@@ -56,6 +57,7 @@ pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finish
             return Finished { report, spec };
         }
     };
+    report.timings.worktree_ms = ms(at);
     report.branch = Some(worktree.branch().to_string());
     let cancel = shared.run_cancel.child_token();
     if let Err(e) = drive(&shared, &spec, prompt, &worktree, transcript, &cancel, &mut report).await {
@@ -63,6 +65,7 @@ pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finish
         report.infrastructure = true;
         report.reason = Some(format!("{e:#}"));
     }
+    let at = Instant::now();
     commit(&shared, &spec, &worktree, &mut report).await;
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
@@ -70,8 +73,13 @@ pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finish
     } else if let Err(e) = worktree.remove().await {
         tracing::warn!(agent = %spec.id, "cannot remove the worktree: {e}");
     }
-    report.duration_ms = started.elapsed().as_millis() as u64;
+    report.timings.finish_ms += ms(at);
+    report.duration_ms = ms(started);
     Finished { report, spec }
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
 }
 
 /// Sandbox, tool host, loop. An `Err` is an infrastructure failure.
@@ -91,6 +99,7 @@ async fn drive(
             return Ok(());
         }
     };
+    let at = Instant::now();
     let cwd = worktree.path().to_path_buf();
     let git = worktree.git_paths();
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
@@ -120,6 +129,7 @@ async fn drive(
     let started = host::spawn(&shared.run_id, &spec.id, &cwd, &spec.tools, &sandbox.policy).await?;
     let container = started.container;
     let executor = Arc::new(HostExecutor::new(started.client));
+    report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
         mode: match spec.permissions.mode {
@@ -160,10 +170,13 @@ async fn drive(
             run_cancel: shared.run_cancel.clone(),
             json: shared.json,
         };
+        let at = Instant::now();
         converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
+        report.timings.loop_ms = ms(at);
         anyhow::Ok(())
     }
     .await;
+    let at = Instant::now();
     // The pool holds the other reference to the executor; it is gone by now.
     if let Ok(executor) = Arc::try_unwrap(executor) {
         executor.shutdown(Duration::from_secs(2)).await;
@@ -174,6 +187,7 @@ async fn drive(
         tracing::warn!(agent = %spec.id, "could not remove the agent's container: {e}");
     }
     sandbox.teardown();
+    report.timings.finish_ms = ms(at);
     outcome
 }
 

@@ -138,12 +138,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
+    let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
         GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
         other => anyhow::Error::new(other).context("cannot create the run clone"),
     })?;
+    let clone_ms = ms(at);
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
     eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
 
@@ -199,9 +201,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         overlaps: Vec::new(),
         integration: IntegrationReport { mode: integrate_name(plan.integrate).into(), ..Default::default() },
         totals: Totals::default(),
+        timings: report::RunTimings { clone_ms, ..Default::default() },
     };
 
     let mut setup_failed = None;
+    let at = Instant::now();
     if !plan.setup.is_empty() {
         let backend = plan.agents().next().map(|a| a.sandbox.backend).unwrap_or_default();
         let (setup, failed) = setup::run(&clone, &run_dir, &run_id, &plan.setup, backend, &run_cancel).await?;
@@ -210,6 +214,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         report.setup = Some(setup);
         setup_failed = failed;
     }
+    report.timings.setup_ms = ms(at);
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
         eprintln!("orch: {why}");
@@ -221,15 +226,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     } else {
         let partial = PartialReport { report: report.clone(), written: false };
         let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
+        let at = Instant::now();
         report.agents = schedule::run(shared.clone(), &plan, concurrency as usize, partial).await;
+        report.timings.agents_ms = ms(at);
         if let Some(code) = interrupts.code() {
             stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
         }
         if stop.get().is_none() {
+            let at = Instant::now();
             report.synthesis = synthesize(&shared, &plan, &report.agents).await;
+            report.timings.synthesis_ms = ms(at);
         }
     }
+    let at = Instant::now();
     integrate(&shared, &plan, &mut report).await;
+    report.timings.integrate_ms = ms(at);
     match clone.remove().await {
         Ok(crate::git::Removal::Removed) => {}
         Ok(crate::git::Removal::Kept { worktrees }) => {
@@ -255,6 +266,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     report::write(&run_dir, &report).with_context(|| format!("cannot write the report into {}", run_dir.display()))?;
     finish_output(&args, &report)?;
     Ok(code)
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
 }
 
 /// Refuses what this version cannot run, before anything starts.

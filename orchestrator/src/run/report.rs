@@ -44,6 +44,35 @@ pub struct RunReport {
     pub overlaps: Vec<Overlap>,
     pub integration: IntegrationReport,
     pub totals: Totals,
+    /// Where the time went.
+    pub timings: RunTimings,
+}
+
+/// Wall-clock phases of the run, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunTimings {
+    /// Making the run clone.
+    pub clone_ms: u64,
+    pub setup_ms: u64,
+    /// From the first agent's start to the last agent's end.
+    pub agents_ms: u64,
+    pub synthesis_ms: u64,
+    /// Overlaps, merges and fetches into the repository.
+    pub integrate_ms: u64,
+}
+
+/// Wall-clock phases of one agent, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentTimings {
+    /// Creating its worktree.
+    pub worktree_ms: u64,
+    /// Preparing its sandbox and starting its tool host.
+    pub host_ms: u64,
+    /// Its query loop (all attempts).
+    pub loop_ms: u64,
+    /// Stopping the tool host, tearing the sandbox down, committing, the patch and
+    /// removing the worktree.
+    pub finish_ms: u64,
 }
 
 /// Which workflow ran.
@@ -147,6 +176,7 @@ pub struct AgentReport {
     /// Whether its failure is tolerated (`continue_on_failure`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_on_failure: bool,
+    pub timings: AgentTimings,
 }
 
 impl AgentReport {
@@ -175,6 +205,7 @@ impl AgentReport {
             worktree: None,
             infrastructure: false,
             continue_on_failure: false,
+            timings: AgentTimings::default(),
         }
     }
 

@@ -2,12 +2,14 @@
 //! steps from a file for out-of-process use (benchmarks, CLI tests).
 //!
 //! ```text
-//! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default]
+//! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]
 //! ```
 //!
 //! Prints `listening on http://127.0.0.1:PORT` as its first stdout line, then serves
 //! until killed. `--repeat-default` keeps serving the script's last step once the queue
 //! is empty (otherwise an empty queue answers HTTP 400 "no scripted step left").
+//! `--by-turn` serves every conversation the same steps: its n-th model call gets the
+//! n-th step (the last one past the end), so many agents can run against one script.
 //!
 //! The script is a YAML (or JSON) list of steps, each the serde form of
 //! `orch_testkit::mock::Step` (see `orch_testkit::mock::parse_steps`):
@@ -38,7 +40,8 @@ use std::time::Duration;
 
 use orch_testkit::mock::{MockServer, Step, parse_steps};
 
-const USAGE: &str = "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default]";
+const USAGE: &str =
+    "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]";
 
 #[derive(Debug)]
 struct Args {
@@ -46,6 +49,7 @@ struct Args {
     port: u16,
     latency_ms: u64,
     repeat_default: bool,
+    by_turn: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -53,6 +57,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut port = 0;
     let mut latency_ms = 0;
     let mut repeat_default = false;
+    let mut by_turn = false;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -64,12 +69,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 latency_ms = value("--latency-ms")?.parse().map_err(|e| format!("--latency-ms: {e}"))?;
             }
             "--repeat-default" => repeat_default = true,
+            "--by-turn" => by_turn = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     let script = script.ok_or(format!("--script is required\n{USAGE}"))?;
-    Ok(Args { script, port, latency_ms, repeat_default })
+    Ok(Args { script, port, latency_ms, repeat_default, by_turn })
 }
 
 fn load_script(path: &Path) -> Result<Vec<Step>, String> {
@@ -85,7 +91,11 @@ async fn start(args: &Args) -> Result<MockServer, String> {
     if args.repeat_default {
         server.set_default(steps.last().cloned());
     }
-    server.push_all(steps);
+    if args.by_turn {
+        server.set_by_turn(steps);
+    } else {
+        server.push_all(steps);
+    }
     server.set_latency(Duration::from_millis(args.latency_ms));
     Ok(server)
 }
@@ -128,6 +138,7 @@ mod tests {
         let parsed = args(&["--script", "s.yaml", "--port", "4000", "--latency-ms", "25", "--repeat-default"]).unwrap();
         assert_eq!(parsed.script, PathBuf::from("s.yaml"));
         assert_eq!((parsed.port, parsed.latency_ms, parsed.repeat_default), (4000, 25, true));
+        assert!(args(&["--script", "s.yaml", "--by-turn"]).unwrap().by_turn);
 
         let defaults = args(&["--script", "s.json"]).unwrap();
         assert_eq!((defaults.port, defaults.latency_ms, defaults.repeat_default), (0, 0, false));
