@@ -27,6 +27,8 @@
 //! `getrusage(RUSAGE_THREAD)`, git's from `getrusage(RUSAGE_CHILDREN)`, which includes
 //! the processes it spawns), the steadier figure on a loaded machine.
 
+// The bench uses a part of the module only.
+#[allow(unused_imports)]
 #[path = "../src/git/mod.rs"]
 mod git;
 

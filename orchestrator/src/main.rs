@@ -45,7 +45,13 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: the tool host could not confine itself: {e:#}");
         return exit::Code::Infrastructure.into();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A tool host serves one agent: one thread is plenty (blocking work such as a search
+    // walk still goes to tokio's blocking pool), and 64 agents mean 64 hosts.
+    let mut builder = match command {
+        cli::Command::ToolHost(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

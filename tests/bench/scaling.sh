@@ -14,8 +14,9 @@
 # process; the ideal (TURNS * LATENCY_MS per agent, in waves of CONCURRENCY, plus one
 # synthesis turn); the split from report.json (run clone, agents, synthesis,
 # integration; and per agent the mean worktree, sandbox+host, loop and finish times);
-# peak RSS of the coordinator alone (GNU time) and of the whole process tree (the
-# coordinator with every tool host, sampled every 5 ms).
+# peak RSS of the coordinator alone (GNU time), and the peak proportional set size (PSS:
+# shared pages split between the processes that map them) of the whole process tree,
+# the coordinator with every tool host and command, sampled every 5 ms.
 #
 # Needs cargo, python3, GNU time (/usr/bin/time).
 set -euo pipefail
@@ -81,23 +82,29 @@ EOF
 
 sampler=$work/sample_rss.py
 cat >"$sampler" <<'EOF'
-# Polls the process tree under a pid; prints the peak of the summed RSS in KiB.
+# Polls the process tree under a pid; prints the peak of its summed PSS in KiB.
 import os, sys, time
 root = int(sys.argv[1]); peak = 0
 def children(pid):
+    # Children of every thread: tokio's workers start the tool hosts.
+    out = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
-def rss(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(c) for c in f.read().split()]
     except OSError:
         pass
+    return out
+def rss(pid):
+    # Pss: shared pages (the orch binary mapped by every tool host) counted once overall.
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return int(line.split()[1])
+        except OSError:
+            pass
     return 0
 while os.path.exists(f"/proc/{root}"):
     stack, total = [root], 0
@@ -125,7 +132,7 @@ run_once() { # concurrency index -> "wall_s coord_kib tree_kib report"
     echo "$wall $coord $tree $out/report.json"
 }
 
-echo "| concurrency | wall (median of $runs) | ideal | run clone | agents | synthesis | integration | per agent: worktree / host / loop / finish (mean) | coordinator RSS | whole tree RSS |"
+echo "| concurrency | wall (median of $runs) | ideal | run clone | agents | synthesis | integration | per agent: worktree / host / loop / finish (mean) | coordinator peak RSS | whole tree peak PSS |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"
 for c in $concurrencies; do
     results=()

@@ -90,7 +90,12 @@ impl MockServer {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            script: Mutex::new(Script { queue: VecDeque::new(), default: None, latency: Duration::ZERO, by_turn: Vec::new() }),
+            script: Mutex::new(Script {
+                queue: VecDeque::new(),
+                default: None,
+                latency: Duration::ZERO,
+                by_turn: Vec::new(),
+            }),
             requests: Mutex::new(Vec::new()),
             responses: AtomicU64::new(0),
             tool_ids: AtomicU64::new(0),

@@ -137,6 +137,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
+    // Absolute in the report; a missing path is reported by the run clone below.
+    let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
@@ -218,11 +220,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
         eprintln!("orch: {why}");
-        report.stopped = Some("setup failed".into());
-        report.agents = plan
-            .nodes()
-            .map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, "setup failed".into()))
-            .collect();
+        let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
+        report.stopped = Some(why.into());
+        report.agents =
+            plan.nodes().map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, why.into())).collect();
     } else {
         let partial = PartialReport { report: report.clone(), written: false };
         let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);

@@ -40,8 +40,7 @@ use std::time::Duration;
 
 use orch_testkit::mock::{MockServer, Step, parse_steps};
 
-const USAGE: &str =
-    "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]";
+const USAGE: &str = "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]";
 
 #[derive(Debug)]
 struct Args {

@@ -471,3 +471,23 @@ async fn fixed_tool_ids_are_kept() {
     assert_eq!(body["content"][0]["id"], "toolu_fixed");
     assert_eq!(body["content"][1]["id"], "toolu_mock_1");
 }
+
+#[tokio::test]
+async fn by_turn_answers_each_conversation_by_its_turn_number() {
+    let server = MockServer::start().await;
+    server.set_by_turn(vec![Step::tool("LS", json!({"path": "."})), Step::text("done")]);
+    let tools = json!([{"name": "LS", "description": "list", "input_schema": {"type": "object"}}]);
+    let first = json!({"model": "m", "max_tokens": 10, "tools": tools,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let second = json!({"model": "m", "max_tokens": 10, "tools": tools, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "LS", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]}]});
+    let no_tools = anthropic_request(false);
+    // Two conversations at different turns, in any order, and a request without tools.
+    for (body, want) in [(&second, "done"), (&first, "tool_use"), (&no_tools, "done"), (&first, "tool_use")] {
+        let reply: Value = post(&server, "/v1/messages", body).await.json().await.unwrap();
+        assert!(reply.to_string().contains(want), "{reply}");
+    }
+    assert_eq!(server.requests().len(), 4);
+}
