@@ -87,7 +87,8 @@ busybox_bin() {
 BUSYBOX=$(busybox_bin) && [ -x "$BUSYBOX" ] || die "cannot find or download a static busybox (busybox-static)"
 
 # The glibc runtime of this machine: what a Rust binary built here links against.
-LIBS="libc.so.6 libm.so.6 libgcc_s.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1"
+# libz: git2 links the system zlib into orch.
+LIBS="libc.so.6 libm.so.6 libgcc_s.so.1 libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libz.so.1"
 LDCONFIG=$(command -v ldconfig || echo /sbin/ldconfig)
 loader=$(ldd /bin/true | awk '/ld-linux/ { print $1 }')
 [ -n "$loader" ] || die "cannot find the dynamic loader of this machine (ldd /bin/true)"

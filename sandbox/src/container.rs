@@ -193,6 +193,31 @@ impl Default for ContainerOptions {
     }
 }
 
+/// How [`ContainerHost::run_once`] bounds its run.
+#[derive(Debug, Clone, Default)]
+pub struct OneShot {
+    /// Kill the container after this long.
+    pub deadline: Option<Duration>,
+    /// Kill the container once its stdout and stderr together pass this many bytes.
+    pub output_limit: Option<u64>,
+    /// Kill the container when this fires (the caller got a signal).
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
+/// How a [`ContainerHost::run_once`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OneShotEnd {
+    /// The container's process exited with this code (128+N when a signal N killed it,
+    /// as Docker reports it).
+    Exited(i32),
+    /// [`OneShot::deadline`] passed.
+    TimedOut,
+    /// The output went over [`OneShot::output_limit`].
+    OutputCut,
+    /// [`OneShot::cancel`] fired.
+    Cancelled,
+}
+
 /// Connects to the Docker engine (`DOCKER_HOST`, or the local socket) and agrees on an
 /// API version; fails with [`ContainerError::Engine`] if the engine does not answer.
 pub async fn connect() -> Result<Docker, ContainerError> {
@@ -241,6 +266,67 @@ impl ContainerHost {
         options: &ContainerOptions,
     ) -> Result<(ContainerHost, HostClient), ContainerError> {
         let began = Instant::now();
+        let (mut host, binary) = Self::create(docker, policy, orch_binary, host_args, options).await?;
+        let created_at = began.elapsed();
+        let client = match host.attach_and_start(&binary, options).await {
+            Ok(client) => client,
+            Err(e) => {
+                if let Err(stop) = host.stop().await {
+                    tracing::warn!(target: "orch_sandbox::container", "{stop}");
+                }
+                return Err(e);
+            }
+        };
+        host.started = began.elapsed();
+        tracing::debug!(
+            target: "orch_sandbox::container",
+            container = %host.name,
+            created_ms = created_at.as_millis(),
+            ready_ms = host.started.as_millis(),
+            "container tool host ready"
+        );
+        Ok((host, client))
+    }
+
+    /// Runs `orch_binary` with `args` as the process of a fresh container once: no
+    /// protocol, its stdout and stderr copied to `stdout` and `stderr` as they come,
+    /// until it exits. The container is killed when [`OneShot::deadline`] passes, when
+    /// more than [`OneShot::output_limit`] bytes of output came (what fits is written),
+    /// or when [`OneShot::cancel`] fires. The container is removed, and the writable
+    /// roots handed back, on every path, errors included.
+    ///
+    /// The container's stdin stays attached, never written, for as long as this runs:
+    /// when this process dies, the engine closes it (`stdin_once`), which is how the
+    /// process inside can notice that nobody waits for it any more.
+    #[allow(clippy::too_many_arguments)] // `start`'s five, plus the bounds and two sinks
+    pub async fn run_once(
+        docker: &Docker,
+        policy: &Policy,
+        orch_binary: &Path,
+        args: &[String],
+        options: &ContainerOptions,
+        run: OneShot,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        stderr: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    ) -> Result<OneShotEnd, ContainerError> {
+        let (host, binary) = Self::create(docker, policy, orch_binary, args, options).await?;
+        let result = host.attach_and_run(&binary, run, stdout, stderr).await;
+        let stopped = host.stop().await;
+        let end = result?;
+        stopped?;
+        Ok(end)
+    }
+
+    /// Everything before the container starts: leftovers reaped, the image checked, the
+    /// writable roots handed to the container's uid, the container created. Returns the
+    /// (not yet started) container and the canonical path of the binary.
+    async fn create(
+        docker: &Docker,
+        policy: &Policy,
+        orch_binary: &Path,
+        args: &[String],
+        options: &ContainerOptions,
+    ) -> Result<(ContainerHost, PathBuf), ContainerError> {
         reap_once(docker).await;
         let image = policy.image.as_deref().filter(|i| !i.trim().is_empty()).ok_or(ContainerError::NoImage)?;
         let binary = check_binary(orch_binary)?;
@@ -251,7 +337,7 @@ impl ContainerHost {
             Err(e) if status_code(&e) == Some(404) => return Err(ContainerError::MissingImage { image: image.into() }),
             Err(e) => return Err(docker_error("inspect the image of", &name, &e)),
         }
-        let body = create_body(policy, &binary, host_args, options, image, uid, gid)?;
+        let body = create_body(policy, &binary, args, options, image, uid, gid)?;
 
         let mut handed = Vec::new();
         for root in &policy.write {
@@ -276,12 +362,11 @@ impl ContainerHost {
                     });
                 }
             };
-        let created_at = began.elapsed();
         for warning in &created.warnings {
             tracing::warn!(target: "orch_sandbox::container", container = %name, "docker: {warning}");
         }
         // From here on, the container exists: every failure removes it (on drop).
-        let mut host = ContainerHost {
+        let host = ContainerHost {
             docker: docker.clone(),
             id: created.id,
             name,
@@ -289,24 +374,89 @@ impl ContainerHost {
             started: Duration::ZERO,
             handed,
         };
-        let client = match host.attach_and_start(&binary, options).await {
-            Ok(client) => client,
-            Err(e) => {
-                if let Err(stop) = host.stop().await {
-                    tracing::warn!(target: "orch_sandbox::container", "{stop}");
-                }
-                return Err(e);
+        Ok((host, binary))
+    }
+
+    async fn attach_and_run(
+        &self,
+        binary: &Path,
+        run: OneShot,
+        stdout: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        stderr: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    ) -> Result<OneShotEnd, ContainerError> {
+        let docker = &self.docker;
+        let attach_options =
+            AttachContainerOptionsBuilder::new().stdin(true).stdout(true).stderr(true).stream(true).logs(false).build();
+        let attached = docker
+            .attach_container(&self.id, Some(attach_options))
+            .await
+            .map_err(|e| docker_error("attach to", &self.name, &e))?;
+        // Kept open, never written: see `run_once`.
+        let _stdin = attached.input;
+        let mut output = attached.output;
+        if let Err(e) = docker.start_container(&self.id, None).await {
+            return Err(ContainerError::Docker {
+                action: "start",
+                name: self.name.clone(),
+                message: format!("{}{}", docker_message(&e), interpreter_hint(binary)),
+            });
+        }
+        let deadline = run.deadline.map(|d| tokio::time::Instant::now() + d);
+        let expired = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
         };
-        host.started = began.elapsed();
-        tracing::debug!(
-            target: "orch_sandbox::container",
-            container = %host.name,
-            created_ms = created_at.as_millis(),
-            ready_ms = host.started.as_millis(),
-            "container tool host ready"
-        );
-        Ok((host, client))
+        tokio::pin!(expired);
+        let mut left = run.output_limit.unwrap_or(u64::MAX);
+        let ended = loop {
+            let item = tokio::select! {
+                biased;
+                () = run.cancel.cancelled() => break Some(OneShotEnd::Cancelled),
+                () = &mut expired => break Some(OneShotEnd::TimedOut),
+                item = output.next() => item,
+            };
+            let (message, to_stderr) = match item {
+                None => break None,
+                Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => (message, false),
+                Some(Ok(LogOutput::StdErr { message })) => (message, true),
+                Some(Ok(LogOutput::StdIn { .. })) => continue,
+                Some(Err(e)) => {
+                    tracing::debug!(target: "orch_sandbox::container", "the attach stream failed: {e}");
+                    break None;
+                }
+            };
+            let len = message.len() as u64;
+            let keep = usize::try_from(len.min(left)).unwrap_or(message.len());
+            let sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send) =
+                if to_stderr { &mut *stderr } else { &mut *stdout };
+            // A reader that went away must not stop the command early: keep draining.
+            let _ = sink.write_all(message.get(..keep).unwrap_or_default()).await;
+            let _ = sink.flush().await;
+            if len > left {
+                break Some(OneShotEnd::OutputCut);
+            }
+            left -= len;
+        };
+        if let Some(end) = ended {
+            return Ok(end);
+        }
+        // Output ended: the process is gone or going; its status, within the deadline.
+        let exited = wait_exit(docker, &self.id);
+        tokio::select! {
+            biased;
+            () = run.cancel.cancelled() => Ok(OneShotEnd::Cancelled),
+            () = &mut expired => Ok(OneShotEnd::TimedOut),
+            status = exited => match status {
+                Some(status) => Ok(OneShotEnd::Exited(status.code().unwrap_or(255))),
+                None => Err(ContainerError::Docker {
+                    action: "report the exit status of",
+                    name: self.name.clone(),
+                    message: "the engine did not say how the container ended".into(),
+                }),
+            },
+        }
     }
 
     async fn attach_and_start(&self, binary: &Path, options: &ContainerOptions) -> Result<HostClient, ContainerError> {

@@ -1,0 +1,599 @@
+//! The containment suite: one table of escape attempts (and of what must keep working),
+//! `tests/containment/cases.yaml`, run against every backend through the real binary:
+//! `orch sandbox run --backend landlock` and `--backend container --image
+//! orch-test:busybox`, one test per backend and group. The tool-level cases (a planted
+//! symlink read through `Read`, `Grep` and `Glob`; endless `Bash` output) go through
+//! `orch exec --provider scripted`, also once per backend.
+//!
+//! Every case runs in a fresh fixture, and besides its own `expect` every case checks:
+//! - nothing changed outside the worktree (the fixture tree is compared before and
+//!   after: a world-writable `outside/`, another agent's worktree `sibling/`, a fake
+//!   `home/.ssh`, a secret dir, the fixture root itself);
+//! - the test's TCP, UDP and Unix listeners accepted or received nothing;
+//! - the victim process outside the sandbox is still alive;
+//! - no process tagged with the case's `{tag}` (`sleep {tag}`, the probe's fork bomb)
+//!   survived the orch process.
+//!
+//! The escape attempts that need system calls use `containment/probe.c`, compiled here
+//! with the system C compiler (dynamically linked against glibc, which the host and the
+//! busybox test image both have). The container half needs the Docker engine and the
+//! image that `.ci/docker.sh` provides and FAILS without them; `ORCH_SKIP_DOCKER_TESTS=1`
+//! skips it on purpose. Run as root (as CI does) the landlock half also exercises the
+//! uid drop and the cgroup; as non-root the same attempts must fail by Landlock and
+//! seccomp alone.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde::Deserialize;
+
+const CASES: &str = include_str!("containment/cases.yaml");
+const PROBE_SOURCE: &str = include_str!("containment/probe.c");
+const SECRET_ENV: &str = "coordinator-secret-4711";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Landlock,
+    Container,
+}
+
+impl Backend {
+    fn key(self) -> &'static str {
+        match self {
+            Backend::Landlock => "landlock",
+            Backend::Container => "container",
+        }
+    }
+
+    fn flags(self) -> Vec<String> {
+        match self {
+            Backend::Landlock => vec!["--backend".into(), "landlock".into()],
+            Backend::Container => vec!["--backend".into(), "container".into(), "--image".into(), image()],
+        }
+    }
+}
+
+fn image() -> String {
+    std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:busybox".into())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    group: String,
+    run: String,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    skip: BTreeMap<String, String>,
+    #[serde(default)]
+    git: bool,
+    #[serde(default)]
+    needs: Option<String>,
+    expect: Expect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    code: Option<i32>,
+    #[serde(default)]
+    fails: bool,
+    #[serde(default)]
+    stdout_has: Vec<String>,
+    #[serde(default)]
+    stdout_lacks: Vec<String>,
+    max_forks: Option<u64>,
+    max_mib: Option<u64>,
+    max_stdout: Option<usize>,
+    max_secs: Option<u64>,
+    file: Option<(String, String)>,
+}
+
+fn cases() -> Vec<Case> {
+    serde_yaml::from_str(CASES).expect("containment/cases.yaml parses")
+}
+
+fn orch() -> Command {
+    let mut cmd = Command::cargo_bin("orch").unwrap();
+    for var in ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ORCH_PROVIDER", "ORCH_MODEL", "ORCH_SCRIPT", "RUST_LOG"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("NO_COLOR", "1").env("ORCH_TEST_SECRET", SECRET_ENV);
+    cmd
+}
+
+/// Whether the container half runs: `false` only with `ORCH_SKIP_DOCKER_TESTS=1`; a
+/// missing engine or image fails the test.
+fn docker_ready() -> bool {
+    if std::env::var("ORCH_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("ORCH_SKIP_DOCKER_TESTS=1: skipping the container half of the containment suite");
+        return false;
+    }
+    let out = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", &image()]).output();
+    match out {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => panic!(
+            "the container backend needs the Docker engine and the image `{}`: {}. Run `.ci/docker.sh`, or set \
+             ORCH_SKIP_DOCKER_TESTS=1 to skip these tests on purpose",
+            image(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => panic!(
+            "the container backend needs the Docker engine, and the docker CLI cannot run: {e}. Run `.ci/docker.sh`, \
+             or set ORCH_SKIP_DOCKER_TESTS=1 to skip these tests on purpose"
+        ),
+    }
+}
+
+/// The probe, compiled once per test process.
+fn probe_binary() -> &'static Path {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let source = dir.join("probe.c");
+        std::fs::write(&source, PROBE_SOURCE).unwrap();
+        let out = dir.join("probe");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let status = Command::new(&cc).args(["-O2", "-Wall", "-o"]).arg(&out).arg(&source).status();
+        match status {
+            Ok(s) if s.success() => out,
+            other => panic!("the containment suite needs a C compiler (`{cc}`, or $CC) to build its probe: {other:?}"),
+        }
+    })
+}
+
+fn host_ip() -> String {
+    let found = UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("10.255.255.255:9").and_then(|()| s.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_unspecified() && !ip.is_loopback());
+    found.map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
+}
+
+fn tag() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    // `sleep` takes it as seconds: large, and unique among concurrent test processes.
+    (7_000_000 + (std::process::id() % 50_000) * 20 + n).to_string()
+}
+
+/// One case's world: the worktree and everything around it that must not change.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    w: PathBuf,
+    tools: PathBuf,
+    tcp: TcpListener,
+    udp: UdpSocket,
+    unix: UnixListener,
+    victim: Child,
+    vars: BTreeMap<&'static str, String>,
+}
+
+impl Fixture {
+    fn new(git: bool) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        // Open to everyone, so only the sandbox (not file modes) stands in the way.
+        mode(&root, 0o755);
+        let w = root.join("w");
+        let outside = root.join("outside");
+        let sibling = root.join("sibling");
+        let home = root.join("home");
+        let secret = root.join("secret");
+        let tools = root.join("tools");
+        for d in [&w, &outside, &sibling, &home.join(".ssh"), &secret, &tools] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for d in [&outside, &sibling] {
+            mode(d, 0o777);
+        }
+        for d in [&home, &home.join(".ssh"), &secret] {
+            mode(d, 0o755);
+        }
+        std::fs::write(sibling.join("theirs.txt"), "their work\n").unwrap();
+        mode(&sibling.join("theirs.txt"), 0o666);
+        std::fs::write(home.join(".ssh/id_ed25519"), "-----BEGIN OPENSSH PRIVATE KEY-----\n").unwrap();
+        mode(&home.join(".ssh/id_ed25519"), 0o644);
+        std::fs::write(secret.join("secret.txt"), "TOPSECRET\n").unwrap();
+        mode(&secret.join("secret.txt"), 0o644);
+        let probe = tools.join("probe");
+        std::fs::copy(probe_binary(), &probe).unwrap();
+        mode(&probe, 0o755);
+        if git {
+            let git = |args: &[&str]| {
+                let ok = Command::new("git").current_dir(&w).args(args).output().unwrap();
+                assert!(ok.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&ok.stderr));
+            };
+            std::fs::write(w.join("README"), "hello\n").unwrap();
+            git(&["init", "-q"]);
+            git(&["add", "README"]);
+            git(&["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first commit"]);
+        }
+
+        let tcp = TcpListener::bind("0.0.0.0:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let udp = UdpSocket::bind("0.0.0.0:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
+        let sock = root.join("listener.sock");
+        let unix = UnixListener::bind(&sock).unwrap();
+        unix.set_nonblocking(true).unwrap();
+        mode(&sock, 0o777);
+        let victim =
+            Command::new("sleep").arg("1000").env("ORCH_TEST_SECRET", SECRET_ENV).stdin(Stdio::null()).spawn().unwrap();
+
+        let vars = BTreeMap::from([
+            ("w", w.display().to_string()),
+            ("outside", outside.display().to_string()),
+            ("sibling", sibling.display().to_string()),
+            ("home", home.display().to_string()),
+            ("probe", probe.display().to_string()),
+            ("tools", tools.display().to_string()),
+            ("host_ip", host_ip()),
+            ("tcp_port", tcp.local_addr().unwrap().port().to_string()),
+            ("udp_port", udp.local_addr().unwrap().port().to_string()),
+            ("unix_sock", sock.display().to_string()),
+            ("victim", victim.id().to_string()),
+            ("tag", tag()),
+        ]);
+        Fixture { _dir: dir, root, w, tools, tcp, udp, unix, victim, vars }
+    }
+
+    fn expand(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for (k, v) in &self.vars {
+            text = text.replace(&format!("{{{k}}}"), v);
+        }
+        text
+    }
+
+    /// Every path outside the worktree and the tools, with its type, mode and content.
+    fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+        let mut seen = BTreeMap::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path == self.w || path == self.tools {
+                    continue;
+                }
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let what = if meta.is_dir() {
+                    stack.push(path.clone());
+                    "dir".to_string()
+                } else if meta.file_type().is_symlink() {
+                    format!("symlink {}", std::fs::read_link(&path).unwrap().display())
+                } else if meta.is_file() {
+                    format!("file {:?}", std::fs::read(&path).unwrap())
+                } else {
+                    "other".to_string()
+                };
+                seen.insert(path, format!("{what} mode {:o}", meta.permissions().mode()));
+            }
+        }
+        seen
+    }
+
+    /// What the listeners and the victim saw: a list of breaches.
+    fn breaches(&mut self) -> Vec<String> {
+        let mut breaches = Vec::new();
+        match self.tcp.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => breaches.push(format!("the TCP listener accepted: {other:?}")),
+        }
+        let mut buf = [0u8; 64];
+        match self.udp.recv_from(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => breaches.push(format!("the UDP socket received: {other:?}")),
+        }
+        match self.unix.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => breaches.push(format!("the Unix listener accepted: {other:?}")),
+        }
+        if !matches!(self.victim.try_wait(), Ok(None)) {
+            breaches.push("the victim process outside the sandbox died".into());
+        }
+        breaches
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.victim.kill();
+        let _ = self.victim.wait();
+    }
+}
+
+/// Live processes (not zombies) with `tag` as one of their arguments.
+fn tagged_processes(tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else { continue };
+        if !cmdline.split(|&b| b == 0).any(|arg| arg == tag.as_bytes()) {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(path.join("stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')));
+        if !zombie {
+            found.push(format!("{}: {}", path.display(), String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+fn last_number(stdout: &str, key: &str) -> Option<u64> {
+    stdout.lines().rev().find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+}
+
+fn installed(program: &str) -> bool {
+    Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Runs one case on one backend; returns what went wrong (empty: it passed).
+fn run_case(backend: Backend, case: &Case) -> Vec<String> {
+    let mut fixture = Fixture::new(case.git);
+    let script = fixture.expand(&case.run);
+    let before = fixture.snapshot();
+    let mut cmd = orch();
+    cmd.current_dir(&fixture.w).args(["sandbox", "run"]).args(backend.flags());
+    cmd.arg("--write").arg(&fixture.w).arg("--read").arg(&fixture.tools);
+    cmd.args(["--timeout", case.timeout.as_deref().unwrap_or("30s")]);
+    cmd.args(["--", "sh", "-c", &script]).stdin(Stdio::null());
+    let started = Instant::now();
+    let out = cmd.output().unwrap();
+    let elapsed = started.elapsed();
+    let code = out.status.code().unwrap_or(-1);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let excerpt = |s: &str| s.chars().take(600).collect::<String>();
+    let mut problems = Vec::new();
+    let e = &case.expect;
+    if let Some(want) = e.code
+        && code != want
+    {
+        problems.push(format!("exit code {code}, expected {want}"));
+    }
+    if e.fails && code == 0 {
+        problems.push("the attempt succeeded (exit 0)".into());
+    }
+    if [124, 125].contains(&code) && e.code != Some(code) {
+        problems.push(format!("exit {code}: the sandbox failed or timed out, so the attempt was not really made"));
+    }
+    for s in &e.stdout_has {
+        if !stdout.contains(&fixture.expand(s)) {
+            problems.push(format!("stdout lacks {s:?}"));
+        }
+    }
+    for s in &e.stdout_lacks {
+        if stdout.contains(&fixture.expand(s)) {
+            problems.push(format!("stdout has {s:?}"));
+        }
+    }
+    if let Some(most) = e.max_forks {
+        match last_number(&stdout, "forks=") {
+            Some(n) if n <= most => {}
+            other => problems.push(format!("forks {other:?}, expected at most {most}")),
+        }
+    }
+    if let Some(most) = e.max_mib
+        && let Some(n) = last_number(&stdout, "mib=").filter(|n| *n > most)
+    {
+        problems.push(format!("the hog got {n} MiB, over {most}"));
+    }
+    if let Some(most) = e.max_stdout
+        && out.stdout.len() > most
+    {
+        problems.push(format!("{} bytes of output, over {most}", out.stdout.len()));
+    }
+    if let Some(secs) = e.max_secs
+        && elapsed > Duration::from_secs(secs)
+    {
+        problems.push(format!("took {elapsed:?}, over {secs} s"));
+    }
+    if let Some((path, content)) = &e.file {
+        match std::fs::read_to_string(fixture.w.join(path)) {
+            Ok(text) if text == *content => {}
+            other => problems.push(format!("{path}: {other:?}, expected {content:?}")),
+        }
+    }
+    let after = fixture.snapshot();
+    if before != after {
+        let changed: Vec<_> = after
+            .iter()
+            .filter(|(p, v)| before.get(*p) != Some(*v))
+            .map(|(p, _)| p.display().to_string())
+            .chain(before.keys().filter(|p| !after.contains_key(*p)).map(|p| format!("{} (removed)", p.display())))
+            .collect();
+        problems.push(format!("something changed outside the worktree: {changed:?}"));
+    }
+    problems.extend(fixture.breaches());
+    let tag = fixture.vars["tag"].clone();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut survivors = tagged_processes(&tag);
+    while !survivors.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        survivors = tagged_processes(&tag);
+    }
+    if !survivors.is_empty() {
+        problems.push(format!("processes outlived the command: {survivors:?}"));
+    }
+    if !problems.is_empty() {
+        problems.insert(0, format!("script: {script}\nstdout: {}\nstderr: {}", excerpt(&stdout), excerpt(&stderr)));
+    }
+    problems
+}
+
+/// Runs every case of `group` on `backend`, then fails with all the failures at once.
+fn run_group(backend: Backend, group: &str) {
+    if backend == Backend::Container && !docker_ready() {
+        return;
+    }
+    let cases: Vec<Case> = cases().into_iter().filter(|c| c.group == group).collect();
+    assert!(!cases.is_empty(), "no cases in group {group}");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for case in &cases {
+        if let Some(reason) = case.skip.get(backend.key()) {
+            eprintln!("skipped {} on {}: {reason}", case.name, backend.key());
+            continue;
+        }
+        if let Some(program) = &case.needs
+            && !installed(program)
+        {
+            eprintln!("skipped {} on {}: `{program}` is not installed on this machine", case.name, backend.key());
+            continue;
+        }
+        let started = Instant::now();
+        let problems = run_case(backend, case);
+        ran += 1;
+        eprintln!(
+            "{} {} on {} ({:.1} s)",
+            if problems.is_empty() { "ok  " } else { "FAIL" },
+            case.name,
+            backend.key(),
+            started.elapsed().as_secs_f64()
+        );
+        if !problems.is_empty() {
+            failures.push(format!("{}:\n  {}", case.name, problems.join("\n  ")));
+        }
+    }
+    assert!(ran > 0, "every case of {group} was skipped on {}", backend.key());
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases failed on {}:\n{}",
+        failures.len(),
+        backend.key(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_case_table_is_well_formed() {
+    let cases = cases();
+    let groups = ["filesystem", "network", "privileged", "limits", "works"];
+    let mut names = std::collections::BTreeSet::new();
+    for case in &cases {
+        assert!(groups.contains(&case.group.as_str()), "{}: unknown group {}", case.name, case.group);
+        assert!(names.insert(case.name.clone()), "{} twice", case.name);
+        for backend in case.skip.keys() {
+            assert!(["landlock", "container"].contains(&backend.as_str()), "{}: skip {backend}?", case.name);
+        }
+        let e = &case.expect;
+        assert!(e.fails || e.code.is_some(), "{}: says neither `fails` nor `code`", case.name);
+    }
+    // Only the explicit placeholders are used.
+    let fixture = Fixture::new(false);
+    for case in &cases {
+        let expanded = fixture.expand(&case.run);
+        assert!(!expanded.contains("{w") && !expanded.contains("{t") && !expanded.contains("{p"), "{}", case.name);
+    }
+}
+
+macro_rules! groups {
+    ($($name:ident: $backend:expr, $group:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run_group($backend, $group);
+            }
+        )*
+    };
+}
+
+groups! {
+    landlock_filesystem_escapes_fail: Backend::Landlock, "filesystem";
+    landlock_network_escapes_fail: Backend::Landlock, "network";
+    landlock_privileged_calls_fail: Backend::Landlock, "privileged";
+    landlock_resource_limits_hold: Backend::Landlock, "limits";
+    landlock_still_works_inside: Backend::Landlock, "works";
+    container_filesystem_escapes_fail: Backend::Container, "filesystem";
+    container_network_escapes_fail: Backend::Container, "network";
+    container_privileged_calls_fail: Backend::Container, "privileged";
+    container_resource_limits_hold: Backend::Container, "limits";
+    container_still_works_inside: Backend::Container, "works";
+}
+
+/// The tool-level cases: a planted symlink read through Read, Grep and Glob, and endless
+/// Bash output, by a scripted agent in `orch exec`.
+fn tools_case(backend: Backend) {
+    if backend == Backend::Container && !docker_ready() {
+        return;
+    }
+    let fixture = Fixture::new(false);
+    let w = &fixture.w;
+    std::os::unix::fs::symlink(fixture.root.join("secret/secret.txt"), w.join("file-link")).unwrap();
+    std::os::unix::fs::symlink(fixture.root.join("secret"), w.join("dir-link")).unwrap();
+    let before = fixture.snapshot();
+    let script = fixture.expand(
+        r#"version: 1
+agents:
+  main:
+    - tool_calls: [{name: Read, input: {file_path: "{w}/file-link"}}]
+    - tool_calls: [{name: Read, input: {file_path: "{w}/dir-link/secret.txt"}}]
+    - tool_calls: [{name: Grep, input: {pattern: TOPSECRET, path: "{w}", output_mode: content}}]
+    - tool_calls: [{name: Grep, input: {pattern: TOPSECRET, path: "{w}/dir-link", output_mode: content}}]
+    - tool_calls: [{name: Glob, input: {pattern: "dir-link/*", path: "{w}"}}]
+    - tool_calls: [{name: Glob, input: {pattern: "**/*", path: "{w}/dir-link"}}]
+    - tool_calls: [{name: Bash, input: {command: "yes orch-endless-output", timeout: 3000}}]
+    - text: done
+"#,
+    );
+    let script_path = fixture.root.join("tools/script.yaml");
+    std::fs::write(&script_path, script).unwrap();
+    let started = Instant::now();
+    let out = orch()
+        .current_dir(w)
+        .args(["exec", "--provider", "scripted", "--tools", "Read,Grep,Glob,Bash", "--permission-mode", "bypass"])
+        .arg("--script")
+        .arg(&script_path)
+        .args(backend.flags())
+        .args(["--json", "go"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let finished: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "tool_use_finished")
+        .collect();
+    assert_eq!(finished.len(), 7, "{stdout}");
+    for event in &finished {
+        let output = event["output"].as_str().unwrap();
+        assert!(!output.contains("TOPSECRET"), "{} read through the planted symlink: {output}", event["name"]);
+        if event["name"] == "Glob" {
+            assert!(!output.contains("secret.txt"), "Glob listed through the planted symlink: {output}");
+        }
+    }
+    let bash = finished[6]["output"].as_str().unwrap();
+    assert!(bash.contains("orch-endless-output"), "{bash}");
+    assert!(bash.chars().count() < 31_000, "Bash output not capped: {} chars", bash.chars().count());
+    assert!(started.elapsed() < Duration::from_secs(45), "took {:?}", started.elapsed());
+    assert_eq!(before, fixture.snapshot(), "something changed outside the worktree");
+}
+
+#[test]
+fn landlock_tools_do_not_follow_planted_symlinks_and_cap_output() {
+    tools_case(Backend::Landlock);
+}
+
+#[test]
+fn container_tools_do_not_follow_planted_symlinks_and_cap_output() {
+    tools_case(Backend::Container);
+}
