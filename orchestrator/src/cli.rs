@@ -22,6 +22,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show what a workflow will run: agents, prompts, tools, sandbox, model, limits.
     Plan(PlanArgs),
+    /// Join run directories (shards, resumed runs) into one report, with one synthesis.
+    Merge(Box<MergeArgs>),
     /// Run one ad-hoc agent on PROMPT and print its final answer.
     Exec(Box<ExecArgs>),
     /// The tool host of one agent (started by orch itself, not by hand).
@@ -222,6 +224,65 @@ pub struct RunArgs {
     /// Author of the commits orch makes, `Name <email>`.
     #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
     pub author: Option<(String, String)>,
+    /// Run only the agents whose id or key matches this glob (`fix/*`), and what they
+    /// need. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub only: Vec<String>,
+    /// Run only this share of the agents, `K/N` (by a stable hash of the agent id).
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<crate::run::Shard>,
+    /// Take the results of agents that succeeded in an earlier run directory instead of
+    /// running them (upstream agents of a shard, the source of a fan-out).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub from: Option<PathBuf>,
+    /// Rerun only the agents of an earlier run directory that did not succeed; the
+    /// others' results are kept in the new report.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Start no new agent after N agents failed (running ones finish).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_fail: Option<u32>,
+    /// Also write a JUnit XML report: one test case per agent.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+/// `orch merge DIR...`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The run directories to join, in order.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Where the merged report goes (default as for `orch run`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The workflow the runs came from: agent order, and the synthesis prompt and model.
+    #[arg(long, value_name = "FILE")]
+    pub workflow: Option<PathBuf>,
+    /// A workflow input, `name=value` (with --workflow). Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    /// The model API for synthesis.
+    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
+    pub provider: ProviderKind,
+    /// The synthesis model.
+    #[arg(long, env = "ORCH_MODEL")]
+    pub model: Option<String>,
+    /// A model to switch to when the main one stays overloaded.
+    #[arg(long)]
+    pub fallback_model: Option<String>,
+    /// The turn script for `--provider scripted`.
+    #[arg(long, env = "ORCH_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table that overrides the built-in prices.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+    /// Stream synthesis events as JSON lines on stdout, then the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a JUnit XML report.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// `orch validate WORKFLOW`.
@@ -242,6 +303,10 @@ pub struct PlanArgs {
     /// How to print the plan.
     #[arg(long, value_enum, default_value = "text")]
     pub format: PlanFormat,
+    /// Split the agents into N shards (`orch run --shard K/N`); with
+    /// `--format github-matrix`, one matrix entry per shard.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub shards: Option<u32>,
 }
 
 /// `orch plan --format`.
@@ -251,6 +316,9 @@ pub enum PlanFormat {
     Text,
     /// The plan as one JSON document.
     Json,
+    /// A GitHub Actions job matrix, `{"include": [{"shard": "1/N", ...}]}` (needs
+    /// `--shards N`).
+    GithubMatrix,
 }
 
 /// Parses `name=value`; the value is YAML (`3` is a number, `[a, b]` a list), and text

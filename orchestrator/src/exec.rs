@@ -41,6 +41,8 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         is_git_repo: cwd.join(".git").exists(),
         model: &config.model,
         date: &crate::clock::today(),
+        git: None,
+        instructions: None,
     });
     let rules = RuleSet {
         mode: args.permissions.permission_mode,

@@ -61,6 +61,7 @@ fn main() -> std::process::ExitCode {
     let code = runtime.block_on(async {
         match command {
             cli::Command::Run(args) => run::run(*args).await,
+            cli::Command::Merge(args) => run::merge(*args).await,
             cli::Command::Plan(args) => plan_cmd::show(&args),
             cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
             cli::Command::Exec(args) => exec::run(*args).await,

@@ -39,6 +39,9 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
 pub const TERM_GRACE: Duration = Duration::from_millis(200);
+/// How long a cancelled command (the run was interrupted) gets between SIGTERM and
+/// SIGKILL, so it can clean up, as a signal forwarded by a CI runner allows.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(1);
 /// How long to keep reading pipes after the command has ended and its group was
 /// killed; a process that escaped the group may hold them open forever.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(100);
@@ -472,6 +475,8 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
             group.pgid = None;
         }
         End::Cancelled => {
+            group.signal(Signal::SIGTERM);
+            let _ = tokio::time::timeout(CANCEL_GRACE, child.wait()).await;
             group.signal(Signal::SIGKILL);
             let _ = child.start_kill();
             let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
@@ -671,6 +676,32 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
         assert!(err.contains("cancelled"), "{err}");
         assert!(gone_soon(child).await, "background child {child} survived cancellation");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_command_gets_sigterm_then_sigkill_after_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let marker = dir.path().join("ready");
+        let cancel = ctx.cancel.clone();
+        // Ignores SIGTERM: only the SIGKILL after the grace ends it.
+        let command = format!("trap 'echo got-term' TERM; touch '{}'; while :; do sleep 0.05; done", marker.display());
+        let call = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { bash(&ctx, json!({"command": command})).await }
+        });
+        for _ in 0..100 {
+            if marker.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let started = Instant::now();
+        cancel.cancel();
+        let err = call.await.unwrap().unwrap_err().0;
+        let took = started.elapsed();
+        assert!(took >= CANCEL_GRACE && took < CANCEL_GRACE + Duration::from_secs(1), "took {took:?}");
+        assert!(err.contains("got-term"), "the trap ran on SIGTERM first: {err}");
     }
 
     #[tokio::test]

@@ -153,8 +153,14 @@ async fn drive(
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
         config.prices = shared.prices.clone();
-        config.system =
-            system_prompt(&Environment { cwd: &cwd, is_git_repo: true, model: &model, date: &crate::clock::today() });
+        config.system = system_prompt(&Environment {
+            cwd: &cwd,
+            is_git_repo: true,
+            model: &model,
+            date: &crate::clock::today(),
+            git: None,
+            instructions: None,
+        });
         let capped = shared.meter.cap(spec.limits);
         config.limits = Limits {
             max_turns: capped.max_turns,
@@ -169,6 +175,7 @@ async fn drive(
             stop: shared.stop.clone(),
             run_cancel: shared.run_cancel.clone(),
             json: shared.json,
+            reporter: shared.reporter.clone(),
         };
         let at = Instant::now();
         converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;

@@ -133,6 +133,7 @@ pub struct AgentSink {
     pub stop: Arc<super::Stop>,
     pub run_cancel: CancellationToken,
     pub json: bool,
+    pub reporter: Arc<dyn super::progress::Reporter>,
 }
 
 impl EventSink for AgentSink {
@@ -142,6 +143,7 @@ impl EventSink for AgentSink {
             return;
         }
         self.meter.add(&event);
+        self.reporter.event(&self.agent, &event);
         let line = json!({ "agent": self.agent, "event": event });
         if let Some(t) = &self.transcript {
             t.record(&line);

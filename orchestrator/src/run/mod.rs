@@ -21,11 +21,19 @@
 
 mod agent;
 mod events;
+mod github;
+mod junit;
+mod merge;
 mod output;
+mod progress;
 mod report;
 mod schedule;
+mod select;
 mod setup;
 mod synthesis;
+
+pub use merge::run as merge;
+pub use select::{Shard, shard_of};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -107,12 +115,17 @@ pub struct Shared {
     /// `<run_dir>/cache` when setup ran: readable by every agent.
     pub cache_dir: Option<PathBuf>,
     pub cache_env: Vec<(String, String)>,
+    pub reporter: Arc<dyn progress::Reporter>,
 }
 
 /// `orch run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
+    let github = github::Actions::detect();
+    if let Some(g) = &github {
+        g.mask_secrets();
+    }
     let workflow = match plan_cmd::load(&args.workflow) {
         Ok(w) => w,
         Err(code) => return Ok(code),
@@ -122,6 +135,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         Err(code) => return Ok(code),
     };
     preflight(&plan)?;
+    let selection =
+        select::Selection::new(&plan, &args.only, args.shard, args.from.as_deref(), args.resume.as_deref())?;
     let model_args = ModelArgs {
         provider: args.provider,
         model: args.model.clone().or_else(|| plan.model.clone()).unwrap_or_else(|| DEFAULT_MODEL.into()),
@@ -179,6 +194,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         keep_worktrees: args.keep_worktrees,
         cache_dir: None,
         cache_env: Vec::new(),
+        reporter: Arc::from(progress::for_terminal()),
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,
@@ -225,15 +241,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         report.agents =
             plan.nodes().map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, why.into())).collect();
     } else {
-        let partial = PartialReport { report: report.clone(), written: false };
+        let partial = PartialReport { report: report.clone(), written: false, github: github.clone() };
         let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
         let at = Instant::now();
-        report.agents = schedule::run(shared.clone(), &plan, concurrency as usize, partial).await;
+        let dispatch = schedule::Dispatch {
+            concurrency: concurrency as usize,
+            max_fail: args.max_fail.map(|n| n as usize),
+            selection,
+        };
+        report.agents = schedule::run(shared.clone(), &plan, dispatch, partial).await;
         report.timings.agents_ms = ms(at);
         if let Some(code) = interrupts.code() {
             stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
         }
-        if stop.get().is_none() {
+        // A share of the workflow (`--shard`, `--only`) leaves synthesis to `orch merge`.
+        let whole = args.shard.is_none() && args.only.is_empty();
+        if stop.get().is_none() && whole {
             let at = Instant::now();
             report.synthesis = synthesize(&shared, &plan, &report.agents).await;
             report.timings.synthesis_ms = ms(at);
@@ -252,6 +275,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
 
     // Emptied as each sandbox was torn down.
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
+    shared.reporter.finish();
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.exit_code = code as u8;
     report.status = match code {
@@ -265,6 +289,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     report.finished_at = clock::rfc3339(SystemTime::now());
     report.duration_ms = clock_start.elapsed().as_millis() as u64;
     report::write(&run_dir, &report).with_context(|| format!("cannot write the report into {}", run_dir.display()))?;
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit::render(&report))
+            .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
+    }
+    if let Some(g) = &github {
+        let written = g.write_summary(&report).and_then(|()| g.write_outputs(&report));
+        if let Err(e) = written {
+            tracing::warn!("cannot write the GitHub step summary or outputs: {e}");
+        }
+        g.annotate(&report);
+    }
     finish_output(&args, &report)?;
     Ok(code)
 }
@@ -308,7 +343,7 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
 
 /// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
 /// or `~/.local/state/orch/runs`. It must not exist yet, or be empty.
-fn run_dir(out: Option<&Path>, run_id: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> anyhow::Result<PathBuf> {
     let dir = match out {
         Some(dir) => dir.to_path_buf(),
         None => {
@@ -337,6 +372,7 @@ fn run_dir(out: Option<&Path>, run_id: &str) -> anyhow::Result<PathBuf> {
 pub struct PartialReport {
     report: RunReport,
     written: bool,
+    github: Option<github::Actions>,
 }
 
 impl PartialReport {
@@ -356,6 +392,11 @@ impl PartialReport {
         if let Err(e) = report::write(run_dir, &r) {
             tracing::warn!("cannot write the partial report: {e}");
         }
+        if let Some(g) = &self.github
+            && let Err(e) = g.write_summary(&r)
+        {
+            tracing::warn!("cannot write the partial GitHub step summary: {e}");
+        }
     }
 }
 
@@ -369,7 +410,7 @@ async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Opt
     let task = plan.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", plan.name));
     let prompt = synthesis::prompt(&task, agents, plan.synthesis.prompt.as_deref());
     let model = plan.synthesis.model.clone().unwrap_or_else(|| shared.default_model.clone());
-    Some(schedule::synthesis(shared, prompt, model).await)
+    Some(schedule::synthesis(&schedule::SynthesisEnv::of(shared), prompt, model).await)
 }
 
 /// Overlaps, then `integrate:`: fetch branches into the user's repository, and merge
@@ -433,7 +474,7 @@ fn integrate_name(i: Integrate) -> &'static str {
 }
 
 /// The exit code of a finished run (DESIGN.md, "CLI").
-fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
+pub(crate) fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
     if let Some(code) = interrupted {
         return code;
     }
@@ -456,6 +497,16 @@ fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) 
     Code::Success
 }
 
+/// The run's status in a few words.
+pub(crate) fn status_word(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Partial => "finished with partial agents",
+        RunStatus::Failed => "failed",
+        RunStatus::Interrupted => "was interrupted",
+    }
+}
+
 /// stdout: the run's answer (synthesis, or the only agent's), or with `--json` a last
 /// line with the report. A summary line goes to stderr.
 fn finish_output(args: &RunArgs, report: &RunReport) -> anyhow::Result<()> {
@@ -464,12 +515,7 @@ fn finish_output(args: &RunArgs, report: &RunReport) -> anyhow::Result<()> {
         "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
          report: {}",
         report.run_id,
-        match report.status {
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Partial => "finished with partial agents",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "was interrupted",
-        },
+        status_word(report.status),
         t.succeeded,
         t.partial,
         t.failed,

@@ -13,7 +13,7 @@
 //!   agents see their tokens cancelled and finish with their partial work; everything
 //!   still pending is skipped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use super::agent::{self, Finished};
 use super::events::{AgentSink, Transcript};
 use super::report::{AgentReport, AgentStatus, SynthesisReport};
+use super::select::Selection;
 use super::{PartialReport, Shared, StopReason};
 
 /// Where a node's needs stand.
@@ -36,8 +37,21 @@ enum Needs {
     Blocked(String),
 }
 
-/// Runs every agent of `plan`; returns their reports in plan order.
-pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut partial: PartialReport) -> Vec<AgentReport> {
+/// How the dispatcher is limited besides the plan.
+pub struct Dispatch {
+    pub concurrency: usize,
+    /// `--max-fail N`: no new agent starts after N failures (running ones finish).
+    pub max_fail: Option<usize>,
+    pub selection: Selection,
+}
+
+/// Runs every selected agent of `plan`; returns their reports in plan order.
+pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut partial: PartialReport) -> Vec<AgentReport> {
+    let Dispatch { concurrency, max_fail, selection } = dispatch;
+    // Prior results that feed this run but do not belong in its report (`--from`).
+    let mut hidden: HashSet<String> = HashSet::new();
+    let mut failures = 0;
+    let mut no_new: Option<String> = None;
     let mut pending: Vec<PlanNode> = plan.nodes().cloned().collect();
     let mut order: Vec<String> = pending.iter().map(|n| n.id().to_string()).collect();
     let mut context = RunContext::new(plan);
@@ -48,8 +62,17 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut stopping = false;
     loop {
-        let resolved = resolve(&mut pending, &mut order, &running, &done, &outputs);
-        done.extend(resolved);
+        loop {
+            let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
+            let (resolved, expanded) =
+                resolve(&mut pending, &mut order, &running, &done, &outputs, shared.reporter.as_ref());
+            let changed = !reused.is_empty() || !resolved.is_empty() || expanded;
+            done.extend(reused);
+            done.extend(resolved);
+            if !changed {
+                break;
+            }
+        }
         if !stopping && let Some(reason) = shared.meter.exhausted() {
             // A run limit is used up: nothing more starts.
             shared.stop.set(reason);
@@ -57,7 +80,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
         }
         // Once the run is cancelled (limit, fail-fast, signal), nothing new starts, even
         // before the `select!` below has seen it.
-        if !stopping && !shared.run_cancel.is_cancelled() {
+        if !stopping && !shared.run_cancel.is_cancelled() && no_new.is_none() {
             let mut i = 0;
             while tasks.len() < concurrency && i < pending.len() {
                 let ready = match &pending[i] {
@@ -71,7 +94,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
                 let PlanNode::Agent(spec) = pending.remove(i) else { continue };
                 match render_prompt(&spec, &context) {
                     Ok(Some(prompt)) => {
-                        eprintln!("orch: {} started", spec.id);
+                        shared.reporter.agent_started(&spec.id);
                         let (id, key) = (spec.id.clone(), spec.agent.clone());
                         let handle = tasks.spawn(agent::run(shared.clone(), spec, prompt));
                         running.insert(handle.id(), (id, key, Instant::now()));
@@ -82,7 +105,12 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
             }
         }
         if tasks.is_empty() {
-            let why = shared.stop.get().map(|s| s.to_string()).unwrap_or_else(|| "the run stopped".into());
+            let why = shared
+                .stop
+                .get()
+                .map(|s| s.to_string())
+                .or_else(|| no_new.clone())
+                .unwrap_or_else(|| "the run stopped".into());
             for node in pending.drain(..) {
                 done.push(skipped(&node, why.clone()));
             }
@@ -106,14 +134,22 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
                     }
                 };
                 let Finished { report, spec } = finished;
-                progress(&report);
+                shared.reporter.agent_finished(&report);
                 context.record(&spec, &report.text, report.output.as_ref());
                 if spec.fan_out.is_none() && let Some(output) = &report.output {
                     outputs.insert(spec.agent.clone(), output.clone());
                 }
-                if plan.fail_fast && report.status == AgentStatus::Failed && !report.continue_on_failure {
-                    shared.stop.set(StopReason::FailFast(report.id.clone()));
-                    shared.run_cancel.cancel();
+                if report.status == AgentStatus::Failed && !report.continue_on_failure {
+                    failures += 1;
+                    if plan.fail_fast {
+                        shared.stop.set(StopReason::FailFast(report.id.clone()));
+                        shared.run_cancel.cancel();
+                    }
+                    if max_fail.is_some_and(|n| failures >= n) && no_new.is_none() {
+                        let why = format!("--max-fail {failures} was reached: no new agent started");
+                        shared.reporter.note(&why);
+                        no_new = Some(why);
+                    }
                 }
                 done.push(report);
             }
@@ -130,7 +166,39 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, concurrency: usize, mut parti
             }
         }
     }
+    done.retain(|r| !hidden.contains(&r.id));
     sorted(done, &order)
+}
+
+/// Takes out of `pending` the agents this process does not run: those with a prior
+/// result (recorded as if they had just run; returned, and hidden from the report
+/// unless resuming) and those not selected (dropped).
+fn admit(
+    pending: &mut Vec<PlanNode>,
+    selection: &Selection,
+    context: &mut RunContext,
+    outputs: &mut HashMap<String, Value>,
+    hidden: &mut HashSet<String>,
+) -> Vec<AgentReport> {
+    let mut reused = Vec::new();
+    pending.retain(|node| {
+        let PlanNode::Agent(spec) = node else { return true };
+        if let Some(prior) = selection.prior.get(&spec.id) {
+            context.record(spec, &prior.text, prior.output.as_ref());
+            if spec.fan_out.is_none()
+                && let Some(output) = &prior.output
+            {
+                outputs.insert(spec.agent.clone(), output.clone());
+            }
+            if !selection.keep_prior {
+                hidden.insert(spec.id.clone());
+            }
+            reused.push(prior.clone());
+            return false;
+        }
+        selection.selects(&spec.id, &spec.agent)
+    });
+    reused
 }
 
 /// Skips nodes whose needs failed and expands dynamic fan-outs whose source finished,
@@ -141,8 +209,10 @@ fn resolve(
     running: &HashMap<tokio::task::Id, (String, String, Instant)>,
     done: &[AgentReport],
     outputs: &HashMap<String, Value>,
-) -> Vec<AgentReport> {
+    reporter: &dyn super::progress::Reporter,
+) -> (Vec<AgentReport>, bool) {
     let mut finished: Vec<AgentReport> = Vec::new();
+    let mut expanded = false;
     loop {
         let mut changed = false;
         let mut i = 0;
@@ -168,12 +238,13 @@ fn resolve(
                     let key = d.id.clone();
                     match expand_dynamic(d, &source) {
                         Ok(specs) => {
-                            eprintln!("orch: {key} fans out to {} agents", specs.len());
+                            reporter.note(&format!("{key} fans out to {} agents", specs.len()));
                             let ids: Vec<String> = specs.iter().map(|s| s.id.clone()).collect();
                             if let Some(at) = order.iter().position(|o| *o == key) {
                                 order.splice(at..=at, ids);
                             }
                             pending.splice(i..=i, specs.into_iter().map(PlanNode::Agent));
+                            expanded = true;
                         }
                         Err(diagnostic) => {
                             let mut r = AgentReport::empty(
@@ -196,7 +267,7 @@ fn resolve(
             break;
         }
     }
-    finished
+    (finished, expanded)
 }
 
 fn needs(wanted: &[String], pending: &[PlanNode], running: &RunningMap, done: &[AgentReport]) -> Needs {
@@ -253,21 +324,37 @@ fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
     reports
 }
 
-fn progress(r: &AgentReport) {
-    let reason = r.reason.as_deref().map(|w| format!(": {}", w.lines().next().unwrap_or_default())).unwrap_or_default();
-    eprintln!(
-        "orch: {} {}{reason} ({:.1}s, {} turns, ${:.4}, {} files changed)",
-        r.id,
-        r.status.as_str(),
-        r.duration_ms as f64 / 1000.0,
-        r.turns,
-        r.cost_usd,
-        r.changed_files.len()
-    );
+/// What synthesis needs from a run (or from `orch merge`, which has no run clone).
+pub struct SynthesisEnv<'a> {
+    pub provider: &'a dyn orch_agents::ModelProvider,
+    pub prices: Arc<orch_agents::PriceTable>,
+    pub fallback_model: Option<String>,
+    pub run_dir: &'a std::path::Path,
+    pub meter: Arc<super::events::Meter>,
+    pub stop: Arc<super::Stop>,
+    pub run_cancel: tokio_util::sync::CancellationToken,
+    pub reporter: Arc<dyn super::progress::Reporter>,
+    pub json: bool,
+}
+
+impl<'a> SynthesisEnv<'a> {
+    pub fn of(shared: &'a Shared) -> Self {
+        SynthesisEnv {
+            provider: shared.provider.as_ref(),
+            prices: shared.prices.clone(),
+            fallback_model: shared.fallback_model.clone(),
+            run_dir: &shared.run_dir,
+            meter: shared.meter.clone(),
+            stop: shared.stop.clone(),
+            run_cancel: shared.run_cancel.clone(),
+            reporter: shared.reporter.clone(),
+            json: shared.json,
+        }
+    }
 }
 
 /// Runs the synthesis prompt through the loop, with no tools.
-pub async fn synthesis(shared: &Shared, prompt: String, model: String) -> SynthesisReport {
+pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) -> SynthesisReport {
     let mut report = SynthesisReport {
         status: AgentStatus::Failed,
         reason: None,
@@ -281,25 +368,27 @@ pub async fn synthesis(shared: &Shared, prompt: String, model: String) -> Synthe
         transcript: None,
     };
     let prompt_rel = std::path::PathBuf::from("synthesis-prompt.md");
-    if std::fs::write(shared.run_dir.join(&prompt_rel), &prompt).is_ok() {
+    if std::fs::write(env.run_dir.join(&prompt_rel), &prompt).is_ok() {
         report.prompt = Some(prompt_rel);
     }
     let transcript_rel = std::path::PathBuf::from("transcripts").join("synthesis.jsonl");
-    let transcript = Transcript::create(&shared.run_dir.join(&transcript_rel)).ok().map(Arc::new);
+    let transcript = Transcript::create(&env.run_dir.join(&transcript_rel)).ok().map(Arc::new);
     if transcript.is_some() {
         report.transcript = Some(transcript_rel);
     }
-    eprintln!("orch: synthesis started");
+    env.reporter.note("synthesis started");
     let mut config = QueryConfig::new("synthesis", &model);
-    config.fallback_model = shared.fallback_model.clone();
-    config.prices = shared.prices.clone();
+    config.fallback_model = env.fallback_model.clone();
+    config.prices = env.prices.clone();
     config.system = system_prompt(&Environment {
-        cwd: &shared.run_dir,
+        cwd: env.run_dir,
         is_git_repo: false,
         model: &model,
         date: &crate::clock::today(),
+        git: None,
+        instructions: None,
     });
-    let capped = shared.meter.cap(orch_workflows::Limits { max_turns: Some(3), ..Default::default() });
+    let capped = env.meter.cap(orch_workflows::Limits { max_turns: Some(3), ..Default::default() });
     config.limits = Limits {
         max_turns: capped.max_turns,
         max_tokens: capped.max_tokens,
@@ -309,13 +398,14 @@ pub async fn synthesis(shared: &Shared, prompt: String, model: String) -> Synthe
     let sink = AgentSink {
         agent: "synthesis".into(),
         transcript,
-        meter: shared.meter.clone(),
-        stop: shared.stop.clone(),
-        run_cancel: shared.run_cancel.clone(),
-        json: shared.json,
+        meter: env.meter.clone(),
+        stop: env.stop.clone(),
+        run_cancel: env.run_cancel.clone(),
+        json: env.json,
+        reporter: env.reporter.clone(),
     };
-    let cancel = shared.run_cancel.child_token();
-    let outcome = query(shared.provider.as_ref(), &NoTools, &config, vec![Message::user(prompt)], &sink, &cancel).await;
+    let cancel = env.run_cancel.child_token();
+    let outcome = query(env.provider, &NoTools, &config, vec![Message::user(prompt)], &sink, &cancel).await;
     report.turns = outcome.turns;
     report.usage = outcome.usage;
     report.cost_usd = outcome.cost_usd;
@@ -330,7 +420,7 @@ pub async fn synthesis(shared: &Shared, prompt: String, model: String) -> Synthe
     if outcome.terminal != Terminal::Completed {
         report.reason = Some(outcome.terminal.to_string());
     }
-    eprintln!("orch: synthesis {}", report.status.as_str());
+    env.reporter.note(&format!("synthesis {}", report.status.as_str()));
     report.terminal = Some(outcome.terminal);
     report
 }

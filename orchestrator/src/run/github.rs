@@ -1,0 +1,297 @@
+//! GitHub Actions output, when `GITHUB_ACTIONS=true`: the Markdown step summary
+//! (`GITHUB_STEP_SUMMARY`), step outputs (`GITHUB_OUTPUT`), `::error` / `::warning`
+//! annotations for failed and partial agents, and `::add-mask::` for the secrets orch
+//! reads. Workflow commands go to stderr (the runner reads commands from both streams),
+//! so stdout stays data.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use rand::Rng as _;
+
+use super::report::{AgentStatus, RunReport, RunStatus};
+
+/// GitHub caps a step summary at 1 MiB; ours stays under this, cut at a line.
+const SUMMARY_LIMIT: usize = 1000 * 1000;
+
+/// Environment variables holding secrets orch itself reads.
+const SECRET_VARS: [&str; 3] = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY"];
+
+/// The GitHub Actions step orch runs in.
+#[derive(Debug, Clone)]
+pub struct Actions {
+    summary: Option<PathBuf>,
+    /// The summary file's length before this run wrote to it: a rewrite (the final
+    /// summary after the partial one) truncates back to it, keeping earlier steps' text.
+    summary_base: u64,
+    output: Option<PathBuf>,
+    /// `https://github.com/<owner>/<repo>`, for links to branches.
+    repo_url: Option<String>,
+}
+
+impl Actions {
+    /// The step's settings, when running under GitHub Actions.
+    pub fn detect() -> Option<Actions> {
+        if std::env::var("GITHUB_ACTIONS").ok().as_deref() != Some("true") {
+            return None;
+        }
+        let path = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let summary = path("GITHUB_STEP_SUMMARY");
+        let summary_base = summary.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
+        let server = std::env::var("GITHUB_SERVER_URL").unwrap_or_else(|_| "https://github.com".into());
+        let repo_url =
+            std::env::var("GITHUB_REPOSITORY").ok().filter(|r| !r.is_empty()).map(|r| format!("{server}/{r}"));
+        Some(Actions { summary, summary_base, output: path("GITHUB_OUTPUT"), repo_url })
+    }
+
+    /// `::add-mask::` for every secret orch reads from the environment, so the runner
+    /// hides them wherever they might appear in the log.
+    pub fn mask_secrets(&self) {
+        let mut err = std::io::stderr().lock();
+        for var in SECRET_VARS {
+            if let Ok(value) = std::env::var(var)
+                && !value.trim().is_empty()
+            {
+                let _ = writeln!(err, "::add-mask::{}", escape_data(&value));
+            }
+        }
+    }
+
+    /// Writes (or rewrites) this run's step summary.
+    pub fn write_summary(&self, report: &RunReport) -> std::io::Result<()> {
+        let Some(path) = &self.summary else { return Ok(()) };
+        let text = summary(report, self.repo_url.as_deref());
+        let file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
+        file.set_len(self.summary_base)?;
+        let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+        file.write_all(text.as_bytes())
+    }
+
+    /// Appends the step outputs: `status`, `exit-code`, `report`, `report-md`,
+    /// `branches` (JSON list) and `summary` (multiline).
+    pub fn write_outputs(&self, report: &RunReport) -> std::io::Result<()> {
+        let Some(path) = &self.output else { return Ok(()) };
+        let branches: Vec<&str> = report.integration.fetched.iter().map(|f| f.branch.as_str()).collect();
+        let mut out = String::new();
+        for (key, value) in [
+            ("status", status_name(report.status).to_string()),
+            ("exit-code", report.exit_code.to_string()),
+            ("report", report.run_dir.join("report.json").display().to_string()),
+            ("report-md", report.run_dir.join("report.md").display().to_string()),
+            ("branches", serde_json::to_string(&branches).unwrap_or_default()),
+            ("summary", summary(report, self.repo_url.as_deref())),
+        ] {
+            out.push_str(&output_entry(key, &value));
+        }
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        file.write_all(out.as_bytes())
+    }
+
+    /// `::error` for failed agents, `::warning` for partial ones, pointing at a file and
+    /// line when the agent's answer or reason names one that exists in `repo`.
+    pub fn annotate(&self, report: &RunReport) {
+        let mut err = std::io::stderr().lock();
+        for line in annotations(report, &report.repo) {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+fn status_name(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::Partial => "partial",
+        RunStatus::Interrupted => "interrupted",
+    }
+}
+
+/// One `GITHUB_OUTPUT` entry: `key=value`, or a heredoc behind a random delimiter for
+/// a value with line breaks.
+fn output_entry(key: &str, value: &str) -> String {
+    if !value.contains('\n') && !value.contains('\r') {
+        return format!("{key}={value}\n");
+    }
+    let delimiter = loop {
+        let d = format!("ghadelimiter_{:016x}", rand::rng().random::<u64>());
+        if !value.contains(&d) {
+            break d;
+        }
+    };
+    format!("{key}<<{delimiter}\n{value}\n{delimiter}\n")
+}
+
+/// The workflow-command lines for `report`.
+pub fn annotations(report: &RunReport, repo: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for a in &report.agents {
+        let level = match a.status {
+            AgentStatus::Failed => "error",
+            AgentStatus::Partial => "warning",
+            _ => continue,
+        };
+        let reason = a.reason.clone().unwrap_or_else(|| a.status.as_str().to_string());
+        let mut props = format!("title={}", escape_property(&format!("orch: agent {} {}", a.id, a.status.as_str())));
+        let located =
+            std::iter::once(reason.as_str()).chain(std::iter::once(a.text.as_str())).find_map(|t| locate(t, repo));
+        if let Some((file, line)) = located {
+            let _ = write!(props, ",file={},line={line}", escape_property(&file));
+        }
+        lines.push(format!("::{level} {props}::{}", escape_data(&reason)));
+    }
+    if let Some(s) = &report.synthesis
+        && s.status == AgentStatus::Failed
+    {
+        let reason = s.reason.clone().unwrap_or_default();
+        lines.push(format!("::error title={}::{}", escape_property("orch: synthesis failed"), escape_data(&reason)));
+    }
+    lines
+}
+
+/// The first `path:line` in `text` whose path is a file of `repo`.
+fn locate(text: &str, repo: &Path) -> Option<(String, u32)> {
+    text.split(|c: char| c.is_whitespace() || "`'\"()[]<>,".contains(c)).find_map(|word| {
+        let word = word.trim_end_matches(['.', ':', ';']);
+        let (path, rest) = word.split_once(':')?;
+        let line: u32 = rest.split(':').next()?.parse().ok()?;
+        let path = path.trim_start_matches("./");
+        let safe = !path.is_empty() && !path.starts_with('/') && !path.split('/').any(|c| c == "..");
+        (safe && line > 0 && repo.join(path).is_file()).then(|| (path.to_string(), line))
+    })
+}
+
+fn escape_data(s: &str) -> String {
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+fn escape_property(s: &str) -> String {
+    escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// The step summary: a table of agents, then the synthesis, cut at a line under the
+/// limit.
+pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## orch: `{}` {}\n\nRun `{}` · {:.1}s · {} turns · {} tokens · ${:.4}\n",
+        r.workflow.name,
+        status_name(r.status),
+        r.run_id,
+        r.duration_ms as f64 / 1000.0,
+        r.totals.turns,
+        r.totals.usage.total(),
+        r.totals.cost_usd
+    );
+    if let Some(why) = &r.stopped {
+        let _ = writeln!(md, "Stopped early: {why}\n");
+    }
+    let _ = writeln!(md, "| agent | status | turns | tokens | cost | changed files | branch |");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---|---|");
+    for a in &r.agents {
+        let files: Vec<String> = a.changed_files.iter().take(10).map(|f| format!("`{}`", f.path.display())).collect();
+        let more = a.changed_files.len().saturating_sub(10);
+        let files = if more > 0 { format!("{} and {more} more", files.join(", ")) } else { files.join(", ") };
+        let fetched = r.integration.fetched.iter().any(|f| Some(&f.branch) == a.branch.as_ref());
+        let branch = match (&a.branch, repo_url, a.commit.is_some()) {
+            (Some(b), Some(url), true) if fetched => format!("[`{b}`]({url}/tree/{b})"),
+            (Some(b), _, true) => format!("`{b}`"),
+            _ => String::new(),
+        };
+        let status = match &a.reason {
+            Some(reason) => format!("{}: {}", a.status.as_str(), one_line(reason)),
+            None => a.status.as_str().to_string(),
+        };
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | ${:.4} | {} | {} |",
+            a.id,
+            status,
+            a.turns,
+            a.usage.total(),
+            a.cost_usd,
+            files,
+            branch
+        );
+    }
+    if let Some(s) = &r.synthesis
+        && !s.text.trim().is_empty()
+    {
+        let _ = writeln!(md, "\n### Synthesis\n\n{}", s.text.trim());
+    } else if let [only] = r.agents.as_slice()
+        && !only.text.trim().is_empty()
+    {
+        let _ = writeln!(md, "\n### Answer\n\n{}", only.text.trim());
+    }
+    if !r.overlaps.is_empty() {
+        let _ = writeln!(md, "\n### Likely conflicts\n");
+        for o in &r.overlaps {
+            let _ = writeln!(md, "- `{}`: {}", o.path.display(), o.agents.join(", "));
+        }
+    }
+    md.push('\n');
+    cut(md, SUMMARY_LIMIT)
+}
+
+/// `text` cut at the last line break that keeps it (and a note) within `limit` bytes.
+fn cut(text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let note = "\n\n*(cut here to fit GitHub's step summary limit; the whole report is in report.md)*\n";
+    let budget = limit.saturating_sub(note.len());
+    let mut end = budget.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let end = text[..end].rfind('\n').unwrap_or(end);
+    format!("{}{note}", &text[..end])
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().replace('|', "\\|");
+    if line.chars().count() > 100 { format!("{}…", line.chars().take(100).collect::<String>()) } else { line }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiline_outputs_use_a_random_delimiter() {
+        assert_eq!(output_entry("status", "ok"), "status=ok\n");
+        let entry = output_entry("summary", "a\nb");
+        let delimiter = entry.lines().next().unwrap().strip_prefix("summary<<").unwrap().to_string();
+        assert!(delimiter.starts_with("ghadelimiter_"));
+        assert_eq!(entry, format!("summary<<{delimiter}\na\nb\n{delimiter}\n"));
+        assert_ne!(output_entry("s", "a\nb"), output_entry("s", "a\nb"));
+    }
+
+    #[test]
+    fn cuts_at_a_line_under_the_limit() {
+        let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let out = cut(text.clone(), 200);
+        assert!(out.len() <= 200, "{}", out.len());
+        assert!(out.ends_with("report.md)*\n"));
+        let kept = out.split("\n\n*(cut").next().unwrap();
+        assert!(text.starts_with(kept) && kept.ends_with(|c: char| c.is_ascii_digit()));
+        assert_eq!(cut("short".into(), 200), "short");
+    }
+
+    #[test]
+    fn escapes_workflow_commands() {
+        assert_eq!(escape_data("50%\nnext"), "50%25%0Anext");
+        assert_eq!(escape_property("a:b,c"), "a%3Ab%2Cc");
+    }
+
+    #[test]
+    fn locates_files_that_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
+        assert_eq!(locate("broken at `src/lib.rs:12`.", dir.path()), Some(("src/lib.rs".into(), 12)));
+        assert_eq!(locate("see src/missing.rs:3 and ./src/lib.rs:4:2", dir.path()), Some(("src/lib.rs".into(), 4)));
+        assert_eq!(locate("/etc/passwd:1 ../x:2 http://x:80", dir.path()), None);
+    }
+}
