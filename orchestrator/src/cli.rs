@@ -245,6 +245,12 @@ pub struct RunArgs {
     /// Also write a JUnit XML report: one test case per agent.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Save every model exchange, per agent, into DIR (as a turn script).
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer every model call from a directory written by --record: offline, no API key.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
 }
 
 /// `orch merge DIR...`.

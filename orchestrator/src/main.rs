@@ -10,6 +10,7 @@ mod host;
 mod logging;
 mod plan_cmd;
 mod provider;
+mod record;
 mod run;
 mod sandbox_cmd;
 mod signals;
