@@ -27,21 +27,27 @@ const EXPECT_CHARS: usize = 200;
 pub struct Recorder {
     inner: Arc<dyn ModelProvider>,
     path: PathBuf,
-    /// Agent id -> its turns, and the order agents first spoke in.
-    turns: Mutex<(Vec<String>, BTreeMap<String, Vec<Value>>)>,
+    turns: Mutex<Recorded>,
+}
+
+/// Agent id -> its turns, and the order agents first spoke in.
+#[derive(Default)]
+struct Recorded {
+    order: Vec<String>,
+    turns: BTreeMap<String, Vec<Value>>,
 }
 
 impl Recorder {
     /// Records into `dir` (created; an existing script there is replaced).
     pub fn new(inner: Arc<dyn ModelProvider>, dir: &Path) -> std::io::Result<Recorder> {
         std::fs::create_dir_all(dir)?;
-        Ok(Recorder { inner, path: dir.join(SCRIPT), turns: Mutex::new((Vec::new(), BTreeMap::new())) })
+        Ok(Recorder { inner, path: dir.join(SCRIPT), turns: Mutex::new(Recorded::default()) })
     }
 
     fn save(&self, agent: &str, turn: Value) -> std::io::Result<()> {
         let text = {
             let mut guard = self.turns.lock().unwrap_or_else(|p| p.into_inner());
-            let (order, turns) = &mut *guard;
+            let Recorded { order, turns } = &mut *guard;
             if !turns.contains_key(agent) {
                 order.push(agent.to_string());
             }
