@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use orch_agents::permissions::{Mode, Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
-use orch_agents::prompt::{Environment, system_prompt};
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, PermissionMode};
 use serde_json::json;
@@ -153,14 +152,7 @@ async fn drive(
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
         config.prices = shared.prices.clone();
-        config.system = system_prompt(&Environment {
-            cwd: &cwd,
-            is_git_repo: true,
-            model: &model,
-            date: &crate::clock::today(),
-            git: None,
-            instructions: None,
-        });
+        config.system = crate::agent_prompt::build(&cwd, &model, spec.instructions, executor.as_ref(), cancel).await;
         let capped = shared.meter.cap(spec.limits);
         config.limits = Limits {
             max_turns: capped.max_turns,
@@ -215,8 +207,12 @@ async fn converse(
     if let Some(schema) = schema {
         text.push_str(&schema.instructions());
     }
+    let line = json!({ "agent": sink.agent, "event": { "type": "prompt", "text": text } });
     if let Some(t) = &sink.transcript {
-        t.record(&json!({ "agent": sink.agent, "event": { "type": "prompt", "text": text } }));
+        t.record(&line);
+    }
+    if sink.json {
+        super::events::print_json_line(&line);
     }
     let mut messages = vec![Message::user(text)];
     let started = Instant::now();
