@@ -41,6 +41,12 @@ pub enum Terminal {
     HookStopped {
         message: String,
     },
+    /// The context could not be compacted, several times in a row, so the loop stopped
+    /// instead of sending requests that cannot fit.
+    CompactionFailed {
+        failures: u32,
+        message: String,
+    },
 }
 
 impl Terminal {
@@ -55,6 +61,7 @@ impl Terminal {
             Self::PromptTooLong { .. } => "prompt_too_long",
             Self::ModelError { .. } => "model_error",
             Self::HookStopped { .. } => "hook_stopped",
+            Self::CompactionFailed { .. } => "compaction_failed",
         }
     }
 
@@ -77,6 +84,9 @@ impl std::fmt::Display for Terminal {
             Self::PromptTooLong { message } => write!(f, "prompt too long: {message}"),
             Self::ModelError { kind, message } => write!(f, "model error ({kind}): {message}"),
             Self::HookStopped { message } => write!(f, "stopped by a hook: {message}"),
+            Self::CompactionFailed { failures, message } => {
+                write!(f, "stopped after {failures} failed attempts in a row to compact the context: {message}")
+            }
         }
     }
 }

@@ -7,8 +7,10 @@
 //!   timeout and tool error;
 //! - this crate knows nothing of YAML workflows, git worktrees, terminals or GitHub.
 
+pub mod context;
 pub mod event;
 pub mod hooks;
+pub mod instructions;
 pub mod message;
 pub mod model;
 pub mod permissions;
@@ -19,6 +21,7 @@ pub mod tool;
 pub mod tools;
 pub mod usage;
 
+pub use context::ContextConfig;
 pub use event::{Budget, Event, EventSink, NullSink, Phase, Terminal};
 pub use message::{ContentBlock, Message, Role, ToolSpec};
 pub use model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, SystemPart};

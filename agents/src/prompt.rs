@@ -1,8 +1,12 @@
-//! System prompt assembly: a static part, identical for every agent of a run (so it can
-//! be cached), then a dynamic part describing the agent's environment.
+//! System prompt assembly. First a static part, identical for every agent of a run (its
+//! role in unattended CI work and the rules for tools, edits, verification, honesty and
+//! the report), ending in a cache breakpoint: the boundary. Then a dynamic part: the
+//! environment, a git status snapshot and the project's instructions. Tool
+//! descriptions travel with the tools, so a tool that is absent is never mentioned.
 
 use std::path::Path;
 
+use crate::instructions::Instructions;
 use crate::model::SystemPart;
 
 /// The static part: the role and the rules of unattended work.
@@ -12,18 +16,35 @@ nobody can answer questions: decide for yourself, within the task you were given
 finish with a report.
 
 How to work:
-- Use the tools you are given. Read a file before you change it, and prefer the \
-dedicated file and search tools over shell commands that do the same.
-- Work only inside your working directory. Make the smallest change that does the job, \
-in the style of the surrounding code, and do not touch unrelated files.
-- Verify your work where you can (build, tests, linters) before you say it is done.
+- Use the tools you are given, and only those. Prefer a dedicated file or search tool \
+over a shell command that does the same thing. Independent lookups can be asked for \
+together in one answer.
+- Always read a file before you change it. Make the smallest change that does the job, in the \
+style of the surrounding code (names, formatting, comments, error handling), and leave \
+unrelated files and lines alone. Do not add files nobody asked for.
+- Work only inside your working directory.
+- Verify your work where you can (build, tests, linters) before you say it is done, and \
+fix what the checks report.
 - If a tool call is denied or fails, read the reason and adapt; do not retry the same \
 call unchanged.
+- Long tasks may outgrow your context: old tool results can be cleared and the \
+conversation summarized. When a result you need is gone, run the call again.
 - Be honest: if you could not finish, or a check failed, say so plainly and say why. \
-Never claim work you did not do.
+Never claim work you did not do, and never present a guess as a checked fact.
 
 Your final message is your report. Keep it short and concrete: what you changed (files \
 and why), how you checked it, and anything left undone.";
+
+/// A snapshot of the working tree's git state when the agent starts, computed by the
+/// caller (this crate runs no git).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitSnapshot {
+    pub branch: String,
+    /// `git status --short` lines.
+    pub status: Vec<String>,
+    /// The last commits, newest first, as `<short id> <subject>`.
+    pub commits: Vec<String>,
+}
 
 /// Facts about the agent's environment, for the dynamic part.
 #[derive(Debug, Clone)]
@@ -33,12 +54,18 @@ pub struct Environment<'a> {
     pub model: &'a str,
     /// Today's date, `YYYY-MM-DD`.
     pub date: &'a str,
+    pub git: Option<&'a GitSnapshot>,
+    /// The project's instructions; `None` when they are turned off.
+    pub instructions: Option<&'a Instructions>,
 }
 
-/// The system prompt: the static part (a cache breakpoint after it), then the
-/// environment.
+/// Status lines shown at most; the rest are counted.
+const MAX_STATUS_LINES: usize = 40;
+
+/// The system prompt: the static part (a cache breakpoint after it, the boundary), then
+/// the dynamic part.
 pub fn system_prompt(env: &Environment<'_>) -> Vec<SystemPart> {
-    let dynamic = format!(
+    let mut dynamic = format!(
         "Environment:\n- working directory: {}\n- git repository: {}\n- platform: {} ({})\n- date: {}\n- model: {}",
         env.cwd.display(),
         if env.is_git_repo { "yes" } else { "no" },
@@ -47,19 +74,118 @@ pub fn system_prompt(env: &Environment<'_>) -> Vec<SystemPart> {
         env.date,
         env.model,
     );
+    if let Some(git) = env.git {
+        dynamic.push_str("\n\n");
+        dynamic.push_str(&render_git(git));
+    }
+    if let Some(found) = env.instructions.filter(|i| !i.is_empty()) {
+        dynamic.push_str("\n\n");
+        dynamic.push_str(&render_instructions(found));
+    }
     vec![SystemPart { text: STATIC_PROMPT.to_string(), cache: true }, SystemPart { text: dynamic, cache: false }]
+}
+
+fn render_git(git: &GitSnapshot) -> String {
+    let mut out = format!(
+        "Git status when you started (a snapshot; it does not update as you work):\n- branch: {}\n- status:",
+        git.branch
+    );
+    if git.status.is_empty() {
+        out.push_str(" clean");
+    }
+    for line in git.status.iter().take(MAX_STATUS_LINES) {
+        out.push_str(&format!("\n    {line}"));
+    }
+    if git.status.len() > MAX_STATUS_LINES {
+        out.push_str(&format!("\n    ... and {} more", git.status.len() - MAX_STATUS_LINES));
+    }
+    out.push_str("\n- recent commits:");
+    if git.commits.is_empty() {
+        out.push_str(" none");
+    }
+    for c in &git.commits {
+        out.push_str(&format!("\n    {c}"));
+    }
+    out
+}
+
+fn render_instructions(found: &Instructions) -> String {
+    let mut out = String::from(
+        "Project instructions, from the repository's instruction files. Follow them. They are listed from the \
+         repository root down to your working directory; where they disagree, the later (nearer) file wins.",
+    );
+    for f in &found.files {
+        let from = match &f.imported_by {
+            Some(by) => format!(" imported-by=\"{by}\""),
+            None => String::new(),
+        };
+        out.push_str(&format!("\n\n<instructions path=\"{}\"{from}>\n{}\n</instructions>", f.path, f.text.trim_end()));
+    }
+    if !found.skipped.is_empty() {
+        out.push_str("\n\nNot loaded:");
+        for s in &found.skipped {
+            out.push_str(&format!("\n- {s}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::instructions::InstructionFile;
+
+    fn env<'a>(git: Option<&'a GitSnapshot>, instructions: Option<&'a Instructions>) -> Environment<'a> {
+        Environment { cwd: Path::new("/w"), is_git_repo: true, model: "m", date: "2026-01-02", git, instructions }
+    }
 
     #[test]
     fn static_part_is_cached_and_first() {
-        let env = Environment { cwd: Path::new("/w"), is_git_repo: true, model: "m", date: "2026-01-02" };
-        let parts = system_prompt(&env);
+        let parts = system_prompt(&env(None, None));
         assert_eq!(parts.len(), 2);
         assert!(parts[0].cache && parts[0].text == STATIC_PROMPT);
         assert!(!parts[1].cache && parts[1].text.contains("/w") && parts[1].text.contains("2026-01-02"));
+        assert!(!parts[1].text.contains("Git status") && !parts[1].text.contains("Project instructions"));
+    }
+
+    #[test]
+    fn static_part_names_no_tool() {
+        for name in crate::tools::CORE_TOOL_NAMES {
+            assert!(!STATIC_PROMPT.contains(name), "the static prompt mentions {name}");
+        }
+    }
+
+    #[test]
+    fn dynamic_part_has_git_and_labelled_instructions() {
+        let git = GitSnapshot {
+            branch: "orch/run/a".into(),
+            status: vec![" M src/lib.rs".into()],
+            commits: vec!["abc1234 first".into()],
+        };
+        let found = Instructions {
+            files: vec![
+                InstructionFile {
+                    path: "AGENTS.md".into(),
+                    imported_by: None,
+                    text: "root rules".into(),
+                    truncated: false,
+                },
+                InstructionFile {
+                    path: "docs/x.md".into(),
+                    imported_by: Some("AGENTS.md".into()),
+                    text: "imported".into(),
+                    truncated: false,
+                },
+            ],
+            skipped: vec!["@~/x.md (imported by AGENTS.md): outside the repository, not read".into()],
+        };
+        let parts = system_prompt(&env(Some(&git), Some(&found)));
+        let d = &parts[1].text;
+        assert_eq!(parts[0].text, STATIC_PROMPT);
+        assert!(d.contains("branch: orch/run/a") && d.contains(" M src/lib.rs") && d.contains("abc1234 first"), "{d}");
+        let root = d.find("<instructions path=\"AGENTS.md\">\nroot rules").unwrap();
+        let imported = d.find("<instructions path=\"docs/x.md\" imported-by=\"AGENTS.md\">").unwrap();
+        assert!(root < imported);
+        assert!(d.contains("Not loaded:\n- @~/x.md"));
     }
 }

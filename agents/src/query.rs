@@ -5,6 +5,16 @@
 //! The loop owns budgets, turn limits, the wall-clock timeout and cancellation. It keeps
 //! one invariant above all: every `tool_use` in the history is answered by exactly one
 //! `tool_result`, whatever interrupts it.
+//!
+//! It also keeps the conversation inside the context window. Before every model call it
+//! runs the context pipeline (see [`crate::context`]): microcompact, then autocompact
+//! when the context is over its threshold (a summary request through the same provider,
+//! with no tools; the oldest messages dropped and the request retried when it is itself
+//! too long; the most recently read files restored afterwards). A prompt-too-long error
+//! compacts and retries once; three failed compactions in a row end the loop with
+//! [`Terminal::CompactionFailed`]. An answer cut at the output limit raises the limit
+//! and continues, at most [`MAX_CONTINUATIONS`] times. The size of the context is the
+//! usage the API reported for the last call plus a local estimate of what came since.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -19,9 +29,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::{self, ContextConfig, Restored};
 use crate::event::{Budget, Event, EventSink, Phase, Terminal};
-use crate::message::{ContentBlock, Message, Role};
-use crate::model::{ModelError, ModelProvider, ModelRequest, StreamEvent, SystemPart};
+use crate::message::{ContentBlock, Message, Role, ToolSpec};
+use crate::model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, SystemPart};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::usage::{PriceTable, Usage};
 
@@ -30,6 +41,22 @@ pub const MAX_PARALLEL_TOOLS: usize = 10;
 
 /// Overloaded answers in a row before the loop switches to the fallback model.
 pub const OVERLOADS_BEFORE_FALLBACK: u32 = 3;
+
+/// Continuations of an answer cut at the output limit.
+pub const MAX_CONTINUATIONS: u32 = 3;
+
+/// The highest output limit a continuation raises to.
+pub const ESCALATED_MAX_OUTPUT_TOKENS: u32 = 65_536;
+
+/// Times a too-long summary request is retried with its oldest messages dropped.
+pub const MAX_HEAD_DROPS: u32 = 3;
+
+/// Failed compactions in a row before the loop gives up.
+pub const MAX_FAILED_COMPACTIONS: u32 = 3;
+
+/// What the loop says after an answer was cut at the output limit.
+pub const CONTINUE_PROMPT: &str = "Your answer was cut off at the output token limit. Continue exactly where \
+                                   it stopped, without repeating anything and without a preamble.";
 
 /// Limits of one loop. `None` means unlimited.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,6 +81,8 @@ pub struct QueryConfig {
     pub max_output_tokens: u32,
     pub limits: Limits,
     pub prices: Arc<PriceTable>,
+    /// The context window and how the loop keeps inside it.
+    pub context: ContextConfig,
 }
 
 impl QueryConfig {
@@ -66,6 +95,7 @@ impl QueryConfig {
             max_output_tokens: 8192,
             limits: Limits::default(),
             prices: Arc::new(PriceTable::default()),
+            context: ContextConfig::default(),
         }
     }
 }
@@ -106,6 +136,23 @@ struct Loop<'a> {
     cost_usd: f64,
     model: String,
     fell_back: bool,
+    /// The output limit of the next call.
+    max_output: u32,
+    /// Continuations since the last answer that was not cut.
+    continuations: u32,
+    /// The text of the cut answers the current one continues.
+    cut_text: String,
+    /// Compactions that failed in a row.
+    failed_compactions: u32,
+    /// Compactions done (numbers the ids of restored reads).
+    compactions: u32,
+    /// A prompt-too-long error was answered by compacting; the next one is final.
+    reactive_retried: bool,
+    /// `(history length, prompt tokens)`: the size the API reported for the last call
+    /// and how much of the history it covered.
+    anchor: Option<(usize, u64)>,
+    /// The local estimate of the system prompt and the tools.
+    fixed_tokens: u64,
 }
 
 /// Runs one agent until it reaches a terminal state.
@@ -132,11 +179,19 @@ pub async fn query(
         cost_usd: 0.0,
         model: config.model.clone(),
         fell_back: false,
+        max_output: config.max_output_tokens,
+        continuations: 0,
+        cut_text: String::new(),
+        failed_compactions: 0,
+        compactions: 0,
+        reactive_retried: false,
+        anchor: None,
+        fixed_tokens: 0,
     };
     let terminal = state.run().await;
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
-    let final_text =
-        state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
+    let last = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
+    let final_text = state.cut_text + &last;
     QueryOutcome {
         terminal,
         messages: state.messages,
@@ -150,9 +205,15 @@ pub async fn query(
 
 impl Loop<'_> {
     async fn run(&mut self) -> Terminal {
-        let specs = self.tools.specs();
+        let mut specs = self.tools.specs();
+        // Sorted by name, so the cached prefix is the same for every agent with these tools.
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        self.fixed_tokens = context::estimate_fixed(&self.config.system, &specs);
         loop {
             if let Some(end) = self.check_limits() {
+                return end;
+            }
+            if let Some(end) = self.manage_context(&specs).await {
                 return end;
             }
             self.turns += 1;
@@ -164,7 +225,7 @@ impl Loop<'_> {
                 system: &self.config.system,
                 messages: &self.messages,
                 tools: &specs,
-                max_tokens: self.config.max_output_tokens,
+                max_tokens: self.max_output,
                 give_up_on_overload_after: match (&self.config.fallback_model, self.fell_back) {
                     (Some(_), false) => Some(OVERLOADS_BEFORE_FALLBACK),
                     _ => None,
@@ -222,6 +283,19 @@ impl Loop<'_> {
                 }
                 Ok(Err(error)) => {
                     early.token.cancel();
+                    if let ModelError::PromptTooLong { message } = &error
+                        && self.config.context.enabled
+                        && !self.reactive_retried
+                    {
+                        // Compact, then send again, once.
+                        self.reactive_retried = true;
+                        self.turns -= 1;
+                        match self.compact("prompt_too_long", &specs).await {
+                            Err(end) => return end,
+                            Ok(true) => continue,
+                            Ok(false) => return Terminal::PromptTooLong { message: message.clone() },
+                        }
+                    }
                     match self.model_failed(error) {
                         Some(end) => return end,
                         None => continue,
@@ -230,27 +304,34 @@ impl Loop<'_> {
                 Ok(Ok(response)) => response,
             };
 
-            let cost = self.config.prices.cost(&response.model, &response.usage);
-            self.usage += response.usage;
-            self.cost_usd += cost;
+            self.account(&response);
             self.model = response.model.clone();
-            self.events.emit(Event::Usage {
-                turn: self.turns,
-                model: response.model.clone(),
-                usage: response.usage,
-                total: self.usage,
-                cost_usd: cost,
-                total_cost_usd: self.cost_usd,
-            });
+            self.reactive_retried = false;
+            let prompt = response.usage.prompt_tokens();
+            self.anchor = (prompt > 0).then_some((self.messages.len(), prompt));
 
             let calls = tool_calls(&response.content);
             if response.content.is_empty() {
                 return Terminal::Completed;
             }
+            let cut = response.stop_reason == StopReason::MaxTokens;
+            let text = if cut && calls.is_empty() { blocks_text(&response.content) } else { String::new() };
             self.push_assistant(response.content);
             if calls.is_empty() {
+                if cut && self.continuations < MAX_CONTINUATIONS {
+                    self.continuations += 1;
+                    self.max_output =
+                        self.max_output.saturating_mul(2).min(ESCALATED_MAX_OUTPUT_TOKENS).max(self.max_output);
+                    tracing::info!(agent = %self.config.agent_id, limit = self.max_output, "answer cut at the output limit; continuing");
+                    self.cut_text.push_str(&text);
+                    self.messages.push(Message::user(CONTINUE_PROMPT));
+                    continue;
+                }
                 return Terminal::Completed;
             }
+            self.continuations = 0;
+            self.cut_text.clear();
+            self.max_output = self.config.max_output_tokens;
             let started_early = calls.iter().take_while(|c| early.started.contains(&c.id)).count();
             let early_run = EarlyRun { running, done, token: early.token, count: started_early };
             if let Err(why) = self.run_tools(&calls, early_run).await {
@@ -289,6 +370,179 @@ impl Loop<'_> {
 
     fn timeout(&self) -> Terminal {
         Terminal::Timeout { after_ms: self.started.elapsed().as_millis() as u64 }
+    }
+
+    /// Adds a response's usage and cost to the totals and reports them.
+    fn account(&mut self, response: &ModelResponse) {
+        let cost = self.config.prices.cost(&response.model, &response.usage);
+        self.usage += response.usage;
+        self.cost_usd += cost;
+        self.events.emit(Event::Usage {
+            turn: self.turns,
+            model: response.model.clone(),
+            usage: response.usage,
+            total: self.usage,
+            cost_usd: cost,
+            total_cost_usd: self.cost_usd,
+        });
+    }
+
+    /// The size of the context the next call would send: what the API reported for the
+    /// last call plus the local estimate of the messages added since; the local
+    /// estimate of everything when there is no report to start from.
+    fn context_tokens(&self) -> u64 {
+        match self.anchor {
+            Some((len, tokens)) if len <= self.messages.len() => {
+                tokens + context::estimate_messages(&self.messages[len..])
+            }
+            _ => self.fixed_tokens + context::estimate_messages(&self.messages),
+        }
+    }
+
+    /// The context pipeline before a model call: microcompact, then autocompact over
+    /// the threshold. `Some` ends the loop.
+    async fn manage_context(&mut self, specs: &[ToolSpec]) -> Option<Terminal> {
+        let config = &self.config.context;
+        if !config.enabled {
+            return None;
+        }
+        let threshold = config.threshold();
+        let before = self.context_tokens();
+        let batch = if before > threshold { 0 } else { config.microcompact_batch_tokens };
+        let cleared = context::microcompact(&mut self.messages, config.keep_recent_turns, batch);
+        if cleared.results > 0 {
+            // The reported size stays the base; only what was cleared comes off it.
+            self.anchor = self.anchor.map(|(len, tokens)| (len, tokens.saturating_sub(cleared.tokens)));
+            let after = self.context_tokens();
+            tracing::debug!(agent = %self.config.agent_id, results = cleared.results, before, after, "microcompact");
+            self.events.emit(Event::Compaction {
+                before_tokens: before,
+                after_tokens: after,
+                reason: "microcompact".to_string(),
+            });
+        }
+        if self.context_tokens() > threshold {
+            return self.compact("autocompact", specs).await.err();
+        }
+        None
+    }
+
+    /// Replaces the history with a summary and the most recently read files. `Ok(false)`
+    /// when the compaction failed and the loop may go on; `Err` ends the loop (abort,
+    /// timeout, or too many failures in a row).
+    async fn compact(&mut self, reason: &str, specs: &[ToolSpec]) -> Result<bool, Terminal> {
+        let before = self.context_tokens();
+        let summary = match self.summarize().await? {
+            Ok(summary) => summary,
+            Err(why) => {
+                self.failed_compactions += 1;
+                tracing::warn!(agent = %self.config.agent_id, failures = self.failed_compactions, "compaction failed: {why}");
+                if self.failed_compactions >= MAX_FAILED_COMPACTIONS {
+                    return Err(Terminal::CompactionFailed { failures: self.failed_compactions, message: why });
+                }
+                return Ok(false);
+            }
+        };
+        let restored = self.restore(specs).await?;
+        self.compactions += 1;
+        self.failed_compactions = 0;
+        self.messages = context::compacted_history(&summary, &restored);
+        self.anchor = None;
+        let after = self.context_tokens();
+        tracing::info!(agent = %self.config.agent_id, reason, before, after, restored = restored.len(), "context compacted");
+        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason: reason.to_string() });
+        Ok(true)
+    }
+
+    /// Asks the model for the summary of the history, with no tools. When the request
+    /// is too long, drops the oldest messages and tries again, at most
+    /// [`MAX_HEAD_DROPS`] times. The inner error says why there is no summary.
+    async fn summarize(&mut self) -> Result<Result<String, String>, Terminal> {
+        let system = [SystemPart { text: context::SUMMARY_SYSTEM.to_string(), cache: false }];
+        let mut history = self.messages.clone();
+        let mut drops = 0;
+        loop {
+            let messages = context::summary_messages(&history);
+            let request = ModelRequest {
+                agent_id: &self.config.agent_id,
+                model: &self.model,
+                system: &system,
+                messages: &messages,
+                tools: &[],
+                max_tokens: self.config.context.summary_max_tokens,
+                give_up_on_overload_after: None,
+            };
+            let events = self.events;
+            let mut sink = |event: StreamEvent| {
+                if let StreamEvent::Retrying { attempt, delay, error } = event {
+                    events.emit(Event::retry(attempt, delay, error));
+                }
+            };
+            let result = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Streaming }),
+                _ = sleep_until(self.deadline) => return Err(self.timeout()),
+                r = self.provider.send(&request, &mut sink) => r,
+            };
+            match result {
+                Ok(response) => {
+                    self.account(&response);
+                    let text = blocks_text(&response.content);
+                    if text.trim().is_empty() {
+                        return Ok(Err("the summary request came back without text".to_string()));
+                    }
+                    return Ok(Ok(text));
+                }
+                Err(ModelError::PromptTooLong { message }) if drops < MAX_HEAD_DROPS => {
+                    match context::drop_head(&history) {
+                        Some(shorter) => {
+                            drops += 1;
+                            tracing::info!(agent = %self.config.agent_id, drops, "summary request too long; dropping the oldest messages: {message}");
+                            history = shorter;
+                        }
+                        None => {
+                            return Ok(Err(format!(
+                                "the summary request is too long and nothing is left to drop: {message}"
+                            )));
+                        }
+                    }
+                }
+                Err(e) => return Ok(Err(format!("the summary request failed: {e}"))),
+            }
+        }
+    }
+
+    /// Re-reads the most recently read files through the tool runner, within the
+    /// budget. Files that fail or do not fit are left out.
+    async fn restore(&self, specs: &[ToolSpec]) -> Result<Vec<Restored>, Terminal> {
+        let config = &self.config.context;
+        if config.restore_files == 0 || !specs.iter().any(|s| s.name == "Read") {
+            return Ok(Vec::new());
+        }
+        let mut budget = config.restore_budget_tokens;
+        let mut out = Vec::new();
+        for (k, path) in context::recent_reads(&self.messages, config.restore_files).into_iter().enumerate() {
+            let call = ToolCall {
+                id: format!("toolu_restore_{}_{k}", self.compactions + 1),
+                name: "Read".to_string(),
+                input: serde_json::json!({ "file_path": path }),
+            };
+            let output = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Tools }),
+                _ = sleep_until(self.deadline) => return Err(self.timeout()),
+                o = run_one(self.tools, &call, self.cancel.child_token(), self.events) => o,
+            };
+            let tokens = context::estimate_text(&output.content);
+            if output.is_error || tokens > config.restore_file_tokens || tokens > budget {
+                continue;
+            }
+            budget -= tokens;
+            out.push(Restored { id: call.id, path, content: output.content });
+        }
+        // Oldest first, so the file read last sits next to the note to carry on.
+        out.reverse();
+        Ok(out)
     }
 
     /// Decides what a failed model call means: `None` continues the loop.
@@ -556,6 +810,17 @@ async fn run_one(
         output: output.content.clone(),
     });
     output
+}
+
+/// The text blocks of an answer, joined.
+fn blocks_text(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn tool_calls(content: &[ContentBlock]) -> Vec<ToolCall> {

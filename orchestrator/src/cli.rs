@@ -167,6 +167,9 @@ pub struct ExecArgs {
     /// The agent's working directory (default: the current one).
     #[arg(short = 'C', long)]
     pub cwd: Option<PathBuf>,
+    /// Leave the project's instruction files (AGENTS.md, CLAUDE.md) out of the prompt.
+    #[arg(long)]
+    pub no_instructions: bool,
     #[command(flatten)]
     pub permissions: PermissionArgs,
     #[command(flatten)]

@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::Context;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
-use orch_agents::prompt::{Environment, system_prompt};
 use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
@@ -36,14 +35,6 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     };
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| UsageError(format!("the working directory {} is not usable: {e}", cwd.display())))?;
-    config.system = system_prompt(&Environment {
-        cwd: &cwd,
-        is_git_repo: cwd.join(".git").exists(),
-        model: &config.model,
-        date: &crate::clock::today(),
-        git: None,
-        instructions: None,
-    });
     let rules = RuleSet {
         mode: args.permissions.permission_mode,
         allow: args.permissions.allow.clone(),
@@ -82,6 +73,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
 
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;
+    // After the tool host started: it reads the instruction files.
+    config.system =
+        crate::agent_prompt::build(&cwd, &config.model, !args.no_instructions, executor.as_ref(), &cancel).await;
     let sink: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
     let outcome =
         query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;

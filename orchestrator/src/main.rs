@@ -1,6 +1,7 @@
 //! The `orch` binary: thin glue over the library crates. It parses the command line,
 //! wires providers, tools and reporters together, and maps outcomes to exit codes.
 
+mod agent_prompt;
 mod cli;
 mod clock;
 mod exec;

@@ -23,6 +23,7 @@ mod pairing;
 mod recorded;
 mod respond;
 mod script;
+mod usage;
 mod wire;
 
 #[cfg(test)]
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 pub use pairing::{assert_tool_pairing, tool_pairing_problems};
 pub use recorded::{RecordedRequest, anthropic_messages, openai_messages};
 pub use script::{MockUsage, Step, ToolCall, Turn, parse_steps};
+pub use usage::tokens as simulated_tokens;
 
 /// The message of the HTTP 400 sent when the queue is empty and there is no default.
 pub const NO_STEP_LEFT: &str = "mock model server: no scripted step left";
@@ -56,6 +58,8 @@ pub struct MockServer {
 pub(crate) struct Shared {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Simulated usage, when on.
+    usage: Mutex<Option<usage::UsageSim>>,
     /// Numbers response ids.
     responses: AtomicU64,
     /// Numbers the tool ids the server assigns.
@@ -97,6 +101,7 @@ impl MockServer {
                 by_turn: Vec::new(),
             }),
             requests: Mutex::new(Vec::new()),
+            usage: Mutex::new(None),
             responses: AtomicU64::new(0),
             tool_ids: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
@@ -149,6 +154,15 @@ impl MockServer {
         self.shared.script().by_turn = steps;
     }
 
+    /// Simulates usage for Anthropic requests: replies that script no usage report
+    /// the tokens of the request (about four bytes of JSON per token), split into
+    /// cache reads, cache writes and fresh input by a simulated prompt cache keyed on
+    /// the exact bytes before each `cache_control` breakpoint. With a `window`, a
+    /// request larger than it is refused as too long (in place of its step).
+    pub fn simulate_usage(&self, window: Option<u64>) {
+        *self.shared.usage.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage::UsageSim::new(window));
+    }
+
     /// A delay added before every response's first byte.
     pub fn set_latency(&self, latency: Duration) {
         self.shared.script().latency = latency;
@@ -199,6 +213,28 @@ impl Shared {
 
     /// Records a request and takes the step that answers it, with the latency to add.
     pub(crate) fn take_step(&self, request: RecordedRequest) -> (Option<Step>, Duration) {
+        let (step, latency) = self.take_scripted_step(&request);
+        let mut sim = self.usage.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sim) = sim.as_mut().filter(|_| !request.is_openai()) else { return (step, latency) };
+        let measured = sim.measure(&request.json);
+        if sim.window.is_some_and(|w| measured.prompt_tokens > w) {
+            return (Some(Step::PromptTooLong), latency);
+        }
+        let step = match step {
+            Some(Step::Reply(mut turn)) => {
+                sim.commit(&request.json);
+                if turn.usage.is_none() {
+                    turn.usage = Some(usage::usage_for(measured, &turn));
+                }
+                Some(Step::Reply(turn))
+            }
+            other => other,
+        };
+        (step, latency)
+    }
+
+    fn take_scripted_step(&self, request: &RecordedRequest) -> (Option<Step>, Duration) {
+        let request = request.clone();
         // A request that offers no tools can only be answered in text: the last step.
         let turn = if request.tools().is_empty() {
             usize::MAX

@@ -158,6 +158,9 @@ pub struct AgentSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
     pub continue_on_failure: bool,
+    /// Whether the agent's system prompt carries the project's instruction files.
+    #[serde(skip_serializing_if = "is_true")]
+    pub instructions: bool,
     /// Where the prompt is in the file, for render errors.
     #[serde(skip)]
     origin: Option<Origin>,
@@ -491,6 +494,7 @@ impl<'w> Planner<'w> {
             uses: agent.uses.clone(),
             output_schema: agent.output.as_ref().map(|o| o.schema.clone()),
             continue_on_failure: agent.continue_on_failure,
+            instructions: agent.instructions.or(defaults.instructions).unwrap_or(true),
             origin: Some(self.origin(vec![Seg::key("agents"), Seg::Key(agent.id.clone()), Seg::key("prompt")])),
         }
     }
@@ -826,6 +830,10 @@ pub fn render_prompt(spec: &AgentSpec, context: &RunContext) -> Result<Option<St
             })
         }
     }
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[cfg(test)]

@@ -159,6 +159,10 @@ pub struct Defaults {
     pub limits: Limits,
     #[serde(default)]
     pub permissions: Permissions,
+    /// Whether agents get the project's instruction files (`AGENTS.md`, `CLAUDE.md`) in
+    /// their system prompt; default true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<bool>,
 }
 
 /// Where an agent's tools run.
@@ -290,6 +294,9 @@ pub struct Agent {
     /// This agent's failure neither fails the run nor stops its dependents.
     #[serde(default)]
     pub continue_on_failure: bool,
+    /// Replaces `defaults.instructions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<bool>,
 }
 
 impl Agent {

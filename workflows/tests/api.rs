@@ -439,3 +439,13 @@ fn crlf_files_have_the_same_positions() {
     assert_eq!((diagnostics[0].location.line, diagnostics[0].location.column), (5, 13));
     assert_eq!(diagnostics[0].location.source_line, "    tools: [Nope]");
 }
+
+#[test]
+fn the_instructions_switch_defaults_on_and_an_agent_overrides_it() {
+    let on = planned("version: 1\nname: w\nagents:\n  a:\n    prompt: go\n", &[]);
+    assert!(spec(&on, "a").instructions);
+    let text = "version: 1\nname: w\ndefaults:\n  instructions: false\nagents:\n  a:\n    prompt: go\n  b:\n    prompt: go\n    instructions: true\n";
+    let off = planned(text, &[]);
+    assert!(!spec(&off, "a").instructions);
+    assert!(spec(&off, "b").instructions);
+}

@@ -138,7 +138,8 @@ impl ModelProvider for AnthropicProvider {
 }
 
 /// The JSON body of a streaming Messages request, with cache breakpoints on the tool
-/// list, on each system part marked `cache`, and on the newest message.
+/// list, on each system part marked `cache`, and on the history: the newest message and
+/// the newest of the previous turn (at most four in all, as the API allows).
 pub fn request_body(request: &ModelRequest<'_>) -> Value {
     let ephemeral = json!({"type": "ephemeral"});
     let system: Vec<Value> = request
@@ -161,14 +162,20 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         last["cache_control"] = ephemeral.clone();
     }
     let mut messages = serde_json::to_value(request.messages).unwrap_or(Value::Array(Vec::new()));
-    if let Some(block) = messages
-        .as_array_mut()
-        .and_then(|m| m.last_mut())
-        .and_then(|m| m.get_mut("content"))
-        .and_then(Value::as_array_mut)
-        .and_then(|c| c.iter_mut().rev().find(|b| cacheable(b)))
-    {
-        block["cache_control"] = ephemeral;
+    // The newest message, and the one that was newest a turn ago (an answer and its
+    // results came since), so the next request reads what this one writes.
+    if let Some(list) = messages.as_array_mut() {
+        let len = list.len();
+        for at in [len.checked_sub(1), len.checked_sub(3)].into_iter().flatten() {
+            if let Some(block) = list
+                .get_mut(at)
+                .and_then(|m| m.get_mut("content"))
+                .and_then(Value::as_array_mut)
+                .and_then(|c| c.iter_mut().rev().find(|b| cacheable(b)))
+            {
+                block["cache_control"] = ephemeral.clone();
+            }
+        }
     }
     let mut body = json!({
         "model": request.model,

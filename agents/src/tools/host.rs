@@ -46,7 +46,16 @@ impl HostTools {
     }
 
     /// Runs one request. Unknown tools and bad input are error results, not failures.
+    /// The internal request [`crate::instructions::HOST_REQUEST`] collects the project
+    /// instructions of the working directory; it is no tool, so no pool offers it.
     pub async fn run(&self, request: HostRequest, cancel: CancellationToken) -> ToolOutput {
+        if request.tool == crate::instructions::HOST_REQUEST {
+            let found = crate::instructions::collect(self.session.cwd());
+            return match serde_json::to_string(&found) {
+                Ok(json) => ToolOutput::ok(json),
+                Err(e) => ToolOutput::error(format!("cannot encode the project instructions: {e}")),
+            };
+        }
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };

@@ -48,6 +48,7 @@
 mod clone;
 mod merge;
 mod names;
+mod snapshot;
 mod worktree;
 
 #[cfg(test)]
@@ -57,6 +58,7 @@ use std::path::PathBuf;
 
 pub use clone::{Removal, RunClone};
 pub use names::{safe_name, validate_run_id};
+pub use snapshot::snapshot;
 pub use worktree::{ChangeKind, Worktree};
 
 /// What failed in a git operation of the coordinator, with what to do about it.

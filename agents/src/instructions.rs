@@ -1,0 +1,352 @@
+//! Project instructions: the `AGENTS.md` and `CLAUDE.md` files from the repository root
+//! down to the agent's working directory (nearest last), each labelled with its path,
+//! with their `@path` imports followed at most [`MAX_IMPORT_DEPTH`] levels deep.
+//!
+//! Collection ([`collect`]) runs inside the agent's tool host, answering the internal
+//! request [`HOST_REQUEST`], which is no tool of the pool, so the model cannot call it.
+//! The coordinator asks for it with [`load`]. Reading in the host means the sandbox
+//! decides what is reachable; on top of that every file is resolved (symlinks
+//! included) and refused unless it lies inside the repository. Only text files are
+//! read, each at most once, each cut at [`MAX_FILE_CHARS`] characters with a note.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::host::{HostRequest, ToolExecutor};
+
+/// The file names collected in each directory, in this order.
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
+
+/// Levels of `@path` imports followed below a collected file.
+pub const MAX_IMPORT_DEPTH: usize = 5;
+
+/// Characters kept of each file.
+pub const MAX_FILE_CHARS: usize = 40_000;
+
+/// Bytes read of a file at most (a file is cut at [`MAX_FILE_CHARS`] anyway).
+const MAX_READ_BYTES: u64 = 4 * MAX_FILE_CHARS as u64 + 4;
+
+/// The tool-host request that collects the instructions. It is not a tool of any pool.
+pub const HOST_REQUEST: &str = "__project_instructions";
+
+/// One instruction file as it goes into the prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstructionFile {
+    /// Relative to the repository root.
+    pub path: String,
+    /// The file whose `@` import brought this one in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_by: Option<String>,
+    pub text: String,
+    /// The file was longer than [`MAX_FILE_CHARS`]; `text` ends with a note saying so.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// What [`collect`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instructions {
+    /// In prompt order: root first, the working directory last, imports right after
+    /// the file that imports them.
+    pub files: Vec<InstructionFile>,
+    /// Imports that were not followed, and why.
+    #[serde(default)]
+    pub skipped: Vec<String>,
+}
+
+impl Instructions {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.skipped.is_empty()
+    }
+}
+
+/// The repository root of `cwd`: the nearest directory, `cwd` included, that holds a
+/// `.git` entry; `cwd` itself when there is none.
+pub fn repository_root(cwd: &Path) -> PathBuf {
+    cwd.ancestors().find(|d| d.join(".git").symlink_metadata().is_ok()).unwrap_or(cwd).to_path_buf()
+}
+
+/// Collects the instruction files for an agent working in `cwd`.
+pub fn collect(cwd: &Path) -> Instructions {
+    let root = repository_root(cwd);
+    let Ok(root) = root.canonicalize() else { return Instructions::default() };
+    let cwd = cwd.canonicalize().unwrap_or_else(|_| root.clone());
+    let mut dirs = vec![root.clone()];
+    if let Ok(rel) = cwd.strip_prefix(&root) {
+        let mut dir = root.clone();
+        for part in rel.components() {
+            dir.push(part);
+            dirs.push(dir.clone());
+        }
+    }
+    let mut c = Collector { root, seen: HashSet::new(), out: Instructions::default() };
+    for dir in dirs {
+        for name in INSTRUCTION_FILES {
+            let path = dir.join(name);
+            if path.symlink_metadata().is_ok() {
+                c.load(&path, None, 0);
+            }
+        }
+    }
+    c.out
+}
+
+struct Collector {
+    root: PathBuf,
+    seen: HashSet<PathBuf>,
+    out: Instructions,
+}
+
+impl Collector {
+    fn label(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root).unwrap_or(path).display().to_string()
+    }
+
+    fn load(&mut self, path: &Path, imported_by: Option<&str>, depth: usize) {
+        let shown = self.label(path);
+        let skip = |out: &mut Instructions, why: &str| match imported_by {
+            Some(by) => out.skipped.push(format!("{shown} (imported by {by}): {why}")),
+            None => out.skipped.push(format!("{shown}: {why}")),
+        };
+        let Ok(real) = path.canonicalize() else {
+            if imported_by.is_some() {
+                skip(&mut self.out, "not found");
+            }
+            return;
+        };
+        if !real.starts_with(&self.root) {
+            skip(&mut self.out, "outside the repository, not read");
+            return;
+        }
+        if !self.seen.insert(real.clone()) {
+            return;
+        }
+        if !real.is_file() {
+            skip(&mut self.out, "not a regular file");
+            return;
+        }
+        let Some(text) = read_text(&real) else {
+            skip(&mut self.out, "not a text file, not read");
+            return;
+        };
+        let label = self.label(&real);
+        let total = text.chars().count();
+        let (text, truncated) = if total > MAX_FILE_CHARS {
+            let kept: String = text.chars().take(MAX_FILE_CHARS).collect();
+            (
+                format!(
+                    "{kept}\n[cut here: the file has {total} characters and only the first {MAX_FILE_CHARS} are shown]"
+                ),
+                true,
+            )
+        } else {
+            (text, false)
+        };
+        let imports = imports(&text);
+        self.out.files.push(InstructionFile {
+            path: label.clone(),
+            imported_by: imported_by.map(str::to_string),
+            text,
+            truncated,
+        });
+        let base = real.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+        for import in imports {
+            let target = if let Some(rest) = import.strip_prefix("~/") {
+                // A home directory is never inside the repository.
+                PathBuf::from("/nonexistent-home").join(rest)
+            } else {
+                base.join(&import)
+            };
+            if depth + 1 > MAX_IMPORT_DEPTH {
+                self.out.skipped.push(format!(
+                    "@{import} (imported by {label}): more than {MAX_IMPORT_DEPTH} levels of imports, not followed"
+                ));
+                continue;
+            }
+            if import.starts_with("~/") {
+                self.out.skipped.push(format!("@{import} (imported by {label}): outside the repository, not read"));
+                continue;
+            }
+            self.load(&target, Some(&label), depth + 1);
+        }
+    }
+}
+
+/// The file as text: valid UTF-8 without NUL bytes, or nothing.
+fn read_text(path: &Path) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_READ_BYTES).read_to_end(&mut bytes).ok()?;
+    if bytes.contains(&0) {
+        return None;
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => Some(text),
+        // Cut inside a character at the read limit: keep the valid part.
+        Err(e) if e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).ok()
+        }
+        Err(_) => None,
+    }
+}
+
+/// The `@path` imports of a text, in order: an `@` at the start of a word, followed by a
+/// path. Code blocks and inline code are skipped; trailing punctuation is dropped.
+pub fn imports(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") || line.trim_start().starts_with("~~~") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Inline code spans alternate with plain text between backticks.
+        for (n, part) in line.split('`').enumerate() {
+            if n % 2 == 1 {
+                continue;
+            }
+            for word in part.split_whitespace() {
+                let Some(path) = word.strip_prefix('@') else { continue };
+                let path = path.trim_end_matches(['.', ',', ';', ':', ')', ']', '!', '?', '"', '\'']);
+                let looks_like_path = path.contains('/') || path.contains('.');
+                if !path.is_empty() && looks_like_path && !out.iter().any(|p| p == path) {
+                    out.push(path.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Asks the agent's tool host for the instructions of its working directory.
+pub async fn load(executor: &dyn ToolExecutor, cancel: CancellationToken) -> Result<Instructions, String> {
+    let request = HostRequest { tool: HOST_REQUEST.to_string(), input: serde_json::Value::Null };
+    let output = executor.execute(request, cancel).await?;
+    if output.is_error {
+        return Err(output.content);
+    }
+    serde_json::from_str(&output.content).map_err(|e| format!("the tool host sent unreadable instructions: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use std::fs;
+
+    use super::*;
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(".git")).unwrap();
+        dir
+    }
+
+    fn paths(found: &Instructions) -> Vec<&str> {
+        found.files.iter().map(|f| f.path.as_str()).collect()
+    }
+
+    #[test]
+    fn root_to_cwd_nearest_last() {
+        let r = repo();
+        let sub = r.path().join("a/b");
+        fs::create_dir_all(&sub).unwrap();
+        fs::write(r.path().join("AGENTS.md"), "root agents").unwrap();
+        fs::write(r.path().join("CLAUDE.md"), "root claude").unwrap();
+        fs::write(r.path().join("a/CLAUDE.md"), "mid").unwrap();
+        fs::write(sub.join("AGENTS.md"), "leaf").unwrap();
+        fs::write(r.path().join("a/b/other.md"), "not collected").unwrap();
+        let found = collect(&sub);
+        assert_eq!(paths(&found), vec!["AGENTS.md", "CLAUDE.md", "a/CLAUDE.md", "a/b/AGENTS.md"]);
+        assert_eq!(found.files[3].text, "leaf");
+        assert!(found.skipped.is_empty());
+    }
+
+    #[test]
+    fn imports_follow_once_and_stop_at_depth() {
+        let r = repo();
+        let p = r.path();
+        fs::write(p.join("AGENTS.md"), "see @docs/one.md and `@ignored.md`, and @docs/one.md again").unwrap();
+        fs::create_dir(p.join("docs")).unwrap();
+        // one -> two -> three -> four -> five -> six -> seven: six is depth 6.
+        let names = ["one", "two", "three", "four", "five", "six", "seven"];
+        for w in names.windows(2) {
+            fs::write(p.join(format!("docs/{}.md", w[0])), format!("{} then @{}.md", w[0], w[1])).unwrap();
+        }
+        fs::write(p.join("docs/seven.md"), "seven").unwrap();
+        fs::write(p.join("CLAUDE.md"), "also @docs/one.md").unwrap();
+        let found = collect(p);
+        assert_eq!(
+            paths(&found),
+            vec![
+                "AGENTS.md",
+                "docs/one.md",
+                "docs/two.md",
+                "docs/three.md",
+                "docs/four.md",
+                "docs/five.md",
+                "CLAUDE.md"
+            ]
+        );
+        assert_eq!(found.files[1].imported_by.as_deref(), Some("AGENTS.md"));
+        assert_eq!(found.skipped.len(), 1, "{:?}", found.skipped);
+        assert!(found.skipped[0].contains("six.md") && found.skipped[0].contains("levels"), "{:?}", found.skipped);
+    }
+
+    #[test]
+    fn refuses_files_outside_the_repository() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret.md"), "SECRET").unwrap();
+        let r = repo();
+        let p = r.path();
+        fs::write(
+            p.join("AGENTS.md"),
+            format!(
+                "@../{}/secret.md @{}/secret.md @~/x.md @link.md",
+                outside.path().file_name().unwrap().to_str().unwrap(),
+                outside.path().display()
+            ),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.md"), p.join("link.md")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.md"), p.join("CLAUDE.md")).unwrap();
+        let found = collect(p);
+        assert_eq!(paths(&found), vec!["AGENTS.md"]);
+        assert!(found.files.iter().all(|f| !f.text.contains("SECRET")));
+        assert_eq!(found.skipped.len(), 5, "{:?}", found.skipped);
+        assert!(found.skipped.iter().all(|s| s.contains("outside the repository")), "{:?}", found.skipped);
+    }
+
+    #[test]
+    fn caps_long_files_and_skips_binary_ones() {
+        let r = repo();
+        let p = r.path();
+        fs::write(p.join("AGENTS.md"), format!("{}@bin.dat", "é".repeat(MAX_FILE_CHARS + 10))).unwrap();
+        fs::write(p.join("bin.dat"), b"a\0b").unwrap();
+        let found = collect(p);
+        assert_eq!(found.files.len(), 1);
+        let f = &found.files[0];
+        assert!(f.truncated && f.text.contains("cut here"));
+        assert_eq!(f.text.chars().take_while(|c| *c == 'é').count(), MAX_FILE_CHARS);
+        // The import sat past the cut, so it was never seen.
+        assert!(found.skipped.is_empty());
+        fs::write(p.join("AGENTS.md"), "@bin.dat").unwrap();
+        let found = collect(p);
+        assert_eq!(found.skipped, vec!["bin.dat (imported by AGENTS.md): not a text file, not read"]);
+    }
+
+    #[test]
+    fn import_syntax() {
+        assert_eq!(imports("@a.md, @b/c (@d.md) me@x.com @user\n```\n@e.md\n```\n@f.md."), vec!["a.md", "b/c", "f.md"]);
+    }
+}

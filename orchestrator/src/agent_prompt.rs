@@ -1,0 +1,43 @@
+//! An agent's system prompt as the coordinator assembles it: the environment, the git
+//! snapshot of its working tree (read here with git2), and the project's instruction
+//! files, which are read by the agent's own tool host (so its sandbox decides what is
+//! reachable), unless they are turned off.
+
+use std::path::Path;
+
+use orch_agents::SystemPart;
+use orch_agents::instructions;
+use orch_agents::prompt::{Environment, system_prompt};
+use orch_agents::tools::host::ToolExecutor;
+use tokio_util::sync::CancellationToken;
+
+/// The system prompt of an agent working in `cwd` on `model`, whose tool host is
+/// `executor`.
+pub async fn build(
+    cwd: &Path,
+    model: &str,
+    with_instructions: bool,
+    executor: &dyn ToolExecutor,
+    cancel: &CancellationToken,
+) -> Vec<SystemPart> {
+    let git = crate::git::snapshot(cwd);
+    let found = if with_instructions {
+        match instructions::load(executor, cancel.child_token()).await {
+            Ok(found) => Some(found),
+            Err(e) => {
+                tracing::warn!(cwd = %cwd.display(), "could not load the project instructions: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    system_prompt(&Environment {
+        cwd,
+        is_git_repo: git.is_some(),
+        model,
+        date: &crate::clock::today(),
+        git: git.as_ref(),
+        instructions: found.as_ref(),
+    })
+}
