@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 pub use pairing::{assert_tool_pairing, tool_pairing_problems};
 pub use recorded::{RecordedRequest, anthropic_messages, openai_messages};
 pub use script::{MockUsage, Step, ToolCall, Turn, parse_steps};
-pub use usage::tokens as simulated_tokens;
+pub use usage::{request_tokens as simulated_request_tokens, tokens as simulated_tokens};
 
 /// The message of the HTTP 400 sent when the queue is empty and there is no default.
 pub const NO_STEP_LEFT: &str = "mock model server: no scripted step left";
@@ -75,6 +75,9 @@ struct Script {
     /// of assistant messages it holds (the last step once past the end), whatever the
     /// queue says. Serves many concurrent conversations the same turns.
     by_turn: Vec<Step>,
+    /// When set: the answer to every request that offers no tools (a summary
+    /// request), taken neither from the queue nor from `by_turn`.
+    toolless: Option<Step>,
 }
 
 impl MockServer {
@@ -99,6 +102,7 @@ impl MockServer {
                 default: None,
                 latency: Duration::ZERO,
                 by_turn: Vec::new(),
+                toolless: None,
             }),
             requests: Mutex::new(Vec::new()),
             usage: Mutex::new(None),
@@ -161,6 +165,12 @@ impl MockServer {
     /// request larger than it is refused as too long (in place of its step).
     pub fn simulate_usage(&self, window: Option<u64>) {
         *self.shared.usage.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage::UsageSim::new(window));
+    }
+
+    /// The step that answers every request offering no tools (such as a compaction's
+    /// summary request), leaving the queue to the main conversation. `None` turns it off.
+    pub fn set_toolless(&self, step: Option<Step>) {
+        self.shared.script().toolless = step;
     }
 
     /// A delay added before every response's first byte.
@@ -243,6 +253,11 @@ impl Shared {
         };
         self.record(request);
         let mut script = self.script();
+        if turn == usize::MAX
+            && let Some(step) = script.toolless.clone()
+        {
+            return (Some(step), script.latency);
+        }
         if let Some(step) = script.by_turn.get(turn).or(script.by_turn.last()).cloned() {
             return (Some(step), script.latency);
         }

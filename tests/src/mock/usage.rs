@@ -84,6 +84,20 @@ impl UsageSim {
     }
 }
 
+/// The prompt size of a request body, by the simulation's rule.
+pub fn request_tokens(body: &Value) -> u64 {
+    blocks(body)
+        .into_iter()
+        .map(|b| {
+            let mut plain = b.clone();
+            if let Some(o) = plain.as_object_mut() {
+                o.remove("cache_control");
+            }
+            tokens(&plain.to_string())
+        })
+        .sum()
+}
+
 /// The blocks of a request in prompt order: tools, system, then message content.
 fn blocks(body: &Value) -> Vec<&Value> {
     let mut blocks: Vec<&Value> = Vec::new();
