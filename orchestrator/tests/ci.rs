@@ -537,3 +537,42 @@ agents:
     again.expect_code(0);
     assert_eq!(again.agent("b2")["text"], "four");
 }
+
+#[test]
+fn a_second_signal_exits_at_once_and_leaves_nothing_running() {
+    let fx = Fixture::new("t-double", &[("a.txt", "a\n")]);
+    let workflow = "version: 1\nname: d\nagents:\n  stuck:\n    prompt: Wait.\n    tools: [Bash]\n";
+    // Ignores SIGTERM, so only the grace period's SIGKILL (or the host's cleanup) ends it.
+    let script = r#"
+version: 1
+agents:
+  stuck:
+    - tool_calls: [{name: Bash, input: {command: "trap '' TERM; touch started; while :; do sleep 0.1; done"}}]
+    - text: never
+"#;
+    let mut child = fx.command(workflow, script).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let marker = fx.out.join("worktrees/stuck/started");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let signalled = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(signalled.elapsed() < Duration::from_millis(900), "took {:?}", signalled.elapsed());
+    // The tool host notices its pipe closed and kills what it started.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_left(fx.dir.path());
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
