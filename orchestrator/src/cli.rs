@@ -117,7 +117,7 @@ pub enum ProviderKind {
 }
 
 /// Model selection shared by every command that runs agents.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// The model API.
     #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
@@ -170,6 +170,15 @@ pub struct ExecArgs {
     /// Leave the project's instruction files (AGENTS.md, CLAUDE.md) out of the prompt.
     #[arg(long)]
     pub no_instructions: bool,
+    /// Save every model exchange into DIR (as a turn script), as `orch run --record`.
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer every model call from a directory written by --record: offline, no API key.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
+    /// Also write the agent's events, one JSON line each, to FILE as they happen.
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<PathBuf>,
     #[command(flatten)]
     pub permissions: PermissionArgs,
     #[command(flatten)]

@@ -19,7 +19,25 @@ use crate::host::{AgentSandbox, HostExecutor};
 use crate::{host, provider, signals};
 
 pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
-    let provider = provider::build(&args.model)?;
+    let mut model_args = args.model.clone();
+    if let Some(dir) = &args.replay {
+        let script = dir.join(crate::record::SCRIPT);
+        if !script.is_file() {
+            return Err(UsageError(format!(
+                "--replay: {} does not exist; give a directory written by --record",
+                script.display()
+            ))
+            .into());
+        }
+        model_args.provider = crate::cli::ProviderKind::Scripted;
+        model_args.script = Some(script);
+    }
+    let mut provider = provider::build(&model_args)?;
+    if let Some(dir) = &args.record {
+        let recorder = crate::record::Recorder::new(provider, dir)
+            .with_context(|| format!("cannot create the record directory {}", dir.display()))?;
+        provider = Arc::new(recorder);
+    }
     let mut config = QueryConfig::new(&args.agent_id, &args.model.model);
     config.fallback_model = args.model.fallback_model.clone();
     config.prices = provider::prices(&args.model)?;
@@ -76,7 +94,15 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     // After the tool host started: it reads the instruction files.
     config.system =
         crate::agent_prompt::build(&cwd, &config.model, !args.no_instructions, executor.as_ref(), &cancel).await;
-    let sink: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
+    let out: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
+    let transcript = match &args.transcript {
+        Some(path) => Some(
+            crate::run::Transcript::create(path)
+                .with_context(|| format!("cannot create the transcript {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let sink: Box<dyn EventSink> = Box::new(Tee { agent: args.agent_id.clone(), out, transcript });
     let outcome =
         query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
     drop(pool);
@@ -102,6 +128,24 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         eprintln!("orch: agent {}", outcome.terminal);
     }
     Ok(interrupts.code().unwrap_or_else(|| Code::for_terminal(&outcome.terminal)))
+}
+
+/// The output sink, and the transcript file (`--transcript`) when there is one.
+struct Tee {
+    agent: String,
+    out: Box<dyn EventSink>,
+    transcript: Option<crate::run::Transcript>,
+}
+
+impl EventSink for Tee {
+    fn emit(&self, event: Event) {
+        if let Some(t) = &self.transcript
+            && !matches!(event, Event::TextDelta { .. })
+        {
+            t.record(&serde_json::json!({ "agent": self.agent, "event": event }));
+        }
+        self.out.emit(event);
+    }
 }
 
 /// `--json`: every event as one JSON line on stdout, flushed per line.

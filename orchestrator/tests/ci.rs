@@ -576,3 +576,47 @@ agents:
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn exec_records_replays_and_writes_a_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "remember the milk\n").unwrap();
+    let script = dir.path().join("script.yaml");
+    std::fs::write(
+        &script,
+        "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Read, input: {file_path: notes.txt}}]\n    - text: milk\n",
+    )
+    .unwrap();
+    let record = dir.path().join("rec");
+    let transcript = dir.path().join("t.jsonl");
+    let first = orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--script"])
+        .arg(&script)
+        .arg("--record")
+        .arg(&record)
+        .arg("--transcript")
+        .arg(&transcript)
+        .arg("What should I remember?")
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&transcript).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.iter().any(|l| l["event"]["type"] == "tool_use_finished" && l["event"]["name"] == "Read"));
+    assert_eq!(lines.last().unwrap()["event"]["type"], "terminal");
+
+    let replay = orch()
+        .current_dir(dir.path())
+        .args(["exec", "--replay"])
+        .arg(&record)
+        .arg("What should I remember?")
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    assert_eq!(String::from_utf8_lossy(&replay.stdout), String::from_utf8_lossy(&first.stdout));
+    let changed =
+        orch().current_dir(dir.path()).args(["exec", "--replay"]).arg(&record).arg("Something else?").output().unwrap();
+    assert!(!changed.status.success());
+    assert!(String::from_utf8_lossy(&changed.stderr).contains("turn 1 of agent `main`"));
+}

@@ -32,6 +32,7 @@ mod select;
 mod setup;
 mod synthesis;
 
+pub(crate) use events::Transcript;
 pub use merge::run as merge;
 pub use select::{Shard, shard_of};
 
