@@ -185,6 +185,15 @@ agents:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_model_streaming_exits_143_promptly() {
+    interrupt_streaming(nix::sys::signal::Signal::SIGTERM, 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_during_model_streaming_exits_130_promptly() {
+    interrupt_streaming(nix::sys::signal::Signal::SIGINT, 130).await;
+}
+
+async fn interrupt_streaming(signal: nix::sys::signal::Signal, code: i32) {
     let server = MockServer::start().await;
     server.push(Step::Stall);
     let fx = Fixture::new("t-stream-term", &[("a.txt", "a\n")]);
@@ -208,9 +217,9 @@ async fn sigterm_during_model_streaming_exits_143_promptly() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let signalled = Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
-    assert_eq!(status.code(), Some(143));
+    assert_eq!(status.code(), Some(code));
     assert!(signalled.elapsed() < Duration::from_secs(3), "took {:?}", signalled.elapsed());
     let run = Run::from_output(&fx.out, std::process::Output { status, stdout: vec![], stderr: vec![] });
     assert_eq!(run.report["status"], "interrupted");
@@ -235,10 +244,19 @@ fn docker_available() -> bool {
 
 #[test]
 fn sigint_in_the_container_backend_removes_the_container() {
+    interrupt_in_a_container("t-ctr-int", nix::sys::signal::Signal::SIGINT, 130);
+}
+
+#[test]
+fn sigterm_in_the_container_backend_removes_the_container() {
+    interrupt_in_a_container("t-ctr-term", nix::sys::signal::Signal::SIGTERM, 143);
+}
+
+fn interrupt_in_a_container(run_id: &str, signal: nix::sys::signal::Signal, code: i32) {
     if !docker_available() {
         return;
     }
-    let fx = Fixture::new("t-ctr-int", &[("a.txt", "a\n")]);
+    let fx = Fixture::new(run_id, &[("a.txt", "a\n")]);
     let workflow = r#"
 version: 1
 name: ctr
@@ -264,9 +282,9 @@ agents:
         std::thread::sleep(Duration::from_millis(50));
     }
     let signalled = Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(code));
     assert!(signalled.elapsed() < Duration::from_secs(10), "took {:?}", signalled.elapsed());
     let left = std::process::Command::new("docker")
         .args(["ps", "-aq", "--filter", &format!("label=orch.run={}", fx.run_id)])
@@ -619,4 +637,59 @@ fn exec_records_replays_and_writes_a_transcript() {
         orch().current_dir(dir.path()).args(["exec", "--replay"]).arg(&record).arg("Something else?").output().unwrap();
     assert!(!changed.status.success());
     assert!(String::from_utf8_lossy(&changed.stderr).contains("turn 1 of agent `main`"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_instructions_and_git_state_reach_the_prompt_through_the_tool_host() {
+    let server = MockServer::start().await;
+    let fx = Fixture::new(
+        "t-instr",
+        &[
+            ("AGENTS.md", "Indent with TABS-NOT-SPACES.\n@docs/style.md\n"),
+            ("docs/style.md", "Name things IMPORTED-STYLE.\n"),
+            ("sub/CLAUDE.md", "In sub, prefer NEAREST-LAST.\n"),
+            ("secret.md", "x\n"),
+        ],
+    );
+    // A planted symlink to a file outside the repository must not be pulled in.
+    let outside = fx.dir.path().join("outside.md");
+    std::fs::write(&outside, "OUTSIDE-SECRET\n").unwrap();
+    std::os::unix::fs::symlink(&outside, fx.repo.join("sub/AGENTS.md")).unwrap();
+    support::git(&fx.repo, &["add", "-A"]);
+    support::git(&fx.repo, &["commit", "-q", "-m", "instructions and a planted link"]);
+    let run_with = |instructions: bool, out: &std::path::Path| {
+        let workflow = fx.write(
+            &format!("w{instructions}.yaml"),
+            &format!("version: 1\nname: i\ndefaults:\n  instructions: {instructions}\nagents:\n  a:\n    prompt: Go.\n    tools: [Read]\n"),
+        );
+        let mut cmd = orch();
+        cmd.arg("run")
+            .arg(workflow)
+            .arg("--repo")
+            .arg(&fx.repo)
+            .arg("--out")
+            .arg(out)
+            .env("ANTHROPIC_BASE_URL", server.url())
+            .env("ANTHROPIC_API_KEY", "test");
+        cmd
+    };
+    server.push(Step::text("ok"));
+    let mut cmd = run_with(true, &fx.dir.path().join("on"));
+    let on = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(on.status.success(), "{}", String::from_utf8_lossy(&on.stderr));
+    let system = server.last_request().unwrap().system().unwrap().to_string();
+    for needle in ["TABS-NOT-SPACES", "IMPORTED-STYLE", "AGENTS.md", "instructions and a planted link", "branch: orch/"]
+    {
+        assert!(system.contains(needle), "`{needle}` is not in the system prompt: {system}");
+    }
+    assert!(!system.contains("OUTSIDE-SECRET"), "a planted symlink pulled an outside file in: {system}");
+    // `sub/CLAUDE.md` is below the agent's working directory (the root): not collected.
+    assert!(!system.contains("NEAREST-LAST"), "{system}");
+
+    server.push(Step::text("ok"));
+    let mut cmd = run_with(false, &fx.dir.path().join("off"));
+    let off = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    assert!(off.status.success(), "{}", String::from_utf8_lossy(&off.stderr));
+    let system = server.last_request().unwrap().system().unwrap().to_string();
+    assert!(!system.contains("TABS-NOT-SPACES"), "instructions: false still loaded them: {system}");
 }
