@@ -185,15 +185,10 @@ pub struct ExecArgs {
     pub sandbox: SandboxArgs,
 }
 
-/// `orch run WORKFLOW`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The workflow file.
-    pub workflow: PathBuf,
-    /// A workflow input, `name=value` (the value is parsed as YAML: `n=3` is a number).
-    /// Repeatable.
-    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
-    pub inputs: Vec<(String, serde_json::Value)>,
+/// Model selection for commands that run a workflow: as [`ModelArgs`], but the model
+/// may also come from the workflow file.
+#[derive(Debug, Clone, Args)]
+pub struct WorkflowModelArgs {
     /// The model API.
     #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
     pub provider: ProviderKind,
@@ -209,6 +204,32 @@ pub struct RunArgs {
     /// A YAML or JSON price table that overrides the built-in prices.
     #[arg(long)]
     pub prices: Option<PathBuf>,
+}
+
+impl WorkflowModelArgs {
+    /// The settings with `--model`, else `fallback`, as the model.
+    pub fn with_default(&self, fallback: impl FnOnce() -> String) -> ModelArgs {
+        ModelArgs {
+            provider: self.provider,
+            model: self.model.clone().unwrap_or_else(fallback),
+            fallback_model: self.fallback_model.clone(),
+            script: self.script.clone(),
+            prices: self.prices.clone(),
+        }
+    }
+}
+
+/// `orch run WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+    /// A workflow input, `name=value` (the value is parsed as YAML: `n=3` is a number).
+    /// Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    #[command(flatten)]
+    pub models: WorkflowModelArgs,
     /// Most agents running at once (replaces the workflow's `concurrency:`).
     #[arg(long)]
     pub concurrency: Option<u32>,
@@ -222,6 +243,14 @@ pub struct RunArgs {
     /// Keep every agent's worktree (failed agents' worktrees are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
+    /// Read hooks, `.mcp.json` and agent files from the checked-out files even in a
+    /// pull-request run (by default they come from the base ref there).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// Treat this as a pull-request run and read hooks, `.mcp.json` and agent files
+    /// from REF (a branch, tag or commit of the repository) instead of the checkout.
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
     /// The git repository the agents work on (default: the one containing the current
     /// directory).
     #[arg(long, value_name = "PATH")]
@@ -280,21 +309,8 @@ pub struct MergeArgs {
     /// A workflow input, `name=value` (with --workflow). Repeatable.
     #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
     pub inputs: Vec<(String, serde_json::Value)>,
-    /// The model API for synthesis.
-    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
-    pub provider: ProviderKind,
-    /// The synthesis model.
-    #[arg(long, env = "ORCH_MODEL")]
-    pub model: Option<String>,
-    /// A model to switch to when the main one stays overloaded.
-    #[arg(long)]
-    pub fallback_model: Option<String>,
-    /// The turn script for `--provider scripted`.
-    #[arg(long, env = "ORCH_SCRIPT")]
-    pub script: Option<PathBuf>,
-    /// A YAML or JSON price table that overrides the built-in prices.
-    #[arg(long)]
-    pub prices: Option<PathBuf>,
+    #[command(flatten)]
+    pub models: WorkflowModelArgs,
     /// Stream synthesis events as JSON lines on stdout, then the report.
     #[arg(long)]
     pub json: bool,

@@ -14,9 +14,9 @@ use std::time::{Instant, SystemTime};
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{self, AgentReport, AgentStatus, RunReport, RunStatus, Totals};
-use super::{events, exit_code, github, junit, progress, schedule, synthesis};
-use crate::cli::{MergeArgs, ModelArgs};
+use super::report::{self, AgentReport, AgentStatus, RunReport};
+use super::{conclude, events, exit_code, github, progress, publish, schedule, synthesis};
+use crate::cli::MergeArgs;
 use crate::exit::{Code, UsageError};
 use crate::{clock, plan_cmd, provider, signals};
 
@@ -122,17 +122,11 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
     let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
     let mut interrupted = None;
     if ran > 0 && (agents.len() >= 2 || custom.is_some()) {
-        let model_args = ModelArgs {
-            provider: args.provider,
-            model: args
-                .model
-                .clone()
-                .or_else(|| plan.as_ref().and_then(|p| p.synthesis.model.clone().or_else(|| p.model.clone())))
-                .unwrap_or_else(|| super::DEFAULT_MODEL.into()),
-            fallback_model: args.fallback_model.clone(),
-            script: args.script.clone(),
-            prices: args.prices.clone(),
-        };
+        let model_args = args.models.with_default(|| {
+            plan.as_ref()
+                .and_then(|p| p.synthesis.model.clone().or_else(|| p.model.clone()))
+                .unwrap_or_else(|| super::DEFAULT_MODEL.into())
+        });
         let provider = provider::build(&model_args)?;
         let cancel = CancellationToken::new();
         let interrupts = signals::watch(cancel.clone())?;
@@ -158,27 +152,8 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
     }
     merged.agents = agents;
     let code = exit_code(&merged, false, interrupted);
-    merged.exit_code = code as u8;
-    merged.status = match code {
-        Code::Success => RunStatus::Succeeded,
-        Code::Partial => RunStatus::Partial,
-        Code::Interrupted | Code::Terminated => RunStatus::Interrupted,
-        _ => RunStatus::Failed,
-    };
-    merged.totals = Totals::of(&merged.agents, merged.synthesis.as_ref());
-    merged.finished_at = clock::rfc3339(SystemTime::now());
-    merged.duration_ms = clock_start.elapsed().as_millis() as u64;
-    report::write(&out, &merged).with_context(|| format!("cannot write the report into {}", out.display()))?;
-    if let Some(path) = &args.junit {
-        std::fs::write(path, junit::render(&merged))
-            .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
-    }
-    if let Some(g) = github::Actions::detect() {
-        if let Err(e) = g.write_summary(&merged).and_then(|()| g.write_outputs(&merged)) {
-            tracing::warn!("cannot write the GitHub step summary or outputs: {e}");
-        }
-        g.annotate(&merged);
-    }
+    conclude(&mut merged, code, clock_start);
+    publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;
     eprintln!(
         "orch: merged {} run directories, {} agents: {}; report: {}",
         reports.len(),

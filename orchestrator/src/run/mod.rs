@@ -20,6 +20,7 @@
 //! final report replaces it.
 
 mod agent;
+mod agent_defs;
 mod events;
 mod github;
 mod junit;
@@ -46,7 +47,7 @@ use orch_agents::{ModelProvider, PriceTable};
 use orch_workflows::{Integrate, Plan, PlanNode};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{ModelArgs, RunArgs};
+use crate::cli::RunArgs;
 use crate::exit::{Code, UsageError};
 use crate::git::{Author, GitError, RunClone};
 use crate::{clock, plan_cmd, provider, signals};
@@ -117,6 +118,12 @@ pub struct Shared {
     pub cache_dir: Option<PathBuf>,
     pub cache_env: Vec<(String, String)>,
     pub reporter: Arc<dyn progress::Reporter>,
+    /// The run's sub-agent limits and agent definitions, shared by every `Agent` tool.
+    pub subagents: Arc<orch_agents::subagent::SubagentRun>,
+    /// `uses:` of each workflow agent (by key), resolved against the definitions.
+    pub uses: std::collections::HashMap<String, orch_workflows::subagents::Uses>,
+    /// Hooks and MCP servers, from the trusted repository configuration and the workflow.
+    pub extensions: Arc<crate::hooks_config::Extensions>,
 }
 
 /// `orch run`.
@@ -148,13 +155,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         ))
         .into());
     }
-    let model_args = ModelArgs {
-        provider: if replay.is_some() { crate::cli::ProviderKind::Scripted } else { args.provider },
-        model: args.model.clone().or_else(|| plan.model.clone()).unwrap_or_else(|| DEFAULT_MODEL.into()),
-        fallback_model: args.fallback_model.clone(),
-        script: replay.or_else(|| args.script.clone()),
-        prices: args.prices.clone(),
-    };
+    let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
+    if let Some(script) = replay {
+        model_args.provider = crate::cli::ProviderKind::Scripted;
+        model_args.script = Some(script);
+    }
     let mut provider = provider::build(&model_args)?;
     if let Some(dir) = &args.record {
         let recorder = crate::record::Recorder::new(provider, dir)
@@ -170,6 +175,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     };
     // Absolute in the report; a missing path is reported by the run clone below.
     let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
+    let extensions = Arc::new(load_extensions(&args, &workflow, &plan, &repo)?);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
@@ -179,6 +185,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         other => anyhow::Error::new(other).context("cannot create the run clone"),
     })?;
     let clone_ms = ms(at);
+    let agent_files = agent_defs::load(clone.git_dir(), clone.base());
+    let uses = resolve_uses(&workflow, &agent_files)?;
+    let limits = orch_agents::subagent::SubagentLimits {
+        max_depth: workflow.subagents.max_depth,
+        max_concurrent: workflow.subagents.max_concurrent,
+        max_total: workflow.subagents.max_total,
+    };
+    let definitions = agent_files.agents.iter().map(agent_defs::definition).collect();
+    let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
     eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
 
@@ -211,6 +226,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         cache_dir: None,
         cache_env: Vec::new(),
         reporter: Arc::from(progress::for_terminal()),
+        subagents,
+        uses,
+        extensions,
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,
@@ -293,6 +311,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
     shared.reporter.finish();
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
+    conclude(&mut report, code, clock_start);
+    publish(&report, args.junit.as_deref(), github.as_ref())?;
+    finish_output(&args, &report)?;
+    Ok(code)
+}
+
+/// Fills in how the run ended: exit code, status, totals, end time.
+pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
     report.exit_code = code as u8;
     report.status = match code {
         Code::Success => RunStatus::Succeeded,
@@ -300,28 +327,60 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         Code::Interrupted | Code::Terminated => RunStatus::Interrupted,
         _ => RunStatus::Failed,
     };
-    report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     report.totals = Totals::of(&report.agents, report.synthesis.as_ref());
     report.finished_at = clock::rfc3339(SystemTime::now());
-    report.duration_ms = clock_start.elapsed().as_millis() as u64;
-    report::write(&run_dir, &report).with_context(|| format!("cannot write the report into {}", run_dir.display()))?;
-    if let Some(path) = &args.junit {
-        std::fs::write(path, junit::render(&report))
+    report.duration_ms = ms(started);
+}
+
+/// Writes the report into its run directory, the JUnit file, and the GitHub step
+/// summary, outputs and annotations.
+pub(crate) fn publish(
+    report: &RunReport,
+    junit: Option<&Path>,
+    github: Option<&github::Actions>,
+) -> anyhow::Result<()> {
+    let dir = &report.run_dir;
+    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    if let Some(path) = junit {
+        std::fs::write(path, junit::render(report))
             .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
     }
-    if let Some(g) = &github {
-        let written = g.write_summary(&report).and_then(|()| g.write_outputs(&report));
-        if let Err(e) = written {
+    if let Some(g) = github {
+        if let Err(e) = g.write_summary(report).and_then(|()| g.write_outputs(report)) {
             tracing::warn!("cannot write the GitHub step summary or outputs: {e}");
         }
-        g.annotate(&report);
+        g.annotate(report);
     }
-    finish_output(&args, &report)?;
-    Ok(code)
+    Ok(())
 }
 
 fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
+}
+
+/// The `uses:` of every workflow agent, resolved against the repository's agent
+/// definitions; naming one that does not exist is a usage error.
+fn resolve_uses(
+    workflow: &orch_workflows::Workflow,
+    files: &orch_workflows::subagents::AgentFiles,
+) -> anyhow::Result<std::collections::HashMap<String, orch_workflows::subagents::Uses>> {
+    let mut out = std::collections::HashMap::new();
+    for agent in &workflow.agents {
+        let Some(name) = &agent.uses else { continue };
+        let Some(file) = files.get(name) else {
+            let known: Vec<&str> = files.agents.iter().map(|a| a.name.as_str()).collect();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(UsageError(format!(
+                "agent `{}` says `uses: {name}`, but no agent definition has that name at the base commit \
+                 (read from {}; found: {known}); add the file, commit it, or fix the name",
+                agent.id,
+                orch_workflows::subagents::AGENT_DIRS.join(" and ")
+            ))
+            .into());
+        };
+        out.insert(agent.id.clone(), orch_workflows::subagents::Uses::resolve(agent, file));
+    }
+    Ok(out)
 }
 
 /// Refuses what this version cannot run, before anything starts.
@@ -331,21 +390,6 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
         PlanNode::DynamicFanOut(d) => &d.template,
     });
     for spec in specs {
-        if spec.uses.is_some() {
-            return Err(UsageError(format!(
-                "agent `{}` uses an agent definition (`uses:`), which this version of orch cannot load yet; \
-                 give it a `prompt:` instead",
-                spec.agent
-            ))
-            .into());
-        }
-        if let Some(tool) = spec.tools.iter().find(|t| t.as_str() == "Agent" || t.starts_with("mcp__")) {
-            return Err(UsageError(format!(
-                "agent `{}` lists the tool `{tool}`, which this version of orch cannot provide yet; remove it",
-                spec.agent
-            ))
-            .into());
-        }
         if spec.sandbox.backend == orch_workflows::Backend::Container && spec.sandbox.image.is_none() {
             return Err(UsageError(format!(
                 "agent `{}` uses the container backend without an image; set `sandbox.image`",
@@ -355,6 +399,45 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Reads the hooks and MCP servers (repository files from the base ref in a
+/// pull-request run, see [`crate::repo_config`]) and checks that every `mcp__` tool an
+/// agent lists names a declared server.
+fn load_extensions(
+    args: &RunArgs,
+    workflow: &orch_workflows::Workflow,
+    plan: &Plan,
+    repo: &Path,
+) -> anyhow::Result<crate::hooks_config::Extensions> {
+    let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
+    if config.is_base_ref() {
+        eprintln!("orch: pull-request run: hooks, MCP servers and agent files come from {}", config.describe());
+    }
+    let extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
+        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let specs = plan.nodes().map(|n| match n {
+        PlanNode::Agent(spec) => spec,
+        PlanNode::DynamicFanOut(d) => &d.template,
+    });
+    for spec in specs {
+        for tool in &spec.tools {
+            if let Some((server, _)) = orch_agents::mcp::split_name(tool)
+                && !extensions.mcp_servers.contains_key(server)
+            {
+                let known: Vec<&str> = extensions.mcp_servers.keys().map(String::as_str).collect();
+                return Err(UsageError(format!(
+                    "agent `{}` lists `{tool}`, but no MCP server `{server}` is declared (declared: {}); add it to \
+                     `mcp_servers:` or `.mcp.json`",
+                    spec.agent,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(extensions)
 }
 
 /// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
