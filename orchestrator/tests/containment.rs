@@ -528,8 +528,9 @@ groups! {
     container_still_works_inside: Backend::Container, "works";
 }
 
-/// The tool-level cases: a planted symlink read through Read, Grep and Glob, and endless
-/// Bash output, by a scripted agent in `orch exec`.
+/// The tool-level cases: a planted symlink read through Read, Grep and Glob, endless
+/// Bash output, and a Bash command that tries to ptrace its own tool host, by a scripted
+/// agent in `orch exec`.
 fn tools_case(backend: Backend) {
     if backend == Backend::Container && !docker_ready() {
         return;
@@ -550,6 +551,7 @@ agents:
     - tool_calls: [{name: Glob, input: {pattern: "dir-link/*", path: "{w}"}}]
     - tool_calls: [{name: Glob, input: {pattern: "**/*", path: "{w}/dir-link"}}]
     - tool_calls: [{name: Bash, input: {command: "yes orch-endless-output", timeout: 3000}}]
+    - tool_calls: [{name: Bash, input: {command: "{probe} ptrace $PPID"}}]
     - text: done
 "#,
     );
@@ -561,6 +563,8 @@ agents:
         .args(["exec", "--provider", "scripted", "--tools", "Read,Grep,Glob,Bash", "--permission-mode", "bypass"])
         .arg("--script")
         .arg(&script_path)
+        .arg("--read")
+        .arg(&fixture.tools)
         .args(backend.flags())
         .args(["--json", "go"])
         .stdin(Stdio::null())
@@ -573,7 +577,7 @@ agents:
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["type"] == "tool_use_finished")
         .collect();
-    assert_eq!(finished.len(), 7, "{stdout}");
+    assert_eq!(finished.len(), 8, "{stdout}");
     for event in &finished {
         let output = event["output"].as_str().unwrap();
         assert!(!output.contains("TOPSECRET"), "{} read through the planted symlink: {output}", event["name"]);
@@ -584,6 +588,12 @@ agents:
     let bash = finished[6]["output"].as_str().unwrap();
     assert!(bash.contains("orch-endless-output"), "{bash}");
     assert!(bash.chars().count() < 31_000, "Bash output not capped: {} chars", bash.chars().count());
+    // $PPID of a Bash command is its tool host: under landlock a process of the same
+    // sandbox uid, in a container of the same container uid; orch's seccomp filter
+    // denies the ptrace either way.
+    let parent = finished[7]["output"].as_str().unwrap();
+    assert!(parent.contains("blocked: ptrace"), "{parent}");
+    assert!(!parent.contains("ESCAPED"), "a command ptraced its tool host: {parent}");
     assert!(started.elapsed() < Duration::from_secs(45), "took {:?}", started.elapsed());
     assert_eq!(before, fixture.snapshot(), "something changed outside the worktree");
 }

@@ -137,8 +137,40 @@ fn the_environment_is_filtered() {
     let env = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(!env.contains("should-not-pass"), "{env}");
-    assert!(env.lines().any(|l| l.starts_with("HOME=") && l.contains("orch-sandbox-")), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("HOME=") && l.contains("orch-sandbox")), "{env}");
     assert!(env.lines().any(|l| l.starts_with("TMPDIR=")), "{env}");
+}
+
+#[test]
+fn as_root_the_private_home_is_a_fresh_tmpfs_of_each_run() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (_dir, w) = workdir();
+    let run = |script: &str| {
+        let out = orch()
+            .current_dir(&w)
+            .args(["sandbox", "run", "--write"])
+            .arg(&w)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stdout} {stderr}");
+        stdout.into_owned()
+    };
+    let first = run(
+        r#"echo "home=$HOME"; stat -f -c "fs=%T" "$HOME"; stat -c "owner=%u" "$HOME"; id -u; echo left > "$HOME/left-behind"; ls -A "$HOME""#,
+    );
+    let home = first.lines().find_map(|l| l.strip_prefix("home=")).unwrap().to_string();
+    assert!(first.contains("fs=tmpfs"), "{first}");
+    let uid = first.lines().nth(3).unwrap_or_default();
+    assert!(first.contains(&format!("owner={uid}")), "the sandbox uid owns its home: {first}");
+    assert!(first.contains("left-behind"), "{first}");
+    // The next run starts empty, and nothing was written to the host's file system.
+    assert_eq!(run(r#"ls -A "$HOME"; echo end"#).trim(), "end");
+    let outside: Vec<_> = std::fs::read_dir(&home).unwrap().collect();
+    assert!(outside.is_empty(), "{home} on the host: {outside:?}");
 }
 
 #[test]

@@ -38,6 +38,7 @@ fn policy(backend: Backend, worktree: &Path, private: &Path) -> Policy {
         image: Some(std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:busybox".into())),
         uid,
         name: Some(format!("bench-{}", std::process::id())),
+        private_tmpfs: None,
     }
 }
 

@@ -40,26 +40,33 @@ struct Layout {
     v1: Vec<(&'static str, PathBuf)>,
 }
 
-/// The cgroup hierarchies, looked up at their usual mount points first (cheap), and
-/// through `/proc/self/mounts` only when they are not there.
+/// The cgroup hierarchies of this machine, as [`layout_at`] finds them under
+/// `/sys/fs/cgroup` for this process.
 fn layout() -> Layout {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let usual = [("/sys/fs/cgroup", "cgroup2", "".to_string())]
-        .into_iter()
-        .chain(["pids", "memory"].map(|c| ("", "cgroup", c.to_string())))
-        .filter_map(|(dir, fstype, controller)| {
-            if fstype == "cgroup2" {
-                let root = Path::new(dir);
-                return root.join("cgroup.controllers").exists().then(|| format!("cgroup2 {dir} cgroup2 rw 0 0"));
-            }
-            let dir = format!("/sys/fs/cgroup/{controller}");
-            Path::new(&dir).join("tasks").exists().then(|| format!("cgroup {dir} cgroup rw,{controller} 0 0"))
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mounts =
-        if usual.is_empty() { std::fs::read_to_string("/proc/self/mounts").unwrap_or_default() } else { usual };
-    layout_from(&mounts, &own)
+    layout_at(Path::new(SYS_CGROUP), &own, || std::fs::read_to_string("/proc/self/mounts").unwrap_or_default())
+}
+
+/// Where cgroup file systems are usually mounted.
+const SYS_CGROUP: &str = "/sys/fs/cgroup";
+
+/// The cgroup hierarchies, looked up at their usual mount points under `sys` first
+/// (cheap: `sys` itself for v2, `sys/pids` and `sys/memory` for v1), and through the
+/// mount table `mounts` returns only when they are not there. `own` is this process's
+/// `/proc/self/cgroup`. Taking these as arguments lets tests point it at a fake tree.
+fn layout_at(sys: &Path, own: &str, mounts: impl FnOnce() -> String) -> Layout {
+    let mut usual = Vec::new();
+    if sys.join("cgroup.controllers").exists() {
+        usual.push(format!("cgroup2 {} cgroup2 rw 0 0", sys.display()));
+    }
+    for controller in ["pids", "memory"] {
+        let dir = sys.join(controller);
+        if dir.join("tasks").exists() {
+            usual.push(format!("cgroup {} cgroup rw,{controller} 0 0", dir.display()));
+        }
+    }
+    let mounts = if usual.is_empty() { mounts() } else { usual.join("\n") };
+    layout_from(&mounts, own)
 }
 
 fn layout_from(mounts: &str, own: &str) -> Layout {
@@ -118,8 +125,11 @@ impl Cgroup {
             tracing::debug!(name, "cgroup: not a usable cgroup name; skipping the cgroup");
             return None;
         }
-        let layout = layout();
-        let (dirs, v2) = dirs_for(name, &layout);
+        Self::create_in(&layout(), name, limits)
+    }
+
+    fn create_in(layout: &Layout, name: &str, limits: &Limits) -> Option<Cgroup> {
+        let (dirs, v2) = dirs_for(name, layout);
         if v2 && let Some(root) = &layout.v2 {
             // Delegate the controllers down to orch/ (errors: already on, or not allowed).
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
@@ -156,8 +166,11 @@ impl Cgroup {
         if !valid_name(name) {
             return None;
         }
-        let layout = layout();
-        let (dirs, v2) = dirs_for(name, &layout);
+        Self::find_in(&layout(), name)
+    }
+
+    fn find_in(layout: &Layout, name: &str) -> Option<Cgroup> {
+        let (dirs, v2) = dirs_for(name, layout);
         let dirs: Vec<PathBuf> = dirs.into_iter().map(|(_, d)| d).filter(|d| d.is_dir()).collect();
         let memory = dirs.iter().any(|d| d.join("memory.max").exists() || d.join("memory.limit_in_bytes").exists());
         if dirs.is_empty() { None } else { Some(Cgroup { dirs, v2, memory }) }
@@ -296,5 +309,115 @@ mod tests {
         assert_eq!(dirs[1].1, Path::new("/sys/fs/cgroup/memory/job/1/orch/a"));
         let layout = Layout { v2: Some("/sys/fs/cgroup".into()), v1: vec![] };
         assert_eq!(dirs_for("a", &layout).0[0].1, Path::new("/sys/fs/cgroup/orch/a"));
+    }
+
+    /// A fake cgroup2 mount in a tempdir: `cgroup.controllers` listing `controllers`,
+    /// and the interface files the kernel would create in `orch/<name>`.
+    fn fake_v2(controllers: &str, name: &str) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.controllers"), controllers).unwrap();
+        std::fs::write(root.path().join("cgroup.subtree_control"), "").unwrap();
+        let dir = root.path().join("orch").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(root.path().join("orch/cgroup.subtree_control"), "").unwrap();
+        for file in ["pids.max", "memory.max", "memory.swap.max", "cgroup.procs", "cgroup.kill"] {
+            std::fs::write(dir.join(file), "").unwrap();
+        }
+        root
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn v2_is_found_at_the_usual_place_without_reading_the_mount_table() {
+        let root = fake_v2("cpuset cpu io memory hugetlb pids rdma misc", "a");
+        let layout = layout_at(root.path(), "0::/init.scope\n", || panic!("the mount table was read"));
+        assert_eq!(layout.v2.as_deref(), Some(root.path()));
+        assert!(layout.v1.is_empty());
+        let (dirs, v2) = dirs_for("a", &layout);
+        assert!(v2);
+        // At the top of the hierarchy, not under orch's own cgroup (init.scope).
+        assert_eq!(dirs, vec![("v2", root.path().join("orch/a"))]);
+    }
+
+    #[test]
+    fn v2_without_pids_or_memory_is_not_used() {
+        let root = fake_v2("cpu io", "a");
+        let layout = layout_at(root.path(), "0::/\n", String::new);
+        assert!(layout.v2.is_none() && layout.v1.is_empty(), "{layout:?}");
+        assert!(Cgroup::create_in(&layout, "a", &Limits::default()).is_none());
+    }
+
+    #[test]
+    fn v2_elsewhere_is_found_through_the_mount_table() {
+        let root = fake_v2("memory pids", "a");
+        let empty = tempfile::tempdir().unwrap();
+        let mounts = format!(
+            "proc /proc proc rw 0 0\ncgroup2 {} cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n",
+            root.path().display()
+        );
+        let layout = layout_at(empty.path(), "0::/\n", || mounts);
+        assert_eq!(layout.v2.as_deref(), Some(root.path()));
+    }
+
+    #[test]
+    fn v2_create_delegates_sets_limits_enters_kills_and_finds() {
+        let root = fake_v2("cpu memory pids", "agent-1");
+        let layout = layout_at(root.path(), "0::/\n", String::new);
+        let limits = Limits { processes: Some(64), memory_bytes: Some(1 << 30), ..Limits::default() };
+        let cgroup = Cgroup::create_in(&layout, "agent-1", &limits).expect("a v2 cgroup");
+        let dir = root.path().join("orch/agent-1");
+        assert_eq!(cgroup.dirs(), std::slice::from_ref(&dir));
+        assert!(cgroup.v2 && cgroup.limits_memory());
+        // The controllers are delegated down to orch/ and to its children.
+        assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+pids +memory");
+        assert_eq!(read(&root.path().join("orch/cgroup.subtree_control")), "+pids +memory");
+        assert_eq!(read(&dir.join("pids.max")), "64");
+        assert_eq!(read(&dir.join("memory.max")), (1u64 << 30).to_string());
+        assert_eq!(read(&dir.join("memory.swap.max")), "0");
+        // v2 moves whole processes, through cgroup.procs (never `tasks`).
+        cgroup.enter_self().unwrap();
+        assert_eq!(read(&dir.join("cgroup.procs")), "0");
+        assert!(!dir.join("tasks").exists());
+        cgroup.enter(42).unwrap();
+        assert_eq!(read(&dir.join("cgroup.procs")), "42");
+        // Killing uses cgroup.kill where it exists, and reads no process list.
+        std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        cgroup.kill();
+        assert_eq!(read(&dir.join("cgroup.kill")), "1");
+        assert_eq!(Cgroup::find_in(&layout, "agent-1"), Some(cgroup));
+        assert_eq!(Cgroup::find_in(&layout, "other"), None);
+    }
+
+    #[test]
+    fn v2_without_the_memory_files_does_not_claim_a_memory_limit() {
+        let root = fake_v2("pids", "a");
+        let dir = root.path().join("orch/a");
+        std::fs::remove_file(dir.join("memory.max")).unwrap();
+        std::fs::remove_file(dir.join("memory.swap.max")).unwrap();
+        let layout = layout_at(root.path(), "0::/\n", String::new);
+        let cgroup = Cgroup::create_in(&layout, "a", &Limits::default()).unwrap();
+        assert!(cgroup.v2 && !cgroup.limits_memory());
+        assert_eq!(read(&dir.join("pids.max")), "512");
+    }
+
+    #[test]
+    fn v1_nests_under_our_own_cgroup_per_controller() {
+        let sys = tempfile::tempdir().unwrap();
+        for c in ["pids", "memory"] {
+            std::fs::create_dir_all(sys.path().join(c).join("job/1")).unwrap();
+            std::fs::write(sys.path().join(c).join("tasks"), "").unwrap();
+        }
+        let own = "9:name=systemd:/\n8:pids:/job/1\n4:memory:/job/1\n1:cpu,cpuacct:/\n0::/\n";
+        let layout = layout_at(sys.path(), own, || panic!("the mount table was read"));
+        assert!(layout.v2.is_none());
+        let (dirs, v2) = dirs_for("a", &layout);
+        assert!(!v2);
+        assert_eq!(
+            dirs,
+            vec![("pids", sys.path().join("pids/job/1/orch/a")), ("memory", sys.path().join("memory/job/1/orch/a"))]
+        );
     }
 }

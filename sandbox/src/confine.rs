@@ -3,7 +3,7 @@
 //! Landlock backend, in this order:
 //! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
 //!    at once, and the private mount namespace that keeps the roots reachable for the
-//!    sandbox uid (see [`crate::traverse`]);
+//!    sandbox uid and holds the policy's private tmpfs (see [`crate::traverse`]);
 //! 2. child subreaper, so escaped processes stay the host's to kill ([`crate::reaper`]);
 //! 3. rlimits ([`crate::rlimits`]);
 //! 4. root only: drop to the policy's uid with no groups and no capabilities
@@ -12,7 +12,14 @@
 //! 6. seccomp ([`crate::seccomp`]).
 //!
 //! Backend `none`: only the subreaper (the caller warns that nothing is confined).
-//! Backend `container`: the subreaper and rlimits; the container is the confinement.
+//! Backend `container`: the container is the confinement; inside it, the subreaper,
+//! rlimits, orch's own seccomp filters ([`crate::seccomp`], on top of Docker's default
+//! profile, which allows `ptrace` and `process_vm_*` between processes of the same uid)
+//! and a non-dumpable host. The tool host and its commands share the container's uid,
+//! so without these a command could `ptrace` its own tool host or open its
+//! `/proc/<pid>/mem`; with them, `ptrace`, `process_vm_*` and `pidfd_getfd` fail with
+//! EPERM for every process in the container (the filters are inherited), and the host's
+//! `/proc/<pid>` files belong to root. Commands are dumpable again after their `exec`.
 
 use std::path::PathBuf;
 
@@ -55,6 +62,9 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
         Backend::Container => {
             subreaper()?;
             rlimits::apply(&rlimits::plan(&policy.limits, false, false))?;
+            not_dumpable()?;
+            seccomp::apply(policy.network)?;
+            done.seccomp = true;
             return Ok(done);
         }
         Backend::Landlock => {}
@@ -85,14 +95,23 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
             }
         }
         let roots: Vec<PathBuf> = policy.read.iter().chain(&policy.write).cloned().collect();
-        done.covered = match traverse::expose(&roots, uid, uid) {
+        let tmpfs = policy.private_tmpfs.as_deref().map(|path| traverse::PrivateTmpfs {
+            path,
+            uid,
+            gid: uid,
+            size_bytes: policy.limits.memory_bytes.unwrap_or(1 << 30),
+        });
+        done.covered = match traverse::expose(&roots, uid, uid, tmpfs) {
             Ok(n) => n,
+            // Without its private tmp and home the sandbox would write to the shared
+            // mount point: fail closed.
+            Err(e) if tmpfs.is_some() => return Err(e),
             Err(e) => {
                 tracing::warn!("sandbox: some roots may be unreachable for the sandbox uid: {e}");
                 0
             }
         };
-        if done.covered > 0 {
+        if done.covered > 0 || tmpfs.is_some() {
             // Re-enter the working directory through the new mounts.
             std::env::set_current_dir(&policy.cwd).map_err(|e| {
                 SandboxError::io(format!("cannot enter the working directory {}", policy.cwd.display()), e)
@@ -115,6 +134,14 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
 fn subreaper() -> Result<(), SandboxError> {
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| SandboxError::io("cannot become a child subreaper", std::io::Error::from(e)))
+}
+
+/// Makes the calling process non-dumpable: processes of the same uid can then neither
+/// `ptrace` it nor open its `/proc/<pid>` files (`mem`, `environ`, `fd`). `exec` resets
+/// it for the commands the process starts.
+fn not_dumpable() -> Result<(), SandboxError> {
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| SandboxError::io("cannot make the tool host non-dumpable", std::io::Error::from(e)))
 }
 
 /// Checks what the kernel would otherwise reject obscurely.

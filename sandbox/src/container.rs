@@ -1105,6 +1105,7 @@ mod tests {
             image: Some("img".into()),
             uid: None,
             name: None,
+            private_tmpfs: None,
         }
     }
 

@@ -117,7 +117,9 @@ pub fn prepare_writable(policy: &Policy) -> Result<Handover, SandboxError> {
         )));
     }
     let mut handover = Handover::default();
-    for root in &policy.write {
+    // The private tmpfs's mount point stays root's: the sandbox gets a tmpfs of its own
+    // mounted on it (see `crate::traverse`).
+    for root in policy.write.iter().filter(|r| policy.private_tmpfs.as_ref() != Some(*r)) {
         check_write_root(root, &policy.read)?;
         let meta = std::fs::symlink_metadata(root)
             .map_err(|e| SandboxError::io(format!("cannot use the writable root {}", root.display()), e))?;

@@ -115,6 +115,14 @@ pub struct Policy {
     /// `<run>-<agent>`: it names the per-agent cgroup `orch/<name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Landlock backend as root only: a directory (one of `write`, owned by root and
+    /// shared by every sandbox) on which the sandbox mounts a fresh tmpfs, owned by its
+    /// uid and as large as its memory limit, in its own mount namespace, to serve as
+    /// its private tmp and home. Nothing is created on or removed from the host's file
+    /// system per sandbox, and what the sandbox writes there vanishes with it. `None`:
+    /// the private tmp and home are ordinary directories the caller made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_tmpfs: Option<PathBuf>,
 }
 
 /// Environment variables passed into a sandbox when set outside it. Nothing that looks
@@ -295,6 +303,7 @@ mod tests {
             image: None,
             uid: Some(1_900_000_123),
             name: Some("run-agent".into()),
+            private_tmpfs: None,
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), p);

@@ -8,12 +8,18 @@
 //!
 //! Reaping waits on the specific pids killed (`waitpid(pid)`), never `waitpid(-1)`,
 //! which would steal the exit statuses of children tokio is waiting for.
+//!
+//! The common case costs one system call: a process without children has no
+//! descendants at all, and [`has_children`] asks the kernel that directly (`waitid`
+//! with `WNOWAIT`, which reaps nothing), so a tool host whose command ended cleanly
+//! does not walk `/proc` after it.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// How long a kill pass may keep finding and reaping processes.
@@ -49,6 +55,14 @@ fn children(pid: i32) -> Option<Vec<i32>> {
         found.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
     }
     Some(found)
+}
+
+/// Whether this process has any child, running or exited and not yet reaped. Reaps
+/// nothing (`WNOWAIT`), so exit statuses others wait for stay theirs. Answers `true`
+/// when the kernel does not say (an error other than ECHILD).
+pub fn has_children() -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    !matches!(waitid(Id::All, flags), Err(Errno::ECHILD))
 }
 
 /// Every descendant of `root`, parents before their children.
@@ -108,6 +122,9 @@ pub fn kill_descendants() -> usize {
 /// process's children.
 pub fn kill_tree(root: i32, exclude_pgids: &[i32]) -> usize {
     let me = std::process::id() as i32;
+    if root == me && !has_children() {
+        return 0;
+    }
     let started = Instant::now();
     let mut killed = BTreeSet::new();
     loop {
@@ -139,6 +156,43 @@ mod tests {
         let me = stat(std::process::id() as i32).unwrap();
         assert_eq!(me.pid, std::process::id() as i32);
         assert!(!me.zombie && me.ppid > 0);
+    }
+
+    #[test]
+    fn has_children_sees_running_and_unreaped_children_and_reaps_nothing() {
+        // Other tests of this binary may run children concurrently (one thread each):
+        // check through a forked process of our own, which starts without any.
+        let probe = |script: &str| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "reaper::tests::has_children_child", "--nocapture", "--include-ignored"])
+                .env("HAS_CHILDREN_SCRIPT", script)
+                .output()
+                .unwrap()
+        };
+        let out = probe("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("checked: none, running, exited, reaped"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "run by has_children_sees_running_and_unreaped_children_and_reaps_nothing in a fresh process"]
+    fn has_children_child() {
+        if std::env::var_os("HAS_CHILDREN_SCRIPT").is_none() {
+            return;
+        }
+        assert!(!has_children(), "a fresh test process has no children");
+        assert_eq!(kill_orphans(&[]), 0);
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(has_children());
+        let _ = child.kill();
+        // Exited but not reaped: still a child, and WNOWAIT leaves its status to us.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(has_children());
+        assert!(has_children());
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        assert!(!has_children());
+        println!("checked: none, running, exited, reaped");
     }
 
     #[test]

@@ -9,6 +9,11 @@
 //! (mode 0755) holding bind mounts of only the entries that lead to a root. Everything
 //! else in that directory disappears from the sandbox's view, which is also fine.
 //!
+//! The same namespace carries the policy's private tmpfs when it has one
+//! ([`crate::policy::Policy::private_tmpfs`]): a tmpfs mounted on a shared, root-owned
+//! directory, owned by the sandbox uid (mode 0700) and sized like the sandbox's memory,
+//! that nobody else sees and that disappears with the namespace.
+//!
 //! Needs CAP_SYS_ADMIN; seccomp denies mount calls to everything started afterwards.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,11 +71,21 @@ fn searchable(dir: &Path, uid: u32, gid: u32) -> bool {
     }
 }
 
-/// Makes `roots` reachable for `uid`/`gid` (see the module doc). Returns how many
-/// directories were covered; 0 means nothing was needed and no namespace was made.
-pub fn expose(roots: &[PathBuf], uid: u32, gid: u32) -> Result<usize, SandboxError> {
+/// A tmpfs to mount privately: where, for whom, how large.
+#[derive(Debug, Clone, Copy)]
+pub struct PrivateTmpfs<'a> {
+    pub path: &'a Path,
+    pub uid: u32,
+    pub gid: u32,
+    pub size_bytes: u64,
+}
+
+/// Makes `roots` reachable for `uid`/`gid` (see the module doc) and mounts `tmpfs`, if
+/// given, last. Returns how many directories were covered; when that is 0 and there is
+/// no `tmpfs`, nothing was needed and no namespace was made.
+pub fn expose(roots: &[PathBuf], uid: u32, gid: u32, tmpfs: Option<PrivateTmpfs<'_>>) -> Result<usize, SandboxError> {
     let blocked = blocked(roots, uid, gid);
-    if blocked.is_empty() {
+    if blocked.is_empty() && tmpfs.is_none() {
         return Ok(0);
     }
     let fail = |what: String, e: nix::Error| SandboxError::io(what, std::io::Error::from(e));
@@ -103,6 +118,13 @@ pub fn expose(roots: &[PathBuf], uid: u32, gid: u32) -> Result<usize, SandboxErr
                 .map_err(|e| fail(format!("cannot bind {} back", path.display()), e))?;
         }
         tracing::debug!(dir = %dir.display(), "sandbox: covered a directory the sandbox uid cannot search");
+    }
+    if let Some(t) = tmpfs {
+        // After the covers, so a mount point under a covered directory is the one bound
+        // back. (The caller checked that the mount point is a root-owned directory.)
+        let options = format!("mode=0700,uid={},gid={},size={}", t.uid, t.gid, t.size_bytes.max(1 << 20));
+        mount(Some("tmpfs"), t.path, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
+            .map_err(|e| fail(format!("cannot mount the private tmpfs on {}", t.path.display()), e))?;
     }
     Ok(blocked.len())
 }

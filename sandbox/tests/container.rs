@@ -84,6 +84,7 @@ fn sandbox() -> Sandbox {
         image: Some(image()),
         uid: None,
         name: None,
+        private_tmpfs: None,
     };
     Sandbox { _dir: dir, worktree, policy }
 }

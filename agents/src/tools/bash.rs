@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -392,6 +393,9 @@ impl Drop for GroupGuard {
     }
 }
 
+/// Set once `bash` was not found: this process then runs commands with `sh`.
+static BASH_MISSING: AtomicBool = AtomicBool::new(false);
+
 fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
     Command::new(shell)
         .arg("-c")
@@ -422,7 +426,9 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
         return Err(ToolError::new("Command cancelled before it started"));
     }
     let cwd = ctx.session.cwd();
-    match tokio::fs::metadata(cwd).await {
+    // One `stat`, done in place: `tokio::fs` would hand it to a blocking thread and
+    // back, two thread switches on every call for a call that does not block.
+    match std::fs::metadata(cwd) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(ToolError(format!("working directory {} is not a directory", cwd.display()))),
         Err(e) => return Err(ToolError(format!("working directory {} is not usable: {e}", cwd.display()))),
@@ -430,9 +436,18 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
     // Declared before `child`, so it drops last: the orphan hook runs after the group
     // kill and after the shell is reaped (or abandoned).
     let mut running = Running { pgid: None };
-    let mut child = match spawn("bash", command, ctx) {
-        Err(e) if e.kind() == ErrorKind::NotFound => spawn("sh", command, ctx),
-        other => other,
+    let mut child = if BASH_MISSING.load(Ordering::Relaxed) {
+        spawn("sh", command, ctx)
+    } else {
+        match spawn("bash", command, ctx) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Not there (a busybox image): every later call goes straight to `sh`
+                // instead of searching PATH for bash first.
+                BASH_MISSING.store(true, Ordering::Relaxed);
+                spawn("sh", command, ctx)
+            }
+            other => other,
+        }
     }
     .map_err(|e| ToolError(format!("could not start the shell: {e}")))?;
     // Declared after `child`, so it drops first: the group is killed while the shell is

@@ -66,11 +66,30 @@ pub async fn serve(
 ///
 /// When stdin is a pipe it is read without a blocking thread, so a tokio runtime can shut
 /// down even if the coordinator keeps the pipe open; otherwise tokio's stdin is used and
-/// the caller should end the process with `std::process::exit` once this returns. Either
-/// way, commands the host starts must not inherit its stdin or stdout (give them
-/// `Stdio::null()` or their own pipes): those carry the protocol.
+/// the caller should end the process with `std::process::exit` once this returns. When
+/// stdout is a pipe it is written the same way, from the runtime's own thread (tokio's
+/// stdout hands every write to a blocking thread, a thread switch per answer);
+/// otherwise tokio's stdout is used. Either way, commands the host starts must not
+/// inherit its stdin or stdout (give them `Stdio::null()` or their own pipes): those
+/// carry the protocol, and both are switched to non-blocking mode.
 pub async fn serve_stdio(options: ServeOptions, handler: Arc<dyn Handler>) -> io::Result<()> {
-    serve_with(options, handler, stdin_reader(), tokio::io::stdout()).await
+    serve_with(options, handler, stdin_reader(), stdout_writer()).await
+}
+
+fn stdout_writer() -> Box<dyn AsyncWrite + Unpin + Send> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let pipe = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(tokio::net::unix::pipe::Sender::from_file);
+        if let Ok(pipe) = pipe {
+            return Box::new(pipe);
+        }
+    }
+    Box::new(tokio::io::stdout())
 }
 
 fn stdin_reader() -> Box<dyn AsyncRead + Unpin + Send> {
