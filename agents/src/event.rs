@@ -182,6 +182,13 @@ pub enum Event {
         reason: Terminal,
         turns: u32,
     },
+    /// An event of a nested sub-agent, wrapped once with the sub-agent's full id
+    /// (`<caller>/sub-<n>`; deeper levels append `/sub-<n>` again). Its `Usage` events
+    /// are already part of the caller's totals when the sub-agent's report comes back.
+    Subagent {
+        agent: String,
+        event: Box<Event>,
+    },
 }
 
 impl Event {

@@ -17,6 +17,7 @@ pub mod permissions;
 pub mod pipeline;
 pub mod prompt;
 pub mod query;
+pub mod subagent;
 pub mod tool;
 pub mod tools;
 pub mod usage;

@@ -2,9 +2,14 @@
 //! lookup, schema check, `validate`, PreToolUse hooks, the permission decision, the
 //! call in the agent's tool host, PostToolUse hooks, and result mapping (a result over
 //! its limit is saved to the run directory and replaced by a preview and the path).
+//!
+//! A few tools run in the coordinator instead of the tool host ([`LocalTool`]: the
+//! `Agent` tool, which drives model loops). They go through the same steps; only the
+//! call itself stays in the coordinator.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -16,6 +21,7 @@ use crate::permissions::{AskFallback, Decision, Mode, Permissions};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::tools::DynTool;
 use crate::tools::host::{HostRequest, ToolExecutor};
+use crate::usage::Usage;
 
 /// How much of an oversized result the model sees inline.
 pub const PREVIEW_BYTES: usize = 2_000;
@@ -29,9 +35,38 @@ pub enum PoolError {
     BadSchema { name: String, message: String },
 }
 
+#[derive(Clone)]
 struct Entry {
     tool: Arc<dyn DynTool>,
-    schema: jsonschema::Validator,
+    schema: Arc<jsonschema::Validator>,
+    /// Set for a tool that runs in the coordinator.
+    local: Option<Arc<dyn LocalTool>>,
+}
+
+/// A tool whose call runs in the coordinator, not in the tool host. Its [`DynTool`]
+/// face gives the pipeline its name, schema and safety flags; this gives the call.
+#[async_trait]
+pub trait LocalTool: Send + Sync {
+    /// The description the model sees, when it is built at run time.
+    fn description(&self) -> Option<String> {
+        None
+    }
+
+    /// Runs one call that passed the pipeline. `ordinal` numbers this pool's calls of
+    /// local tools from 1, in the order the model made them.
+    async fn call(
+        &self,
+        pool: &ToolPool,
+        ordinal: u64,
+        call: &ToolCall,
+        input: Value,
+        cancel: CancellationToken,
+    ) -> ToolOutput;
+
+    /// See [`ToolRunner::take_nested_usage`].
+    fn take_nested_usage(&self) -> Option<(Usage, f64)> {
+        None
+    }
 }
 
 /// The tools one agent may use, bound to its tool host, its permissions and hooks.
@@ -42,6 +77,10 @@ pub struct ToolPool {
     permissions: Permissions,
     hooks: Arc<dyn Hooks>,
     results_dir: Option<PathBuf>,
+    /// Tools left out on purpose, with the reason a call of one gets.
+    withheld: Vec<(String, String)>,
+    /// Calls of local tools so far.
+    local_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for ToolPool {
@@ -66,7 +105,7 @@ impl ToolPool {
         for tool in tools {
             let schema = jsonschema::validator_for(&tool.input_schema())
                 .map_err(|e| PoolError::BadSchema { name: tool.name().to_string(), message: e.to_string() })?;
-            entries.push(Entry { tool, schema });
+            entries.push(Entry { tool, schema: Arc::new(schema), local: None });
         }
         entries.sort_by_key(|e| e.tool.name());
         entries.dedup_by_key(|e| e.tool.name());
@@ -77,7 +116,79 @@ impl ToolPool {
             permissions,
             hooks: Arc::new(NoHooks),
             results_dir: None,
+            withheld: Vec::new(),
+            local_calls: AtomicU64::new(0),
         })
+    }
+
+    /// Adds a tool that runs in the coordinator: `tool` describes it, `local` runs it.
+    pub fn with_local(mut self, tool: Arc<dyn DynTool>, local: Arc<dyn LocalTool>) -> Result<Self, PoolError> {
+        let schema = jsonschema::validator_for(&tool.input_schema())
+            .map_err(|e| PoolError::BadSchema { name: tool.name().to_string(), message: e.to_string() })?;
+        self.entries.retain(|e| e.tool.name() != tool.name());
+        self.entries.push(Entry { tool, schema: Arc::new(schema), local: Some(local) });
+        self.entries.sort_by_key(|e| e.tool.name());
+        Ok(self)
+    }
+
+    /// Leaves `name` out on purpose: a call of it gets `reason` instead of "no such tool".
+    pub fn with_withheld(mut self, name: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.withheld.push((name.into(), reason.into()));
+        self
+    }
+
+    /// A pool for a nested agent: the same tool host, hooks and results directory, the
+    /// host-side tools of this pool named in `names` (all of them when `None`), and
+    /// `permissions`. Local tools are not carried over; the caller adds its own. A name
+    /// this pool does not have is an error: a nested agent gets at most these tools.
+    pub fn derive(
+        &self,
+        agent_id: impl Into<String>,
+        names: Option<&[String]>,
+        permissions: Permissions,
+    ) -> Result<ToolPool, PoolError> {
+        let host: Vec<&Entry> = self.entries.iter().filter(|e| e.local.is_none()).collect();
+        let entries = match names {
+            None => host.into_iter().cloned().collect(),
+            Some(names) => {
+                let mut picked = Vec::with_capacity(names.len());
+                for name in names {
+                    let found = host.iter().find(|e| e.tool.name() == name).ok_or_else(|| PoolError::UnknownTool {
+                        name: name.clone(),
+                        known: self.tool_names().join(", "),
+                    })?;
+                    picked.push((*found).clone());
+                }
+                picked.sort_by_key(|e| e.tool.name());
+                picked.dedup_by_key(|e| e.tool.name());
+                picked
+            }
+        };
+        Ok(ToolPool {
+            agent_id: agent_id.into(),
+            entries,
+            executor: self.executor.clone(),
+            permissions,
+            hooks: self.hooks.clone(),
+            results_dir: self.results_dir.clone(),
+            withheld: Vec::new(),
+            local_calls: AtomicU64::new(0),
+        })
+    }
+
+    /// The names of the tools in this pool, sorted.
+    pub fn tool_names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.tool.name()).collect()
+    }
+
+    /// The permissions every call of this pool is decided by.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
+    }
+
+    /// The agent this pool belongs to.
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
     }
 
     pub fn with_hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
@@ -111,6 +222,9 @@ impl ToolPool {
     /// Steps 1 to 3: lookup, schema, `validate`.
     fn check(&self, name: &str, input: &Value) -> Result<&Entry, String> {
         let entry = self.entry(name).ok_or_else(|| {
+            if let Some((_, reason)) = self.withheld.iter().find(|(n, _)| n == name) {
+                return reason.clone();
+            }
             let known: Vec<_> = self.entries.iter().map(|e| e.tool.name()).collect();
             format!("no tool named `{name}` is available to this agent; its tools are: {}", known.join(", "))
         })?;
@@ -169,10 +283,17 @@ impl ToolPool {
         if let Err(message) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
             return ToolOutput::error(message);
         }
-        let request = HostRequest { tool: call.name.clone(), input: input.clone() };
-        let mut output = match self.executor.execute(request, cancel).await {
-            Ok(output) => output,
-            Err(message) => ToolOutput::error(format!("the tool host failed while running {}: {message}", call.name)),
+        let mut output = if let Some(local) = entry.local.clone() {
+            let ordinal = self.local_calls.fetch_add(1, Ordering::SeqCst) + 1;
+            local.call(self, ordinal, call, input.clone(), cancel).await
+        } else {
+            let request = HostRequest { tool: call.name.clone(), input: input.clone() };
+            match self.executor.execute(request, cancel).await {
+                Ok(output) => output,
+                Err(message) => {
+                    ToolOutput::error(format!("the tool host failed while running {}: {message}", call.name))
+                }
+            }
         };
         let effective = ToolCall { id: call.id.clone(), name: call.name.clone(), input };
         let post = self.hooks.post_tool_use(&effective, &output).await;
@@ -240,7 +361,11 @@ impl ToolRunner for ToolPool {
             .iter()
             .map(|e| ToolSpec {
                 name: e.tool.name().to_string(),
-                description: e.tool.description().to_string(),
+                description: e
+                    .local
+                    .as_ref()
+                    .and_then(|l| l.description())
+                    .unwrap_or_else(|| e.tool.description().to_string()),
                 input_schema: e.tool.input_schema(),
             })
             .collect()
@@ -257,6 +382,18 @@ impl ToolRunner for ToolPool {
 
     fn cancels_siblings_on_error(&self, call: &ToolCall) -> bool {
         call.name == "Bash"
+    }
+
+    fn take_nested_usage(&self) -> Option<(Usage, f64)> {
+        let mut total: Option<(Usage, f64)> = None;
+        for local in self.entries.iter().filter_map(|e| e.local.as_ref()) {
+            if let Some((usage, cost)) = local.take_nested_usage() {
+                let sum = total.get_or_insert((Usage::default(), 0.0));
+                sum.0 += usage;
+                sum.1 += cost;
+            }
+        }
+        total
     }
 
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput {

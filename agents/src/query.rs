@@ -189,6 +189,7 @@ pub async fn query(
         fixed_tokens: 0,
     };
     let terminal = state.run().await;
+    state.absorb_nested();
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
     let last = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
     let final_text = state.cut_text + &last;
@@ -385,6 +386,15 @@ impl Loop<'_> {
             cost_usd: cost,
             total_cost_usd: self.cost_usd,
         });
+    }
+
+    /// Adds what nested sub-agents spent for this agent to its totals (no `Usage`
+    /// event: their own events already reported it).
+    fn absorb_nested(&mut self) {
+        if let Some((usage, cost)) = self.tools.take_nested_usage() {
+            self.usage += usage;
+            self.cost_usd += cost;
+        }
     }
 
     /// The size of the context the next call would send: what the API reported for the
@@ -650,6 +660,7 @@ impl Loop<'_> {
             results.push(ContentBlock::tool_result(&call.id, output.content, output.is_error));
         }
         self.messages.push(Message { role: Role::User, content: results });
+        self.absorb_nested();
         match interrupted {
             Some(why) => Err(why),
             None => Ok(()),

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::ToolSpec;
+use crate::usage::Usage;
 
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +58,13 @@ pub trait ToolRunner: Send + Sync {
     /// parallel run (a failing `Bash` makes the others pointless).
     fn cancels_siblings_on_error(&self, _call: &ToolCall) -> bool {
         false
+    }
+
+    /// Tokens and cost spent for this agent by its tools since the last call, by nested
+    /// sub-agents: the loop adds them to the agent's totals, so they count against its
+    /// budgets. `None` when nothing was spent.
+    fn take_nested_usage(&self) -> Option<(Usage, f64)> {
+        None
     }
 
     /// Runs one call. The runner must return soon after `cancel` fires; the loop does

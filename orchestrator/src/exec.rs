@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
+use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
 use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +64,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let permissions =
         Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
-    let tools = host::select_tools(&args.tools)?;
+    // `Agent` (sub-agents, default limits) runs here; the tool host gets the others.
+    let host_tools: Vec<String> = args.tools.iter().filter(|t| t.as_str() != AGENT_TOOL).cloned().collect();
+    let tools = host::select_tools(&host_tools)?;
     let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
     let run = format!("exec-{}", std::process::id());
     let sandbox_name = host::sandbox_name(&format!("{run}-{}", args.agent_id));
@@ -82,7 +85,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         results_dir.join("sandbox"),
     )?;
     // On an early return, dropping `sandbox` tears it down.
-    let started = host::spawn(&run, &args.agent_id, &cwd, &args.tools, &sandbox.policy).await?;
+    let started = host::spawn(&run, &args.agent_id, &cwd, &host_tools, &sandbox.policy).await?;
     let container = started.container;
     let executor = Arc::new(HostExecutor::new(started.client));
     let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
@@ -102,7 +105,16 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
         ),
         None => None,
     };
-    let sink: Box<dyn EventSink> = Box::new(Tee { agent: args.agent_id.clone(), out, transcript });
+    let sink: Arc<dyn EventSink> = Arc::new(Tee { agent: args.agent_id.clone(), out, transcript });
+    let pool = if args.tools.iter().any(|t| t == AGENT_TOOL) {
+        let run = Arc::new(SubagentRun::new(SubagentLimits::default(), Vec::new()));
+        let records = Arc::new(std::sync::Mutex::new(Vec::new()));
+        AgentTool::new(run, provider.clone(), config.clone(), sink.clone(), records)
+            .install(pool)
+            .map_err(|e| UsageError(e.to_string()))?
+    } else {
+        pool
+    };
     let outcome =
         query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
     drop(pool);

@@ -22,6 +22,7 @@ mod duration;
 mod load;
 pub mod plan;
 mod schema;
+pub mod subagents;
 mod template;
 mod text;
 mod validate;

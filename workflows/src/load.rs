@@ -142,6 +142,7 @@ impl Loader<'_> {
             synthesis: Synthesis::default(),
             integrate: Integrate::default(),
             fail_fast: false,
+            subagents: Default::default(),
             source: Source { file: Arc::new(self.source.clone()), tree: Arc::new(Node::empty()) },
         };
         let mut broken = HashSet::new();
@@ -173,6 +174,7 @@ impl Loader<'_> {
                 "synthesis" => workflow.synthesis = self.field(entry, path).unwrap_or_default(),
                 "integrate" => workflow.integrate = self.field(entry, path).unwrap_or_default(),
                 "fail_fast" => workflow.fail_fast = self.field(entry, path).unwrap_or_default(),
+                "subagents" => workflow.subagents = self.field(entry, path).unwrap_or_default(),
                 "inputs" => workflow.inputs = self.inputs(entry),
                 "agents" => {
                     saw_agents = true;
@@ -373,6 +375,7 @@ pub(crate) fn key_hint(key: &str) -> Option<String> {
         "allow" | "deny" | "ask" => "write a list of rules, e.g. `deny: [\"Bash(git push *)\"]`",
         "integrate" => "write one of `none`, `branches`, `merge`",
         "fail_fast" | "continue_on_failure" => "write `true` or `false`",
+        "subagents" => "write a mapping, e.g. `subagents: { max_depth: 3, max_concurrent: 10, max_total: 200 }`",
         "setup" => "write a list of shell commands, e.g. `setup: [cargo fetch]`",
         "schema" => {
             "write a JSON Schema in YAML, e.g. `schema: { type: object, properties: { ok: { type: boolean } } }`"

@@ -37,6 +37,7 @@ pub const WORKFLOW_KEYS: &[&str] = &[
     "synthesis",
     "integrate",
     "fail_fast",
+    "subagents",
 ];
 
 /// Whether `name` is a tool an agent may list: a core tool, or `mcp__<server>__<tool>`
@@ -81,6 +82,9 @@ pub struct Workflow {
     pub integrate: Integrate,
     /// Stop the whole run at the first failed agent.
     pub fail_fast: bool,
+    /// Limits of the `Agent` tool (nested sub-agents) for the whole run.
+    #[serde(skip_serializing_if = "crate::subagents::Subagents::is_default")]
+    pub subagents: crate::subagents::Subagents,
     #[serde(skip)]
     pub(crate) source: Source,
 }

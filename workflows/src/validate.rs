@@ -123,6 +123,7 @@ impl<'a> Checker<'a> {
         self.check_sandbox(&defaults.sandbox, path(&["defaults", "sandbox"]));
         self.check_inputs();
         self.check_setup();
+        self.check_subagents();
         if self.workflow.agents.is_empty() && self.broken.is_empty() && self.root.entry("agents").is_some() {
             let at = self.key_at(&path(&["agents"]));
             self.error(
@@ -400,6 +401,13 @@ impl<'a> Checker<'a> {
                     "use letters, digits and `_`, not starting with a digit, so templates can read `inputs.<name>`",
                 );
             }
+        }
+    }
+
+    fn check_subagents(&mut self) {
+        if let Some((field, message, hint)) = self.workflow.subagents.problem() {
+            let at = self.at(&path(&["subagents", field]));
+            self.error(at, message, hint);
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use orch_agents::permissions::{Mode, Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
+use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, PermissionMode};
 use serde_json::json;
@@ -28,12 +29,20 @@ pub struct Finished {
 }
 
 /// Runs `spec` with the rendered `prompt`. Never fails: every failure is in the report.
-pub async fn run(shared: Arc<Shared>, spec: AgentSpec, prompt: String) -> Finished {
+pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -> Finished {
     let started = Instant::now();
+    let uses = shared.uses.get(&spec.agent).cloned();
+    if let Some(uses) = &uses {
+        uses.apply(&mut spec);
+        if prompt.trim().is_empty() {
+            prompt = uses.task.clone();
+        }
+    }
     let item = spec.fan_out.as_ref().map(|f| f.item.clone());
     let mut report = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Failed, String::new());
     report.reason = None;
     report.continue_on_failure = spec.continue_on_failure;
+    report.uses = uses.as_ref().map(|u| u.name.clone());
     let file = safe_name(&spec.id).unwrap_or_else(|_| "agent".into());
     let transcript_rel = PathBuf::from("transcripts").join(format!("{file}.jsonl"));
     let transcript = match Transcript::create(&shared.run_dir.join(&transcript_rel)) {
@@ -125,7 +134,9 @@ async fn drive(
     let mut sandbox = AgentSandbox::prepare(&args, &cwd, writes, vec![results.clone()], &name, private)?;
     sandbox.policy.env.extend(git.env.iter().cloned());
     sandbox.policy.env.extend(shared.cache_env.iter().cloned());
-    let started = host::spawn(&shared.run_id, &spec.id, &cwd, &spec.tools, &sandbox.policy).await?;
+    // `Agent` runs in the coordinator; the tool host gets the others.
+    let host_tools: Vec<String> = spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL).cloned().collect();
+    let started = host::spawn(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy).await?;
     let container = started.container;
     let executor = Arc::new(HostExecutor::new(started.client));
     report.timings.host_ms = ms(at);
@@ -146,13 +157,18 @@ async fn drive(
     let outcome = async {
         let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
             .map_err(|e| anyhow::anyhow!("the permission rules of `{}` are invalid: {e}", spec.id))?;
-        let tools = host::select_tools(&spec.tools)?;
+        let tools = host::select_tools(&host_tools)?;
         let pool = ToolPool::new(&spec.id, tools, executor.clone(), permissions)?.with_results_dir(results);
         let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
         config.prices = shared.prices.clone();
         config.system = crate::agent_prompt::build(&cwd, &model, spec.instructions, executor.as_ref(), cancel).await;
+        if let Some(uses) = shared.uses.get(&spec.agent)
+            && let Some(first) = config.system.first_mut()
+        {
+            first.text = uses.system_prompt.clone();
+        }
         let capped = shared.meter.cap(spec.limits);
         config.limits = Limits {
             max_turns: capped.max_turns,
@@ -160,7 +176,7 @@ async fn drive(
             max_cost_usd: capped.max_cost_usd,
             timeout: capped.timeout.map(|d| d.as_std()),
         };
-        let sink = AgentSink {
+        let sink = Arc::new(AgentSink {
             agent: spec.id.clone(),
             transcript: transcript.clone(),
             meter: shared.meter.clone(),
@@ -168,10 +184,24 @@ async fn drive(
             run_cancel: shared.run_cancel.clone(),
             json: shared.json,
             reporter: shared.reporter.clone(),
+        });
+        let records = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pool = if spec.tools.iter().any(|t| t == AGENT_TOOL) {
+            let tool = AgentTool::new(
+                shared.subagents.clone(),
+                shared.provider.clone(),
+                config.clone(),
+                sink.clone(),
+                records.clone(),
+            );
+            tool.install(pool)?
+        } else {
+            pool
         };
         let at = Instant::now();
         converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
         report.timings.loop_ms = ms(at);
+        report.subagents = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
         anyhow::Ok(())
     }
     .await;

@@ -113,6 +113,8 @@ impl Meter {
             Event::TurnStarted { .. } => {
                 self.turns.fetch_add(1, Ordering::SeqCst);
             }
+            // A sub-agent's spend counts for the run as it happens.
+            Event::Subagent { event, .. } => self.add(event),
             _ => {}
         }
     }
@@ -152,7 +154,11 @@ impl EventSink for AgentSink {
             print_json_line(&line);
         }
         // A turn that stays within the run's turn limit runs to its end, tools included.
-        let over = match event {
+        let mut inner = &event;
+        while let Event::Subagent { event, .. } = inner {
+            inner = event;
+        }
+        let over = match inner {
             Event::Usage { .. } => self.meter.over_budget(),
             Event::TurnStarted { .. } => self.meter.over_turns(true),
             _ => None,

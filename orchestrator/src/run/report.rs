@@ -177,6 +177,13 @@ pub struct AgentReport {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_on_failure: bool,
     pub timings: AgentTimings,
+    /// The agent definition it ran (`uses:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<String>,
+    /// Its nested sub-agents (the whole tree, in the order they finished). Their usage
+    /// and cost are already part of this agent's `usage` and `cost_usd`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<orch_agents::subagent::SubagentRecord>,
 }
 
 impl AgentReport {
@@ -206,6 +213,8 @@ impl AgentReport {
             infrastructure: false,
             continue_on_failure: false,
             timings: AgentTimings::default(),
+            uses: None,
+            subagents: Vec::new(),
         }
     }
 

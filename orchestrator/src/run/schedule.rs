@@ -99,6 +99,13 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut parti
                         let handle = tasks.spawn(agent::run(shared.clone(), spec, prompt));
                         running.insert(handle.id(), (id, key, Instant::now()));
                     }
+                    // The agent definition it uses supplies the task.
+                    Ok(None) if spec.uses.is_some() => {
+                        shared.reporter.agent_started(&spec.id);
+                        let (id, key) = (spec.id.clone(), spec.agent.clone());
+                        let handle = tasks.spawn(agent::run(shared.clone(), spec, String::new()));
+                        running.insert(handle.id(), (id, key, Instant::now()));
+                    }
                     Ok(None) => done.push(not_started(&spec, "it has no prompt".into())),
                     Err(d) => done.push(not_started(&spec, format!("cannot render its prompt: {}", d.message))),
                 }

@@ -1,0 +1,583 @@
+//! Nested sub-agents: the `Agent` tool.
+//!
+//! A model calls `Agent` with a task; the tool runs a fresh, stateless agent through
+//! the same [`query`] loop and hands back only its final report (and what it spent).
+//! The sub-agent works through its caller's tool host (same sandbox, same executor),
+//! with at most its caller's tools, under an abort token that is a child of the call's
+//! own: cancelling the caller cancels the whole subtree, cancelling a sub-agent (see
+//! [`SubagentRun::cancel`]) leaves its caller running.
+//!
+//! The tool runs in the coordinator (it drives model loops), as a
+//! [`LocalTool`](crate::pipeline::LocalTool) of the caller's pool, so it still goes
+//! through the pipeline's schema check, hooks and permissions.
+//!
+//! Ids are deterministic: the n-th `Agent` call an agent makes (counted in the order
+//! the model made them) starts `<agent>/sub-<n>`; its own sub-agents are
+//! `<agent>/sub-<n>/sub-<m>`. Scripted model turns select sub-agents by these ids.
+//!
+//! Limits, shared by every agent of a run through one [`SubagentRun`]: the nesting
+//! depth (a workflow agent is depth 0; its sub-agents depth 1), how many sub-agents run
+//! at once, and how many start in all. A limit that is hit is an error result that says
+//! which limit and what to do; nothing waits on a limit, so a tree can never deadlock.
+//!
+//! Events of a sub-agent reach the caller's sink wrapped in [`Event::Subagent`]; their
+//! usage is counted as it arrives and added to the caller's totals (and so to its
+//! budgets) after the call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Event, EventSink};
+use crate::message::Message;
+use crate::model::{ModelProvider, SystemPart};
+use crate::permissions::Mode;
+use crate::pipeline::{LocalTool, PoolError, ToolPool};
+use crate::query::{QueryConfig, query};
+use crate::tool::{ToolCall, ToolOutput};
+use crate::tools::{DynTool, Tool, ToolContext, ToolError};
+use crate::usage::Usage;
+
+/// The tool's name, as Claude Code calls it.
+pub const AGENT_TOOL: &str = "Agent";
+
+/// How deep, how many at once and how many in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentLimits {
+    /// Levels of sub-agents below a workflow agent.
+    pub max_depth: u32,
+    /// Sub-agents running at the same time, in the whole run.
+    pub max_concurrent: u32,
+    /// Sub-agents started in the whole run.
+    pub max_total: u32,
+}
+
+impl Default for SubagentLimits {
+    fn default() -> Self {
+        Self { max_depth: 3, max_concurrent: 10, max_total: 200 }
+    }
+}
+
+/// A named kind of sub-agent (from an agent definition file). The coordinator reads
+/// the files; this crate only uses what they say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentDefinition {
+    pub name: String,
+    /// When to use it; shown to the model in the tool's description.
+    pub description: String,
+    /// The tools it gets (intersected with the caller's); `None`: the caller's.
+    pub tools: Option<Vec<String>>,
+    /// `None`: the caller's model.
+    pub model: Option<String>,
+    pub max_turns: Option<u32>,
+    /// Applied only when it is at least as strict as the caller's mode.
+    pub permission_mode: Option<Mode>,
+    /// Replaces the static part of the system prompt.
+    pub system_prompt: String,
+}
+
+/// One finished sub-agent, for the caller's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentRecord {
+    /// `<caller>/sub-<n>`.
+    pub id: String,
+    /// The agent definition it ran, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The name of its terminal reason (`completed`, `aborted`, ...).
+    pub status: String,
+    pub turns: u32,
+    /// Its own spend and that of its sub-agents.
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub duration_ms: u64,
+}
+
+/// What every agent of one run shares: the limits, the slots, the count, the
+/// definitions, and the tokens of the sub-agents that are running.
+#[derive(Debug)]
+pub struct SubagentRun {
+    limits: SubagentLimits,
+    slots: Arc<Semaphore>,
+    started: AtomicU32,
+    definitions: Vec<AgentDefinition>,
+    running: Mutex<HashMap<String, CancellationToken>>,
+    peak: AtomicU32,
+}
+
+impl SubagentRun {
+    pub fn new(limits: SubagentLimits, definitions: Vec<AgentDefinition>) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(limits.max_concurrent as usize)),
+            limits,
+            started: AtomicU32::new(0),
+            definitions,
+            running: Mutex::new(HashMap::new()),
+            peak: AtomicU32::new(0),
+        }
+    }
+
+    pub fn limits(&self) -> SubagentLimits {
+        self.limits
+    }
+
+    pub fn definitions(&self) -> &[AgentDefinition] {
+        &self.definitions
+    }
+
+    pub fn definition(&self, name: &str) -> Option<&AgentDefinition> {
+        self.definitions.iter().find(|d| d.name == name)
+    }
+
+    /// Sub-agents started so far.
+    pub fn started(&self) -> u32 {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// The most sub-agents that ran at the same time.
+    pub fn peak_concurrent(&self) -> u32 {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Cancels one running sub-agent and its own sub-agents; its caller goes on (the
+    /// call returns an error result). `false` when no sub-agent with that id runs.
+    pub fn cancel(&self, id: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        match running.get(id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The ids of the sub-agents running now.
+    pub fn running(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.running.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    fn register(&self, id: &str, token: CancellationToken) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.insert(id.to_string(), token);
+        self.peak.fetch_max(running.len() as u32, Ordering::SeqCst);
+    }
+
+    fn unregister(&self, id: &str) {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+}
+
+/// The input of the `Agent` tool.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentInput {
+    /// The whole task for the sub-agent. It starts with no memory of this conversation,
+    /// so say everything it needs: goal, files, constraints, and what to report back.
+    pub prompt: String,
+    /// A short label for the task (three to five words), shown in logs and reports.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The name of an agent definition to run; omit it for a general-purpose agent.
+    #[serde(default)]
+    pub subagent_type: Option<String>,
+    /// The tools the sub-agent may use, a subset of yours; omit it for all of yours
+    /// (or those the agent definition names).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+const DESCRIPTION: &str = "Starts a sub-agent: a fresh agent that works on one task \
+through your own tools and working directory, then returns its final report to you. \
+It does not see this conversation, so the prompt must carry the whole task and say \
+what to report. Use it for independent pieces of work (a survey of one area, a change \
+in one module) that you want done without filling your own context. Several Agent \
+calls in one answer run in parallel. Only its report comes back, not its steps; check \
+its claims when they matter.";
+
+/// The metadata face of the `Agent` tool (name, schema, safety flags) for the pipeline.
+/// Its call never reaches a tool host: the pool runs it through [`AgentTool`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AgentToolSpec;
+
+#[async_trait]
+impl Tool for AgentToolSpec {
+    type Input = AgentInput;
+    const NAME: &'static str = AGENT_TOOL;
+
+    fn description(&self) -> &'static str {
+        DESCRIPTION
+    }
+
+    /// Sub-agents of one answer run in parallel. They have effects, so they are not
+    /// read-only and never start while the answer is still streaming (a retried
+    /// stream would start them twice).
+    fn is_concurrency_safe(&self, _input: &AgentInput) -> bool {
+        true
+    }
+
+    fn is_destructive(&self, _input: &AgentInput) -> bool {
+        false
+    }
+
+    fn validate(&self, input: &AgentInput) -> Result<(), String> {
+        if input.prompt.trim().is_empty() {
+            return Err("`prompt` is empty; give the sub-agent its whole task".into());
+        }
+        Ok(())
+    }
+
+    /// Permission rules can match `Agent(<subagent_type>)`.
+    fn permission_subject(&self, input: &AgentInput) -> Option<String> {
+        input.subagent_type.clone()
+    }
+
+    async fn call(&self, _input: AgentInput, _ctx: &ToolContext) -> Result<String, ToolError> {
+        Err(ToolError::new("the Agent tool runs in the coordinator, not in a tool host"))
+    }
+}
+
+/// Tokens and cost counted from a subtree's events.
+#[derive(Debug, Default)]
+struct Ledger(Mutex<(Usage, f64)>);
+
+impl Ledger {
+    fn add(&self, usage: Usage, cost: f64) {
+        let mut total = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        total.0 += usage;
+        total.1 += cost;
+    }
+
+    fn take(&self) -> Option<(Usage, f64)> {
+        let mut total = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = std::mem::take(&mut *total);
+        (taken != (Usage::default(), 0.0)).then_some(taken)
+    }
+}
+
+/// The sink of a sub-agent: wraps its events once with its id, counts their usage for
+/// the caller, and passes them on to the caller's sink.
+struct NestedSink {
+    parent: Arc<dyn EventSink>,
+    agent: String,
+    ledger: Arc<Ledger>,
+}
+
+impl EventSink for NestedSink {
+    fn emit(&self, event: Event) {
+        if matches!(event, Event::TextDelta { .. }) {
+            return;
+        }
+        let mut inner = &event;
+        while let Event::Subagent { event, .. } = inner {
+            inner = event;
+        }
+        if let Event::Usage { usage, cost_usd, .. } = inner {
+            self.ledger.add(*usage, *cost_usd);
+        }
+        let wrapped = match event {
+            e @ Event::Subagent { .. } => e,
+            other => Event::Subagent { agent: self.agent.clone(), event: Box::new(other) },
+        };
+        self.parent.emit(wrapped);
+    }
+}
+
+/// The coordinator side of the `Agent` tool for one agent.
+pub struct AgentTool {
+    run: Arc<SubagentRun>,
+    provider: Arc<dyn ModelProvider>,
+    /// The caller's loop settings: the template of its sub-agents'.
+    config: QueryConfig,
+    /// The caller's depth: 0 for a workflow agent.
+    depth: u32,
+    /// The caller's sink.
+    sink: Arc<dyn EventSink>,
+    ledger: Arc<Ledger>,
+    /// Finished sub-agents of the whole tree below the workflow agent.
+    records: Arc<Mutex<Vec<SubagentRecord>>>,
+}
+
+impl std::fmt::Debug for AgentTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentTool").field("agent", &self.config.agent_id).field("depth", &self.depth).finish()
+    }
+}
+
+impl AgentTool {
+    /// The `Agent` tool of a workflow agent (depth 0) whose loop runs with `config` and
+    /// reports to `sink`. `records` collects every sub-agent of its tree.
+    pub fn new(
+        run: Arc<SubagentRun>,
+        provider: Arc<dyn ModelProvider>,
+        config: QueryConfig,
+        sink: Arc<dyn EventSink>,
+        records: Arc<Mutex<Vec<SubagentRecord>>>,
+    ) -> Self {
+        Self { run, provider, config, depth: 0, sink, ledger: Arc::new(Ledger::default()), records }
+    }
+
+    /// Adds the `Agent` tool to `pool`, when the depth limit allows sub-agents below
+    /// this agent; otherwise a call says which limit stops it.
+    pub fn install(self, pool: ToolPool) -> Result<ToolPool, PoolError> {
+        let max = self.run.limits.max_depth;
+        if self.depth >= max {
+            let reason = format!(
+                "sub-agents cannot start here: this agent is at nesting depth {}, the most this run allows \
+                 (subagents.max_depth: {max}); do the work yourself",
+                self.depth
+            );
+            return Ok(pool.with_withheld(AGENT_TOOL, reason));
+        }
+        let spec: Arc<dyn DynTool> = Arc::new(AgentToolSpec);
+        pool.with_local(spec, Arc::new(self))
+    }
+
+    fn error(id: &str, message: impl std::fmt::Display) -> ToolOutput {
+        ToolOutput::error(format!("sub-agent {id} was not started: {message}"))
+    }
+
+    /// The tools the sub-agent gets: those asked for (which the caller must have), else
+    /// the definition's that the caller has, else all the caller's host-side tools.
+    /// `Agent` is in the list when the caller may pass it on.
+    fn tool_names(
+        &self,
+        pool: &ToolPool,
+        asked: Option<&[String]>,
+        definition: Option<&AgentDefinition>,
+    ) -> Result<Vec<String>, String> {
+        let have: Vec<&str> = pool.tool_names();
+        if let Some(asked) = asked {
+            if let Some(missing) = asked.iter().find(|t| !have.contains(&t.as_str())) {
+                return Err(format!(
+                    "you asked for the tool `{missing}`, which you do not have; a sub-agent gets at most your tools ({})",
+                    have.join(", ")
+                ));
+            }
+            return Ok(asked.to_vec());
+        }
+        if let Some(listed) = definition.and_then(|d| d.tools.as_ref()) {
+            return Ok(listed.iter().filter(|t| have.contains(&t.as_str())).cloned().collect());
+        }
+        Ok(have.iter().map(|t| t.to_string()).collect())
+    }
+}
+
+/// A running sub-agent. Dropping it (the call finished, or its caller was aborted and
+/// dropped the call) takes it off the running list and files its record; a record
+/// that never got its outcome says `aborted`.
+struct Running<'a> {
+    run: &'a SubagentRun,
+    records: &'a Mutex<Vec<SubagentRecord>>,
+    record: Option<SubagentRecord>,
+    started: std::time::Instant,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            self.run.unregister(&record.id);
+            record.duration_ms = self.started.elapsed().as_millis() as u64;
+            self.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        }
+    }
+}
+
+/// The stricter of two permission modes (plan, then default, then accept-edits, then
+/// bypass).
+fn stricter(a: Mode, b: Mode) -> Mode {
+    let rank = |m: Mode| match m {
+        Mode::Plan => 0,
+        Mode::Default => 1,
+        Mode::AcceptEdits => 2,
+        Mode::Bypass => 3,
+    };
+    if rank(a) <= rank(b) { a } else { b }
+}
+
+const SUBAGENT_NOTE: &str = "You are a sub-agent: another agent gave you this task and \
+will read your final message as your report. Nobody else sees your work. Finish with a \
+short, concrete report of what you found or changed.";
+
+#[async_trait]
+impl LocalTool for AgentTool {
+    fn description(&self) -> Option<String> {
+        let definitions = self.run.definitions();
+        if definitions.is_empty() {
+            return None;
+        }
+        let mut text = format!(
+            "{DESCRIPTION}\n\nNamed agent types (set `subagent_type` to one of these; leave it out for a \
+             general-purpose agent):"
+        );
+        for d in definitions {
+            text.push_str(&format!("\n- {}: {}", d.name, d.description.trim()));
+        }
+        Some(text)
+    }
+
+    async fn call(
+        &self,
+        pool: &ToolPool,
+        ordinal: u64,
+        _call: &ToolCall,
+        input: Value,
+        cancel: CancellationToken,
+    ) -> ToolOutput {
+        let id = format!("{}/sub-{ordinal}", pool.agent_id());
+        let input: AgentInput = match serde_json::from_value(input) {
+            Ok(i) => i,
+            Err(e) => return Self::error(&id, format!("invalid input: {e}")),
+        };
+        let limits = self.run.limits;
+        let depth = self.depth + 1;
+        if depth > limits.max_depth {
+            return Self::error(&id, format!("the nesting depth limit of {} is reached", limits.max_depth));
+        }
+        let definition = match &input.subagent_type {
+            None => None,
+            Some(name) => match self.run.definition(name) {
+                Some(d) => Some(d),
+                None => {
+                    let known: Vec<&str> = self.run.definitions().iter().map(|d| d.name.as_str()).collect();
+                    let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                    return Self::error(&id, format!("there is no agent type `{name}`; the agent types are: {known}"));
+                }
+            },
+        };
+        let mut names = match self.tool_names(pool, input.tools.as_deref(), definition) {
+            Ok(n) => n,
+            Err(e) => return Self::error(&id, e),
+        };
+        let pass_agent = names.iter().any(|n| n == AGENT_TOOL);
+        names.retain(|n| n != AGENT_TOOL);
+        let Ok(permit) = self.run.slots.clone().try_acquire_owned() else {
+            return Self::error(
+                &id,
+                format!(
+                    "{} sub-agents are already running, the most this run allows at once \
+                     (subagents.max_concurrent); wait for yours to finish, or start fewer in one answer",
+                    limits.max_concurrent
+                ),
+            );
+        };
+        if self.run.started.fetch_add(1, Ordering::SeqCst) >= limits.max_total {
+            self.run.started.fetch_sub(1, Ordering::SeqCst);
+            return Self::error(
+                &id,
+                format!(
+                    "this run has already started {} sub-agents, the most it allows (subagents.max_total); \
+                     do the rest of the work yourself",
+                    limits.max_total
+                ),
+            );
+        }
+        let mut permissions = pool.permissions().clone();
+        if let Some(mode) = definition.and_then(|d| d.permission_mode) {
+            permissions.mode = stricter(permissions.mode, mode);
+        }
+        let mut child_pool = match pool.derive(&id, Some(&names), permissions) {
+            Ok(p) => p,
+            Err(e) => return Self::error(&id, e),
+        };
+
+        let mut config = self.config.clone();
+        config.agent_id = id.clone();
+        if let Some(model) = definition.and_then(|d| d.model.clone()) {
+            config.model = model;
+        }
+        if let Some(d) = definition {
+            let part = SystemPart { text: d.system_prompt.clone(), cache: true };
+            match config.system.first_mut() {
+                Some(first) => *first = part,
+                None => config.system.push(part),
+            }
+        }
+        config.system.push(SystemPart { text: SUBAGENT_NOTE.to_string(), cache: false });
+        if let Some(turns) = definition.and_then(|d| d.max_turns) {
+            config.limits.max_turns = Some(config.limits.max_turns.map_or(turns, |t| t.min(turns)));
+        }
+        let sink: Arc<dyn EventSink> =
+            Arc::new(NestedSink { parent: self.sink.clone(), agent: id.clone(), ledger: self.ledger.clone() });
+        if pass_agent {
+            // Its own sub-agents start from the plain prompt again, on its model.
+            let mut template = self.config.clone();
+            template.model = config.model.clone();
+            let child = AgentTool {
+                run: self.run.clone(),
+                provider: self.provider.clone(),
+                config: template,
+                depth,
+                sink: sink.clone(),
+                ledger: Arc::new(Ledger::default()),
+                records: self.records.clone(),
+            };
+            child_pool = match child.install(child_pool) {
+                Ok(p) => p,
+                Err(e) => return Self::error(&id, e),
+            };
+        }
+
+        let token = cancel.child_token();
+        self.run.register(&id, token.clone());
+        let mut guard = Running {
+            run: &self.run,
+            records: &self.records,
+            record: Some(SubagentRecord {
+                id: id.clone(),
+                subagent_type: input.subagent_type.clone(),
+                description: input.description.clone(),
+                status: "aborted".to_string(),
+                turns: 0,
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                duration_ms: 0,
+            }),
+            started: std::time::Instant::now(),
+        };
+        tracing::debug!(agent = %id, depth, kind = ?input.subagent_type, "sub-agent started");
+        let outcome =
+            query(self.provider.as_ref(), &child_pool, &config, vec![Message::user(&input.prompt)], &sink, &token)
+                .await;
+        if let Some(record) = guard.record.as_mut() {
+            record.status = outcome.terminal.name().to_string();
+            record.turns = outcome.turns;
+            record.usage = outcome.usage;
+            record.cost_usd = outcome.cost_usd;
+        }
+        drop(guard);
+        drop(permit);
+        let stats = format!(
+            "[sub-agent {id}: {}, {} turns, {} tokens, ${:.4}]",
+            outcome.terminal.name(),
+            outcome.turns,
+            outcome.usage.total(),
+            outcome.cost_usd
+        );
+        let report = outcome.final_text.trim();
+        match outcome.terminal {
+            crate::event::Terminal::Completed => ToolOutput::ok(format!("{report}\n\n{stats}")),
+            terminal => {
+                let last = if report.is_empty() { "(no report)".to_string() } else { report.to_string() };
+                ToolOutput::error(format!(
+                    "the sub-agent did not finish: {terminal}. What it said last:\n{last}\n\n{stats}"
+                ))
+            }
+        }
+    }
+
+    fn take_nested_usage(&self) -> Option<(Usage, f64)> {
+        self.ledger.take()
+    }
+}
