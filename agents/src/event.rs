@@ -189,6 +189,17 @@ pub enum Event {
         agent: String,
         event: Box<Event>,
     },
+    /// A hook command ran. `outcome` says what came of it (`ok`, `blocked: ...`,
+    /// `exit 1: ...`, `timed out after 30s and was killed`, ...); `is_error` when it
+    /// failed to run properly (a crash, a timeout, an unexpected exit code), which never
+    /// stops the agent by itself.
+    Hook {
+        event: String,
+        command: String,
+        outcome: String,
+        is_error: bool,
+        duration_ms: u64,
+    },
 }
 
 impl Event {

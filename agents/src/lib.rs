@@ -7,10 +7,12 @@
 //!   timeout and tool error;
 //! - this crate knows nothing of YAML workflows, git worktrees, terminals or GitHub.
 
+pub mod command_hooks;
 pub mod context;
 pub mod event;
 pub mod hooks;
 pub mod instructions;
+pub mod mcp;
 pub mod message;
 pub mod model;
 pub mod permissions;

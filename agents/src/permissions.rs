@@ -128,6 +128,12 @@ impl Rule {
         &self.text
     }
 
+    /// Whether the rule covers a call of `tool` with `input` (any part of a compound
+    /// command will do), for matchers outside the permission decision such as hooks'.
+    pub fn covers(&self, tool: &dyn DynTool, input: &Value, cwd: &Path) -> bool {
+        self.matches(tool.name(), tool.permission_subject(input).as_deref(), cwd, false)
+    }
+
     /// Whether the rule names `tool`. `Read` rules cover every reading tool and `Edit`
     /// rules every writing tool, as in Claude Code; `*` ends a name prefix.
     fn names(&self, tool: &str) -> bool {

@@ -164,12 +164,15 @@ impl ToolPool {
                 picked
             }
         };
+        let agent_id: String = agent_id.into();
+        // A nested agent's stop runs the SubagentStop hooks.
+        let hooks = self.hooks.for_subagent(&agent_id).unwrap_or_else(|| self.hooks.clone());
         Ok(ToolPool {
-            agent_id: agent_id.into(),
+            agent_id,
             entries,
             executor: self.executor.clone(),
             permissions,
-            hooks: self.hooks.clone(),
+            hooks,
             results_dir: self.results_dir.clone(),
             withheld: Vec::new(),
             local_calls: AtomicU64::new(0),
@@ -398,5 +401,9 @@ impl ToolRunner for ToolPool {
 
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput {
         self.pipeline(call, cancel).await
+    }
+
+    fn hooks(&self) -> Option<&dyn Hooks> {
+        Some(self.hooks.as_ref())
     }
 }

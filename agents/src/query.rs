@@ -153,6 +153,8 @@ struct Loop<'a> {
     anchor: Option<(usize, u64)>,
     /// The local estimate of the system prompt and the tools.
     fixed_tokens: u64,
+    /// Times a Stop hook kept the agent going.
+    stop_blocks: u32,
 }
 
 /// Runs one agent until it reaches a terminal state.
@@ -187,6 +189,7 @@ pub async fn query(
         reactive_retried: false,
         anchor: None,
         fixed_tokens: 0,
+        stop_blocks: 0,
     };
     let terminal = state.run().await;
     state.absorb_nested();
@@ -210,6 +213,9 @@ impl Loop<'_> {
         // Sorted by name, so the cached prefix is the same for every agent with these tools.
         specs.sort_by(|a, b| a.name.cmp(&b.name));
         self.fixed_tokens = context::estimate_fixed(&self.config.system, &specs);
+        if let Some(end) = self.session_start().await {
+            return end;
+        }
         loop {
             if let Some(end) = self.check_limits() {
                 return end;
@@ -328,7 +334,11 @@ impl Loop<'_> {
                     self.messages.push(Message::user(CONTINUE_PROMPT));
                     continue;
                 }
-                return Terminal::Completed;
+                match self.stop_hooks().await {
+                    Ok(true) => continue,
+                    Ok(false) => return Terminal::Completed,
+                    Err(end) => return end,
+                }
             }
             self.continuations = 0;
             self.cut_text.clear();
@@ -341,7 +351,59 @@ impl Loop<'_> {
                     Interrupt::TimedOut => self.timeout(),
                 };
             }
+            if let Some(message) = self.tools.hooks().and_then(|h| h.halted()) {
+                return Terminal::HookStopped { message };
+            }
         }
+    }
+
+    /// SessionStart hooks, before the first model call of a fresh session: what they
+    /// say is added to the first prompt. `Some` ends the loop.
+    async fn session_start(&mut self) -> Option<Terminal> {
+        let hooks = self.tools.hooks()?;
+        if self.messages.iter().any(|m| m.role == Role::Assistant) {
+            return None;
+        }
+        let context = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Some(Terminal::Aborted { during: Phase::Idle }),
+            _ = sleep_until(self.deadline) => return Some(self.timeout()),
+            c = hooks.session_start() => c,
+        };
+        if let Some(text) = context
+            && let Some(first) = self.messages.iter_mut().rev().find(|m| m.role == Role::User)
+        {
+            first.content.push(ContentBlock::Text { text: format!("Context from a SessionStart hook:\n{text}") });
+        }
+        hooks.halted().map(|message| Terminal::HookStopped { message })
+    }
+
+    /// Stop hooks, when the model answered without tool calls. `Ok(true)`: a hook
+    /// blocked the stop and its reason is the next message; `Ok(false)`: the agent is
+    /// done. Past [`crate::hooks::Hooks::stop_block_limit`] blocks, the loop ends with
+    /// [`Terminal::HookStopped`].
+    async fn stop_hooks(&mut self) -> Result<bool, Terminal> {
+        let Some(hooks) = self.tools.hooks() else { return Ok(false) };
+        let blocked = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
+            _ = sleep_until(self.deadline) => return Err(self.timeout()),
+            r = hooks.stop(self.stop_blocks > 0) => r,
+        };
+        if let Some(message) = hooks.halted() {
+            return Err(Terminal::HookStopped { message });
+        }
+        let Some(reason) = blocked else { return Ok(false) };
+        let limit = hooks.stop_block_limit();
+        if self.stop_blocks >= limit {
+            return Err(Terminal::HookStopped {
+                message: format!("a Stop hook blocked the end again after {limit} blocks; its reason: {reason}"),
+            });
+        }
+        self.stop_blocks += 1;
+        tracing::info!(agent = %self.config.agent_id, blocks = self.stop_blocks, "a Stop hook keeps the agent going");
+        self.messages.push(Message::user(format!("A Stop hook does not let you finish yet:\n{reason}")));
+        Ok(true)
     }
 
     /// The limits checked before each model call.
@@ -441,6 +503,14 @@ impl Loop<'_> {
     /// when the compaction failed and the loop may go on; `Err` ends the loop (abort,
     /// timeout, or too many failures in a row).
     async fn compact(&mut self, reason: &str, specs: &[ToolSpec]) -> Result<bool, Terminal> {
+        if let Some(hooks) = self.tools.hooks() {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
+                _ = sleep_until(self.deadline) => return Err(self.timeout()),
+                () = hooks.pre_compact("auto") => {}
+            }
+        }
         let before = self.context_tokens();
         let summary = match self.summarize().await? {
             Ok(summary) => summary,

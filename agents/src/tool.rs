@@ -70,6 +70,11 @@ pub trait ToolRunner: Send + Sync {
     /// Runs one call. The runner must return soon after `cancel` fires; the loop does
     /// not wait for it past that point anyway.
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput;
+
+    /// The hooks of the session (SessionStart, Stop, PreCompact), if any.
+    fn hooks(&self) -> Option<&dyn crate::hooks::Hooks> {
+        None
+    }
 }
 
 /// A runner with no tools.

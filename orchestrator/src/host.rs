@@ -49,6 +49,9 @@ pub struct HostArgs {
     /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
     #[arg(long)]
     pub policy: String,
+    /// The stdio MCP servers this host starts on request, as JSON (name -> server).
+    #[arg(long)]
+    pub mcp: Option<String>,
 }
 
 /// Confines this process under the policy of `args`. Runs before the async runtime
@@ -149,11 +152,18 @@ impl Drop for AgentSandbox {
     }
 }
 
-struct Serve(HostTools);
+struct Serve(HostTools, Option<crate::mcp::HostMcp>);
 
 #[async_trait]
 impl Handler for Serve {
     async fn handle(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+        // MCP requests (the listing, `mcp__` calls) go to this host's stdio servers.
+        if let Some(mcp) = &self.1
+            && let Ok(request) = serde_json::from_value::<HostRequest>(payload.clone())
+            && let Some(output) = mcp.handle(&request, cancel.clone()).await
+        {
+            return serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"));
+        }
         self.0.handle_json(payload, cancel).await
     }
 }
@@ -179,9 +189,19 @@ pub async fn serve(args: HostArgs) -> anyhow::Result<()> {
     let names: Vec<String> = args.tools.iter().filter(|t| !t.is_empty()).cloned().collect();
     let tools = select_tools(&names)?;
     let session = Arc::new(Session::new(&args.cwd));
-    let handler = Arc::new(Serve(HostTools::new(tools, session)));
+    let mcp = match &args.mcp {
+        Some(json) => {
+            let servers = serde_json::from_str(json).context("the tool host got a malformed --mcp")?;
+            Some(crate::mcp::HostMcp::new(servers, &args.cwd))
+        }
+        None => None,
+    };
+    let handler = Arc::new(Serve(HostTools::new(tools, session), mcp));
     orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
-    let served = serve_stdio(ServeOptions::default(), handler).await;
+    let served = serve_stdio(ServeOptions::default(), handler.clone()).await;
+    if let Some(mcp) = Arc::into_inner(handler).and_then(|h| h.1) {
+        mcp.shutdown().await;
+    }
     let killed = orch_sandbox::reaper::kill_descendants();
     if killed > 0 {
         tracing::debug!(killed, "tool host: killed the processes still running at shutdown");
@@ -206,6 +226,19 @@ pub fn sandbox_name(id: &str) -> String {
 /// container (labelled with the run and agent) whose long-lived process is this orch
 /// binary.
 pub async fn spawn(run: &str, agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<Started> {
+    spawn_with_mcp(run, agent, cwd, tools, policy, None).await
+}
+
+/// [`spawn`], with the stdio MCP servers the host starts on request (`--mcp`, JSON).
+pub async fn spawn_with_mcp(
+    run: &str,
+    agent: &str,
+    cwd: &Path,
+    tools: &[String],
+    policy: &Policy,
+    mcp: Option<&str>,
+) -> anyhow::Result<Started> {
+    let mcp_args: Vec<String> = mcp.map(|m| vec!["--mcp".to_string(), m.to_string()]).unwrap_or_default();
     let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
     if policy.backend == Backend::Container {
         let docker = orch_sandbox::container::connect().await?;
@@ -217,7 +250,10 @@ pub async fn spawn(run: &str, agent: &str, cwd: &Path, tools: &[String], policy:
             tools.join(","),
             "--policy".into(),
             serde_json::to_string(policy)?,
-        ];
+        ]
+        .into_iter()
+        .chain(mcp_args.iter().cloned())
+        .collect();
         let options =
             ContainerOptions { run: run.to_string(), agent: agent.to_string(), ..ContainerOptions::default() };
         let (container, client) = ContainerHost::start(&docker, policy, &exe, &args, &options).await?;
@@ -232,6 +268,7 @@ pub async fn spawn(run: &str, agent: &str, cwd: &Path, tools: &[String], policy:
         .arg(tools.join(","))
         .arg("--policy")
         .arg(serde_json::to_string(policy)?)
+        .args(&mcp_args)
         .env_clear()
         .envs(&policy.env)
         .current_dir(cwd);

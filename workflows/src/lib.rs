@@ -19,6 +19,7 @@
 mod de;
 mod diagnostic;
 mod duration;
+pub mod extensions;
 mod load;
 pub mod plan;
 mod schema;

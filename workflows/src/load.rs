@@ -143,6 +143,8 @@ impl Loader<'_> {
             integrate: Integrate::default(),
             fail_fast: false,
             subagents: Default::default(),
+            hooks: Default::default(),
+            mcp_servers: Default::default(),
             source: Source { file: Arc::new(self.source.clone()), tree: Arc::new(Node::empty()) },
         };
         let mut broken = HashSet::new();
@@ -175,6 +177,8 @@ impl Loader<'_> {
                 "integrate" => workflow.integrate = self.field(entry, path).unwrap_or_default(),
                 "fail_fast" => workflow.fail_fast = self.field(entry, path).unwrap_or_default(),
                 "subagents" => workflow.subagents = self.field(entry, path).unwrap_or_default(),
+                "hooks" => workflow.hooks = self.field(entry, path).unwrap_or_default(),
+                "mcp_servers" => workflow.mcp_servers = self.field(entry, path).unwrap_or_default(),
                 "inputs" => workflow.inputs = self.inputs(entry),
                 "agents" => {
                     saw_agents = true;

@@ -6,6 +6,7 @@
 //! ids are unique and branch-safe, every `needs` target exists, there is no cycle, every
 //! tool is known, templates compile and only name things that exist.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use serde_json::Value;
 
 use crate::diagnostic::SourceFile;
 use crate::duration::Duration;
+use crate::extensions::{HookSettings, McpServer};
 use crate::yaml::Node;
 
 /// The core tools an agent may be given (besides `mcp__<server>__<tool>` names).
@@ -38,6 +40,8 @@ pub const WORKFLOW_KEYS: &[&str] = &[
     "integrate",
     "fail_fast",
     "subagents",
+    "hooks",
+    "mcp_servers",
 ];
 
 /// Whether `name` is a tool an agent may list: a core tool, or `mcp__<server>__<tool>`
@@ -85,6 +89,12 @@ pub struct Workflow {
     /// Limits of the `Agent` tool (nested sub-agents) for the whole run.
     #[serde(skip_serializing_if = "crate::subagents::Subagents::is_default")]
     pub subagents: crate::subagents::Subagents,
+    /// Hook commands of every agent, added to those of the repository's settings.
+    #[serde(skip_serializing_if = "HookSettings::is_empty")]
+    pub hooks: HookSettings,
+    /// MCP servers agents may use (their tools are listed as `mcp__<server>__<tool>`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServer>,
     #[serde(skip)]
     pub(crate) source: Source,
 }

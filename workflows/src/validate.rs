@@ -124,6 +124,7 @@ impl<'a> Checker<'a> {
         self.check_inputs();
         self.check_setup();
         self.check_subagents();
+        self.check_extensions();
         if self.workflow.agents.is_empty() && self.broken.is_empty() && self.root.entry("agents").is_some() {
             let at = self.key_at(&path(&["agents"]));
             self.error(
@@ -416,6 +417,48 @@ impl<'a> Checker<'a> {
             if command.trim().is_empty() {
                 let at = self.at(&with(path(&["setup"]), Seg::Index(i)));
                 self.error(at, "empty setup command", "write a shell command, e.g. `cargo fetch`, or remove the item");
+            }
+        }
+    }
+
+    fn check_extensions(&mut self) {
+        for (event, groups) in &self.workflow.hooks {
+            for (i, group) in groups.iter().enumerate() {
+                let group_path = with(with(path(&["hooks"]), Seg::Key(event.as_str().to_string())), Seg::Index(i));
+                if group.hooks.is_empty() {
+                    let at = self.at(&group_path);
+                    self.error(at, "a hook group without hooks", "add `hooks: [{ type: command, command: ... }]`");
+                }
+                for (k, hook) in group.hooks.iter().enumerate() {
+                    let hook_path = with(with(group_path.clone(), Seg::Key("hooks".into())), Seg::Index(k));
+                    if hook.command.trim().is_empty() {
+                        let at = self.at(&with(hook_path.clone(), Seg::Key("command".into())));
+                        self.error(at, "empty hook command", "write a shell command, e.g. `./ci/check.sh`");
+                    }
+                    if hook.timeout == Some(0) {
+                        let at = self.at(&with(hook_path, Seg::Key("timeout".into())));
+                        self.error(
+                            at,
+                            "a hook timeout of 0 seconds",
+                            "give the seconds a hook may run, e.g. `timeout: 30`",
+                        );
+                    }
+                }
+            }
+        }
+        for (name, server) in &self.workflow.mcp_servers {
+            let server_path = with(path(&["mcp_servers"]), Seg::Key(name.clone()));
+            if !crate::extensions::is_server_name(name) {
+                let at = self.key_at(&server_path);
+                self.error(
+                    at,
+                    format!("`{name}` cannot name an MCP server"),
+                    "use letters, digits, `-` and single `_`: the name becomes part of `mcp__<server>__<tool>`",
+                );
+            }
+            if let Some((message, hint)) = server.problem() {
+                let at = self.at(&server_path);
+                self.error(at, message, hint);
             }
         }
     }

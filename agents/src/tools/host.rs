@@ -47,7 +47,8 @@ impl HostTools {
 
     /// Runs one request. Unknown tools and bad input are error results, not failures.
     /// The internal request [`crate::instructions::HOST_REQUEST`] collects the project
-    /// instructions of the working directory; it is no tool, so no pool offers it.
+    /// instructions of the working directory, and [`crate::command_hooks::HOOK_REQUEST`]
+    /// runs a hook command; they are no tools, so no pool offers them.
     pub async fn run(&self, request: HostRequest, cancel: CancellationToken) -> ToolOutput {
         if request.tool == crate::instructions::HOST_REQUEST {
             let found = crate::instructions::collect(self.session.cwd());
@@ -55,6 +56,9 @@ impl HostTools {
                 Ok(json) => ToolOutput::ok(json),
                 Err(e) => ToolOutput::error(format!("cannot encode the project instructions: {e}")),
             };
+        }
+        if request.tool == crate::command_hooks::HOOK_REQUEST {
+            return crate::command_hooks::run_in_host(request.input, self.session.cwd(), cancel).await;
         }
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use orch_agents::permissions::{Mode, Permissions, RuleSet};
+use orch_agents::command_hooks::CommandHooks;
+use orch_agents::mcp;
 use orch_agents::pipeline::ToolPool;
+use orch_agents::tools::host::ToolExecutor;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, PermissionMode};
@@ -135,10 +138,30 @@ async fn drive(
     sandbox.policy.env.extend(git.env.iter().cloned());
     sandbox.policy.env.extend(shared.cache_env.iter().cloned());
     // `Agent` runs in the coordinator; the tool host gets the others.
-    let host_tools: Vec<String> = spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL).cloned().collect();
-    let started = host::spawn(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy).await?;
+    // MCP tools are served by their servers: stdio ones in the tool host, HTTP ones here.
+    let host_tools: Vec<String> =
+        spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(mcp::PREFIX)).cloned().collect();
+    let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &shared.extensions.mcp_servers);
+    let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
+    let started =
+        host::spawn_with_mcp(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy, stdio_json.as_deref())
+            .await?;
     let container = started.container;
     let executor = Arc::new(HostExecutor::new(started.client));
+    let mut listing = mcp::McpListing::default();
+    if stdio_json.is_some() {
+        listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
+    }
+    let http_hub = if http_mcp.is_empty() {
+        None
+    } else {
+        let (hub, http_listing) = crate::mcp::McpHub::start(&http_mcp, &cwd).await;
+        listing.tools.extend(http_listing.tools);
+        listing.failed.extend(http_listing.failed);
+        Some(Arc::new(hub))
+    };
+    let router: Arc<dyn ToolExecutor> =
+        Arc::new(crate::mcp::McpRouter { host: executor.clone(), http: http_hub.clone() });
     report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
@@ -157,8 +180,10 @@ async fn drive(
     let outcome = async {
         let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
             .map_err(|e| anyhow::anyhow!("the permission rules of `{}` are invalid: {e}", spec.id))?;
-        let tools = host::select_tools(&host_tools)?;
-        let pool = ToolPool::new(&spec.id, tools, executor.clone(), permissions)?.with_results_dir(results);
+        let mut tools = host::select_tools(&host_tools)?;
+        tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
+        let hook_tools = tools.clone();
+        let pool = ToolPool::new(&spec.id, tools, router.clone(), permissions)?.with_results_dir(results);
         let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
@@ -186,6 +211,22 @@ async fn drive(
             reporter: shared.reporter.clone(),
         });
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pool = if shared.extensions.hooks.is_empty() {
+            pool
+        } else {
+            let hooks = CommandHooks::new(
+                &spec.id,
+                &cwd,
+                shared.extensions.hooks.clone(),
+                hook_tools,
+                router.clone(),
+                sink.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!("the hooks of `{}` are invalid: {e}", spec.id))?
+            .with_session_id(format!("{}/{}", shared.run_id, spec.id))
+            .with_cancel(cancel.clone());
+            pool.with_hooks(Arc::new(hooks))
+        };
         let pool = if spec.tools.iter().any(|t| t == AGENT_TOOL) {
             let tool = AgentTool::new(
                 shared.subagents.clone(),
@@ -206,6 +247,10 @@ async fn drive(
     }
     .await;
     let at = Instant::now();
+    drop(router);
+    if let Some(hub) = http_hub.and_then(Arc::into_inner) {
+        hub.shutdown().await;
+    }
     // The pool holds the other reference to the executor; it is gone by now.
     if let Ok(executor) = Arc::try_unwrap(executor) {
         executor.shutdown(Duration::from_secs(2)).await;

@@ -26,6 +26,9 @@ pub fn orch() -> Command {
         "ORCH_AUTHOR",
         "ORCH_RUNS_DIR",
         "RUST_LOG",
+        // A pull-request event in the environment would read hooks from a base ref.
+        "GITHUB_EVENT_NAME",
+        "GITHUB_BASE_REF",
     ] {
         cmd.env_remove(var);
     }

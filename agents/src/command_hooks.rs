@@ -1,0 +1,652 @@
+//! Hook commands: the [`Hooks`] of an agent built from shell commands, in Claude Code's
+//! hook protocol.
+//!
+//! Each hook is a shell command bound to an event, a matcher on the tool name (or on
+//! the source of a SessionStart / the trigger of a PreCompact) and optionally a
+//! permission-rule pattern on the call (`Bash(git push *)`). It gets the event as JSON
+//! on stdin and answers with its exit code and stdout:
+//! - exit 0: fine; a JSON object on stdout may carry `decision` (`approve`/`block`),
+//!   `hookSpecificOutput.permissionDecision` (`allow`/`deny`/`ask`), `updatedInput`,
+//!   `additionalContext`, `continue: false` with `stopReason`. A SessionStart hook's
+//!   plain stdout is context for the model;
+//! - exit 2: blocks (the call, the stop), with stderr as the reason the model reads;
+//! - anything else: a non-blocking error, reported.
+//!
+//! Hooks never run in the coordinator: each run is the internal host request
+//! [`HOOK_REQUEST`] to the agent's tool host, so the command runs in the agent's sandbox
+//! with its environment. No pool offers that request as a tool, so the model cannot
+//! call it. Each run has a timeout and capped output; a crash or a timeout is reported
+//! as an [`Event::Hook`] and never stops the loop.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Event, EventSink};
+use crate::hooks::{DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PostToolUse, PreToolUse};
+use crate::permissions::{Rule, RuleError};
+use crate::tool::{ToolCall, ToolOutput};
+use crate::tools::DynTool;
+use crate::tools::host::{HostRequest, ToolExecutor};
+
+/// The internal host request that runs one hook command.
+pub const HOOK_REQUEST: &str = "__hook";
+
+/// How long a hook may run when its configuration does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How much of a hook's stdout and of its stderr is kept.
+pub const OUTPUT_CAP: usize = 64 * 1024;
+
+/// The events a hook command can be bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HookEvent {
+    SessionStart,
+    PreToolUse,
+    PostToolUse,
+    Stop,
+    SubagentStop,
+    PreCompact,
+}
+
+impl HookEvent {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HookEvent::SessionStart => "SessionStart",
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+            HookEvent::Stop => "Stop",
+            HookEvent::SubagentStop => "SubagentStop",
+            HookEvent::PreCompact => "PreCompact",
+        }
+    }
+}
+
+/// One configured hook command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandHook {
+    pub event: HookEvent,
+    /// An exact name, names joined by `|`, a regular expression, or `None`/`*` for all.
+    pub matcher: Option<String>,
+    /// A permission rule the tool call must match too (`Bash(git push *)`).
+    pub condition: Option<String>,
+    pub command: String,
+    pub timeout: Duration,
+}
+
+/// A hook configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookConfigError {
+    #[error("the {event} hook matcher `{matcher}` is not a valid regular expression: {message}")]
+    Matcher { event: &'static str, matcher: String, message: String },
+    #[error("the {event} hook condition is not a valid permission rule: {error}")]
+    Condition { event: &'static str, error: RuleError },
+}
+
+enum Matcher {
+    All,
+    Names(Vec<String>),
+    Regex(regex::Regex),
+}
+
+impl Matcher {
+    fn new(event: HookEvent, text: Option<&str>) -> Result<Matcher, HookConfigError> {
+        let text = text.map(str::trim).unwrap_or_default();
+        if text.is_empty() || text == "*" {
+            return Ok(Matcher::All);
+        }
+        if text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '|')) {
+            return Ok(Matcher::Names(text.split('|').map(str::to_string).collect()));
+        }
+        regex::Regex::new(&format!("^(?:{text})$")).map(Matcher::Regex).map_err(|e| HookConfigError::Matcher {
+            event: event.as_str(),
+            matcher: text.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn matches(&self, target: &str) -> bool {
+        match self {
+            Matcher::All => true,
+            Matcher::Names(names) => names.iter().any(|n| n == target),
+            Matcher::Regex(re) => re.is_match(target),
+        }
+    }
+}
+
+struct Compiled {
+    hook: CommandHook,
+    matcher: Matcher,
+    condition: Option<Rule>,
+}
+
+/// What the tool host is asked to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HookRun {
+    pub command: String,
+    pub stdin: String,
+    pub timeout_ms: u64,
+    pub cap: usize,
+}
+
+/// What came of one run, as the tool host reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookResult {
+    /// The exit code; `None` when it was killed by a signal or never ran.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    /// It could not be started (or was cancelled).
+    pub error: Option<String>,
+}
+
+/// What one hook said, once its result is read.
+#[derive(Debug, Default)]
+struct Reply {
+    /// Exit 2 or `decision: block`: the reason.
+    blocked: Option<String>,
+    decision: Option<HookDecision>,
+    updated_input: Option<Value>,
+    context: Option<String>,
+}
+
+/// The hook commands of one agent, run in its tool host.
+pub struct CommandHooks {
+    agent_id: String,
+    session_id: String,
+    cwd: PathBuf,
+    hooks: Vec<Compiled>,
+    tools: Vec<Arc<dyn DynTool>>,
+    executor: Arc<dyn ToolExecutor>,
+    events: Arc<dyn EventSink>,
+    subagent: bool,
+    stop_limit: u32,
+    halt: Mutex<Option<String>>,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for CommandHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandHooks")
+            .field("agent_id", &self.agent_id)
+            .field("hooks", &self.hooks.iter().map(|h| &h.hook).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CommandHooks {
+    /// The hooks of the agent `agent_id` working in `cwd` (conditions are read from
+    /// there), with `tools` (to read the subject of a call for conditions), running
+    /// through `executor` and reporting to `events`.
+    pub fn new(
+        agent_id: impl Into<String>,
+        cwd: &Path,
+        hooks: Vec<CommandHook>,
+        tools: Vec<Arc<dyn DynTool>>,
+        executor: Arc<dyn ToolExecutor>,
+        events: Arc<dyn EventSink>,
+    ) -> Result<CommandHooks, HookConfigError> {
+        let compiled = hooks
+            .into_iter()
+            .map(|hook| {
+                let matcher = Matcher::new(hook.event, hook.matcher.as_deref())?;
+                let condition = hook
+                    .condition
+                    .as_deref()
+                    .filter(|c| !c.trim().is_empty())
+                    .map(|c| Rule::parse(c, cwd, None))
+                    .transpose()
+                    .map_err(|error| HookConfigError::Condition { event: hook.event.as_str(), error })?;
+                Ok(Compiled { hook, matcher, condition })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let agent_id = agent_id.into();
+        Ok(CommandHooks {
+            session_id: agent_id.clone(),
+            agent_id,
+            cwd: cwd.to_path_buf(),
+            hooks: compiled,
+            tools,
+            executor,
+            events,
+            subagent: false,
+            stop_limit: DEFAULT_STOP_BLOCK_LIMIT,
+            halt: Mutex::new(None),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    /// The same hooks for a nested agent: its stop runs the SubagentStop hooks.
+    pub fn for_subagent(&self, agent_id: impl Into<String>, events: Arc<dyn EventSink>) -> CommandHooks {
+        CommandHooks {
+            agent_id: agent_id.into(),
+            session_id: self.session_id.clone(),
+            cwd: self.cwd.clone(),
+            hooks: self
+                .hooks
+                .iter()
+                .filter_map(|c| {
+                    Some(Compiled {
+                        hook: c.hook.clone(),
+                        matcher: Matcher::new(c.hook.event, c.hook.matcher.as_deref()).ok()?,
+                        condition: c.condition.clone(),
+                    })
+                })
+                .collect(),
+            tools: self.tools.clone(),
+            executor: self.executor.clone(),
+            events,
+            subagent: true,
+            stop_limit: self.stop_limit,
+            halt: Mutex::new(None),
+            cancel: self.cancel.child_token(),
+        }
+    }
+
+    pub fn with_session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = id.into();
+        self
+    }
+
+    pub fn with_stop_block_limit(mut self, limit: u32) -> Self {
+        self.stop_limit = limit;
+        self
+    }
+
+    /// Hook runs still going stop when `cancel` fires (the agent's abort token).
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Whether any hook is bound to `event`.
+    pub fn has(&self, event: HookEvent) -> bool {
+        self.hooks.iter().any(|h| h.hook.event == event)
+    }
+
+    fn base_payload(&self, event: HookEvent) -> serde_json::Map<String, Value> {
+        let mut map = serde_json::Map::new();
+        map.insert("session_id".into(), json!(self.session_id));
+        map.insert("agent_id".into(), json!(self.agent_id));
+        map.insert("hook_event_name".into(), json!(event.as_str()));
+        map.insert("cwd".into(), json!(self.cwd.display().to_string()));
+        map
+    }
+
+    /// Runs every hook of `event` whose matcher takes `target` (and whose condition,
+    /// if any, covers `call`), one after the other, and reads their replies.
+    async fn fire(
+        &self,
+        event: HookEvent,
+        target: &str,
+        call: Option<&ToolCall>,
+        payload: serde_json::Map<String, Value>,
+    ) -> Vec<Reply> {
+        let stdin = Value::Object(payload).to_string();
+        let mut replies = Vec::new();
+        for compiled in self.hooks.iter().filter(|c| c.hook.event == event && c.matcher.matches(target)) {
+            if let Some(rule) = &compiled.condition {
+                let tool = call.and_then(|c| self.tools.iter().find(|t| t.name() == c.name));
+                match (tool, call) {
+                    (Some(tool), Some(call)) if rule.covers(tool.as_ref(), &call.input, &self.cwd) => {}
+                    _ => continue,
+                }
+            }
+            replies.push(self.run_one(event, &compiled.hook, &stdin).await);
+        }
+        replies
+    }
+
+    async fn run_one(&self, event: HookEvent, hook: &CommandHook, stdin: &str) -> Reply {
+        let started = Instant::now();
+        let run = HookRun {
+            command: hook.command.clone(),
+            stdin: stdin.to_string(),
+            timeout_ms: hook.timeout.as_millis() as u64,
+            cap: OUTPUT_CAP,
+        };
+        let request = match serde_json::to_value(&run) {
+            Ok(input) => HostRequest { tool: HOOK_REQUEST.to_string(), input },
+            Err(e) => {
+                self.report(event, hook, format!("could not encode the hook request: {e}"), true, started);
+                return Reply::default();
+            }
+        };
+        let result = match self.executor.execute(request, self.cancel.child_token()).await {
+            Ok(output) if !output.is_error => serde_json::from_str::<HookResult>(&output.content)
+                .map_err(|e| format!("the tool host sent a bad hook result: {e}")),
+            Ok(output) => Err(output.content),
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.report(event, hook, format!("could not run: {e}"), true, started);
+                return Reply::default();
+            }
+        };
+        let (reply, outcome, is_error) = self.read(event, hook, result);
+        self.report(event, hook, outcome, is_error, started);
+        reply
+    }
+
+    /// Turns a result into a reply, the outcome line, and whether it went wrong.
+    fn read(&self, event: HookEvent, hook: &CommandHook, result: HookResult) -> (Reply, String, bool) {
+        let mut reply = Reply::default();
+        if let Some(error) = result.error {
+            return (reply, format!("could not run: {error}"), true);
+        }
+        if result.timed_out {
+            return (reply, format!("timed out after {}s and was killed", hook.timeout.as_secs_f64()), true);
+        }
+        match result.code {
+            Some(0) => {}
+            Some(2) => {
+                let reason = result.stderr.trim();
+                let reason =
+                    if reason.is_empty() { "a hook blocked this without giving a reason" } else { reason }.to_string();
+                let outcome = format!("blocked: {}", first_line(&reason));
+                reply.blocked = Some(reason);
+                return (reply, outcome, false);
+            }
+            Some(code) => return (reply, format!("exit {code}: {}", first_line(result.stderr.trim())), true),
+            None => return (reply, format!("killed by a signal: {}", first_line(result.stderr.trim())), true),
+        }
+        let stdout = result.stdout.trim();
+        if !stdout.starts_with('{') {
+            if event == HookEvent::SessionStart && !stdout.is_empty() {
+                reply.context = Some(stdout.to_string());
+            }
+            return (reply, "ok".into(), false);
+        }
+        let out: Value = match serde_json::from_str(stdout) {
+            Ok(v) => v,
+            Err(e) => return (reply, format!("exit 0 with stdout that is not valid JSON: {e}"), true),
+        };
+        let specific = out.get("hookSpecificOutput").cloned().unwrap_or(Value::Null);
+        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+        if out.get("continue") == Some(&Value::Bool(false)) {
+            let why = text(&out, "stopReason").unwrap_or_else(|| format!("a {} hook asked to stop", event.as_str()));
+            if let Ok(mut halt) = self.halt.lock() {
+                halt.get_or_insert(why);
+            }
+        }
+        let reason = text(&specific, "permissionDecisionReason")
+            .or_else(|| text(&out, "reason"))
+            .unwrap_or_else(|| format!("decided by a {} hook", event.as_str()));
+        match text(&specific, "permissionDecision").or_else(|| text(&out, "decision")).as_deref() {
+            Some("allow" | "approve") => reply.decision = Some(HookDecision::Allow),
+            Some("deny") => reply.decision = Some(HookDecision::Deny(reason)),
+            Some("ask") => reply.decision = Some(HookDecision::Ask(reason)),
+            Some("block") => reply.blocked = Some(reason),
+            _ => {}
+        }
+        reply.updated_input = specific.get("updatedInput").or_else(|| out.get("updatedInput")).cloned();
+        reply.context = text(&specific, "additionalContext").or_else(|| text(&out, "additionalContext"));
+        let outcome = match (&reply.blocked, &reply.decision) {
+            (Some(r), _) => format!("blocked: {}", first_line(r)),
+            (None, Some(HookDecision::Allow)) => "allow".into(),
+            (None, Some(HookDecision::Deny(r))) => format!("deny: {}", first_line(r)),
+            (None, Some(HookDecision::Ask(r))) => format!("ask: {}", first_line(r)),
+            (None, None) if reply.updated_input.is_some() => "rewrote the input".into(),
+            (None, None) => "ok".into(),
+        };
+        (reply, outcome, false)
+    }
+
+    fn report(&self, event: HookEvent, hook: &CommandHook, outcome: String, is_error: bool, started: Instant) {
+        if is_error {
+            tracing::warn!(agent = %self.agent_id, event = event.as_str(), command = %hook.command, "hook failed: {outcome}");
+        }
+        self.events.emit(Event::Hook {
+            event: event.as_str().to_string(),
+            command: hook.command.clone(),
+            outcome,
+            is_error,
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(200) {
+        Some((at, _)) => &line[..at],
+        None => line,
+    }
+}
+
+fn joined(parts: impl Iterator<Item = String>) -> Option<String> {
+    let parts: Vec<String> = parts.collect();
+    (!parts.is_empty()).then(|| parts.join("\n\n"))
+}
+
+#[async_trait]
+impl Hooks for CommandHooks {
+    async fn pre_tool_use(&self, call: &ToolCall) -> PreToolUse {
+        let mut payload = self.base_payload(HookEvent::PreToolUse);
+        payload.insert("tool_name".into(), json!(call.name));
+        payload.insert("tool_input".into(), call.input.clone());
+        payload.insert("tool_use_id".into(), json!(call.id));
+        let replies = self.fire(HookEvent::PreToolUse, &call.name, Some(call), payload).await;
+        let mut out = PreToolUse::default();
+        let mut deny = None;
+        let mut ask = None;
+        let mut allow = false;
+        for reply in &replies {
+            match (&reply.blocked, &reply.decision) {
+                (Some(reason), _) | (None, Some(HookDecision::Deny(reason))) => {
+                    deny.get_or_insert_with(|| reason.clone());
+                }
+                (None, Some(HookDecision::Ask(reason))) => {
+                    ask.get_or_insert_with(|| reason.clone());
+                }
+                (None, Some(HookDecision::Allow)) => allow = true,
+                (None, None) => {}
+            }
+        }
+        out.decision = match (deny, ask, allow) {
+            (Some(r), _, _) => Some(HookDecision::Deny(r)),
+            (None, Some(r), _) => Some(HookDecision::Ask(r)),
+            (None, None, true) => Some(HookDecision::Allow),
+            (None, None, false) => None,
+        };
+        out.updated_input = replies.iter().rev().find_map(|r| r.updated_input.clone());
+        out.context = joined(replies.into_iter().filter_map(|r| r.context));
+        out
+    }
+
+    async fn post_tool_use(&self, call: &ToolCall, output: &ToolOutput) -> PostToolUse {
+        let mut payload = self.base_payload(HookEvent::PostToolUse);
+        payload.insert("tool_name".into(), json!(call.name));
+        payload.insert("tool_input".into(), call.input.clone());
+        payload.insert("tool_use_id".into(), json!(call.id));
+        payload.insert("tool_response".into(), json!({ "content": output.content, "is_error": output.is_error }));
+        let replies = self.fire(HookEvent::PostToolUse, &call.name, Some(call), payload).await;
+        PostToolUse {
+            block: replies.iter().find_map(|r| r.blocked.clone()),
+            context: joined(replies.into_iter().filter_map(|r| r.context)),
+        }
+    }
+
+    async fn session_start(&self) -> Option<String> {
+        if self.subagent {
+            return None;
+        }
+        let mut payload = self.base_payload(HookEvent::SessionStart);
+        payload.insert("source".into(), json!("startup"));
+        let replies = self.fire(HookEvent::SessionStart, "startup", None, payload).await;
+        joined(replies.into_iter().filter_map(|r| r.context))
+    }
+
+    async fn stop(&self, active: bool) -> Option<String> {
+        let event = if self.subagent { HookEvent::SubagentStop } else { HookEvent::Stop };
+        let mut payload = self.base_payload(event);
+        payload.insert("stop_hook_active".into(), json!(active));
+        let replies = self.fire(event, "", None, payload).await;
+        replies.into_iter().find_map(|r| r.blocked)
+    }
+
+    async fn pre_compact(&self, trigger: &str) {
+        let mut payload = self.base_payload(HookEvent::PreCompact);
+        payload.insert("trigger".into(), json!(trigger));
+        self.fire(HookEvent::PreCompact, trigger, None, payload).await;
+    }
+
+    fn halted(&self) -> Option<String> {
+        self.halt.lock().ok().and_then(|h| h.clone())
+    }
+
+    fn stop_block_limit(&self) -> u32 {
+        self.stop_limit
+    }
+
+    fn for_subagent(&self, agent_id: &str) -> Option<Arc<dyn Hooks>> {
+        Some(Arc::new(CommandHooks::for_subagent(self, agent_id, self.events.clone())))
+    }
+}
+
+/// The tool-host side of [`HOOK_REQUEST`]: runs the command with `sh -c` in `cwd`, the
+/// event on stdin, in its own process group (killed whole at the timeout or on
+/// cancel), keeping at most `cap` bytes of stdout and of stderr.
+pub async fn run_in_host(input: Value, cwd: &Path, cancel: CancellationToken) -> ToolOutput {
+    let run: HookRun = match serde_json::from_value(input) {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(format!("bad hook request: {e}")),
+    };
+    let result = execute(&run, cwd, cancel).await;
+    match serde_json::to_string(&result) {
+        Ok(json) => ToolOutput::ok(json),
+        Err(e) => ToolOutput::error(format!("cannot encode the hook result: {e}")),
+    }
+}
+
+async fn execute(run: &HookRun, cwd: &Path, cancel: CancellationToken) -> HookResult {
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(&run.command)
+        .current_dir(cwd)
+        .env("CLAUDE_PROJECT_DIR", cwd)
+        .env("ORCH_PROJECT_DIR", cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => return HookResult { error: Some(format!("cannot start `sh -c`: {e}")), ..HookResult::default() },
+    };
+    let pid = child.id();
+    let kill = move || {
+        if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let text = run.stdin.clone();
+        // A hook that does not read its stdin is fine: the write error is dropped.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let work = async {
+        let (out, err, status) = tokio::join!(read_capped(stdout, run.cap), read_capped(stderr, run.cap), child.wait());
+        (out, err, status)
+    };
+    let timeout = Duration::from_millis(run.timeout_ms.max(1));
+    tokio::select! {
+        (stdout, stderr, status) = work => match status {
+            Ok(status) => HookResult { code: status.code(), stdout, stderr, timed_out: false, error: None },
+            Err(e) => HookResult { error: Some(format!("cannot wait for the hook: {e}")), ..HookResult::default() },
+        },
+        _ = tokio::time::sleep(timeout) => {
+            kill();
+            HookResult { timed_out: true, ..HookResult::default() }
+        }
+        _ = cancel.cancelled() => {
+            kill();
+            HookResult { error: Some("cancelled".into()), ..HookResult::default() }
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping the first `cap` bytes.
+async fn read_capped<R: AsyncRead + Unpin>(pipe: Option<R>, cap: usize) -> String {
+    let Some(mut pipe) = pipe else { return String::new() };
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut dropped = 0usize;
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                dropped += n.saturating_sub(room);
+            }
+        }
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if dropped > 0 {
+        text.push_str(&format!("\n[{dropped} more bytes of hook output were cut]"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matchers_take_names_lists_regexes_and_stars() {
+        let m = |t: Option<&str>| Matcher::new(HookEvent::PreToolUse, t).unwrap();
+        assert!(m(None).matches("Bash"));
+        assert!(m(Some("*")).matches("Read"));
+        assert!(m(Some("Bash")).matches("Bash"));
+        assert!(!m(Some("Bash")).matches("BashX"));
+        assert!(m(Some("Edit|Write")).matches("Write"));
+        assert!(!m(Some("Edit|Write")).matches("Read"));
+        assert!(m(Some("mcp__docs__.*")).matches("mcp__docs__search"));
+        assert!(!m(Some("mcp__docs__.*")).matches("mcp__web__search"));
+        assert!(Matcher::new(HookEvent::PreToolUse, Some("(")).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_host_side_caps_output_and_kills_at_the_timeout() {
+        let dir = std::env::temp_dir();
+        let run = HookRun {
+            command: "head -c 100000 /dev/zero | tr '\\0' x; echo oops >&2; exit 3".into(),
+            stdin: "{}".into(),
+            timeout_ms: 10_000,
+            cap: 1000,
+        };
+        let r = execute(&run, &dir, CancellationToken::new()).await;
+        assert_eq!(r.code, Some(3));
+        assert!(r.stdout.starts_with(&"x".repeat(1000)));
+        assert!(r.stdout.contains("99000 more bytes"), "{}", &r.stdout[1000..]);
+        assert_eq!(r.stderr.trim(), "oops");
+        let started = Instant::now();
+        let run = HookRun { command: "sleep 30".into(), stdin: String::new(), timeout_ms: 200, cap: 100 };
+        let r = execute(&run, &dir, CancellationToken::new()).await;
+        assert!(r.timed_out);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn stdin_carries_the_event() {
+        let run = HookRun { command: "cat".into(), stdin: "{\"a\":1}".into(), timeout_ms: 5_000, cap: 100 };
+        let r = execute(&run, &std::env::temp_dir(), CancellationToken::new()).await;
+        assert_eq!((r.code, r.stdout.as_str()), (Some(0), "{\"a\":1}"));
+    }
+}
