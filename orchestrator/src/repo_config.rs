@@ -139,6 +139,15 @@ impl RepoConfig {
         }
     }
 
+    /// The repository and commit the files come from, for readers that walk a commit
+    /// themselves (agent definitions); `None` for the checkout.
+    pub fn commit(&self) -> Option<(&Path, git2::Oid)> {
+        match &self.source {
+            Source::Checkout(_) => None,
+            Source::Commit { repo, commit, .. } => Some((repo.as_path(), *commit)),
+        }
+    }
+
     /// Whether the files come from a base ref rather than the checkout.
     pub fn is_base_ref(&self) -> bool {
         matches!(self.source, Source::Commit { .. })

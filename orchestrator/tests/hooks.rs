@@ -396,3 +396,40 @@ fn a_pull_request_run_ignores_a_hook_the_pull_request_adds() {
     run.expect_code(2);
     assert!(run.stderr.contains("no base ref is known"), "{}", run.stderr);
 }
+
+#[test]
+fn a_pull_request_run_ignores_an_agent_file_the_pull_request_adds() {
+    let fx = Fixture::new("t-pr-agent", &[("f.txt", "f\n")]);
+    git(&fx.repo, &["checkout", "-q", "-b", "feature"]);
+    let file = fx.repo.join(".claude/agents/helper.md");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "---\nname: helper\ndescription: Helps.\n---\nYou help.\n").unwrap();
+    git(&fx.repo, &["add", "-A"]);
+    git(&fx.repo, &["commit", "-q", "-m", "add an agent"]);
+    let workflow = fx.write(
+        "uses.yaml",
+        "version: 1\nname: uses\nagents:\n  a:\n    uses: helper\n    prompt: Go.\nintegrate: none\n",
+    );
+    let script = fx.write("uses-script.yaml", "version: 1\nagents:\n  \"*\":\n    - text: Done.\n");
+    let run = |name: &str, extra: &[&str]| {
+        let out = fx.dir.path().join(format!("out-{name}"));
+        let mut cmd = orch();
+        cmd.current_dir(fx.dir.path())
+            .arg("run")
+            .arg(&workflow)
+            .args(["--provider", "scripted", "--script"])
+            .arg(&script)
+            .arg("--repo")
+            .arg(&fx.repo)
+            .arg("--out")
+            .arg(&out)
+            .args(["--run-id", name, "--config-ref", "main"])
+            .args(extra);
+        Run::from_output(&out, cmd.output().unwrap())
+    };
+    let base = run("pr-agent-base", &[]);
+    base.expect_code(2);
+    assert!(base.stderr.contains("uses: helper"), "{}", base.stderr);
+    let trusted = run("pr-agent-trusted", &["--trust-repo-config"]);
+    trusted.expect_code(0);
+}

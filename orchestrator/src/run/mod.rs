@@ -175,7 +175,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     };
     // Absolute in the report; a missing path is reported by the run clone below.
     let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
-    let extensions = Arc::new(load_extensions(&args, &workflow, &plan, &repo)?);
+    let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
+    let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
@@ -185,7 +186,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         other => anyhow::Error::new(other).context("cannot create the run clone"),
     })?;
     let clone_ms = ms(at);
-    let agent_files = agent_defs::load(clone.git_dir(), clone.base());
+    // The trust rule: in a pull-request run, the base ref's definitions.
+    let agent_files = match repo_config.commit() {
+        Some((user_repo, commit)) => agent_defs::load(user_repo, commit),
+        None => agent_defs::load(clone.git_dir(), clone.base()),
+    };
     let uses = resolve_uses(&workflow, &agent_files)?;
     let limits = orch_agents::subagent::SubagentLimits {
         max_depth: workflow.subagents.max_depth,
@@ -409,7 +414,7 @@ fn load_extensions(
     workflow: &orch_workflows::Workflow,
     plan: &Plan,
     repo: &Path,
-) -> anyhow::Result<crate::hooks_config::Extensions> {
+) -> anyhow::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
     if config.is_base_ref() {
@@ -437,7 +442,7 @@ fn load_extensions(
             }
         }
     }
-    Ok(extensions)
+    Ok((extensions, config))
 }
 
 /// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
