@@ -3,6 +3,8 @@
 //! payloads each event gets on stdin.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -129,4 +131,106 @@ async fn conditions_use_the_permission_rule_syntax() {
     assert_eq!(status.decision, None);
     // The hook ran once: for the push only.
     assert_eq!(world.outcomes().len(), 1);
+}
+
+mod loop_sites {
+    //! Where the query loop calls the session hooks: SessionStart before the first
+    //! call, PreCompact before a compaction, Stop when the model stops.
+
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use orch_agents::hooks::Hooks;
+    use orch_agents::{
+        ContextConfig, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query,
+    };
+    use orch_testkit::mock::{MockServer, MockUsage, Step, Turn};
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::common;
+
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Hooks for Recorder {
+        async fn session_start(&self) -> Option<String> {
+            self.calls.lock().unwrap().push("session_start".into());
+            Some("CTX-42 from the hook".into())
+        }
+
+        async fn stop(&self, active: bool) -> Option<String> {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(format!("stop:{active}"));
+            (!active).then(|| "not yet: run the checks".to_string())
+        }
+
+        async fn pre_compact(&self, trigger: &str) {
+            self.calls.lock().unwrap().push(format!("pre_compact:{trigger}"));
+        }
+    }
+
+    struct Runner(Recorder);
+
+    #[async_trait]
+    impl ToolRunner for Runner {
+        fn specs(&self) -> Vec<ToolSpec> {
+            vec![ToolSpec {
+                name: "Noop".into(),
+                description: "Does nothing.".into(),
+                input_schema: json!({"type": "object"}),
+            }]
+        }
+
+        async fn run(&self, _call: &ToolCall, _cancel: CancellationToken) -> ToolOutput {
+            ToolOutput::ok("fine")
+        }
+
+        fn hooks(&self) -> Option<&dyn Hooks> {
+            Some(&self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_loop_calls_session_start_pre_compact_and_stop() {
+        let mock = MockServer::start().await;
+        let big = MockUsage {
+            input_tokens: 8_500,
+            output_tokens: 10,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+        };
+        mock.push_all([
+            Step::Reply(Turn::tool("Noop", json!({})).with_usage(big)),
+            Step::text("the summary"),
+            Step::text("done"),
+            Step::text("done, checks run"),
+        ]);
+        let mut config = QueryConfig::new("main", "claude-sonnet-4-5");
+        config.limits.max_turns = Some(10);
+        config.context = ContextConfig {
+            window: 10_000,
+            reserve: 2_000,
+            keep_recent_turns: 100,
+            microcompact_batch_tokens: 0,
+            restore_files: 0,
+            ..ContextConfig::default()
+        };
+        let runner = Runner(Recorder::default());
+        let provider = common::anthropic(&mock.url());
+        let sink = common::Collect::default();
+        let out = query(&provider, &runner, &config, vec![Message::user("go")], &sink, &CancellationToken::new()).await;
+        assert_eq!(out.terminal, Terminal::Completed, "{:?}", out.terminal);
+        assert_eq!(out.final_text, "done, checks run");
+        let calls = runner.0.calls.lock().unwrap().clone();
+        assert_eq!(calls, ["session_start", "pre_compact:auto", "stop:false", "stop:true"]);
+        let reqs = mock.requests();
+        assert_eq!(reqs.len(), 4);
+        assert!(reqs[0].messages()[0].to_string().contains("CTX-42 from the hook"), "{}", reqs[0].messages()[0]);
+        let last = reqs[3].messages().last().unwrap().to_string();
+        assert!(last.contains("not yet: run the checks"), "{last}");
+    }
 }
