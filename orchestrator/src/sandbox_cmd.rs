@@ -297,6 +297,10 @@ fn supervise(args: &SandboxRunArgs, cwd: &Path, dirs: &PrivateDirs, pid: u32) ->
         // The container backend hands the writable roots over (and back) itself.
         return run_in_container(args, &policy, &name);
     }
+    if root && policy.backend == Backend::Landlock {
+        // Once, here: the child that makes the cgroup inherits the lookup.
+        orch_sandbox::cgroup::locate();
+    }
     let handover = orch_sandbox::prepare_writable(&policy)?;
     let outcome = spawn_and_wait(args, &policy, false);
     if root && policy.backend == Backend::Landlock {

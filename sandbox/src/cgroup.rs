@@ -16,6 +16,7 @@
 //! the cgroup its tool host created with [`Cgroup::find`].
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -41,10 +42,22 @@ struct Layout {
 }
 
 /// The cgroup hierarchies of this machine, as [`layout_at`] finds them under
-/// `/sys/fs/cgroup` for this process.
-fn layout() -> Layout {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    layout_at(Path::new(SYS_CGROUP), &own, || std::fs::read_to_string("/proc/self/mounts").unwrap_or_default())
+/// `/sys/fs/cgroup` for this process: looked up once per process (see [`locate`]).
+fn layout() -> &'static Layout {
+    static LAYOUT: OnceLock<Layout> = OnceLock::new();
+    LAYOUT.get_or_init(|| {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        layout_at(Path::new(SYS_CGROUP), &own, || std::fs::read_to_string("/proc/self/mounts").unwrap_or_default())
+    })
+}
+
+/// Looks the cgroup hierarchies up now, once for this process (they are cached, and
+/// always found where this process sits at its first look). A process that forks a
+/// child to confine itself ([`crate::confine_on_exec`]) calls this first: the child then
+/// inherits the answer, and the parent's later [`kill_and_remove`] reuses it, so the
+/// lookup is done once per `orch sandbox run` instead of twice.
+pub fn locate() {
+    let _ = layout();
 }
 
 /// Where cgroup file systems are usually mounted.
@@ -125,7 +138,7 @@ impl Cgroup {
             tracing::debug!(name, "cgroup: not a usable cgroup name; skipping the cgroup");
             return None;
         }
-        Self::create_in(&layout(), name, limits)
+        Self::create_in(layout(), name, limits)
     }
 
     fn create_in(layout: &Layout, name: &str, limits: &Limits) -> Option<Cgroup> {
@@ -143,14 +156,18 @@ impl Cgroup {
                 tracing::debug!(dir = %dir.display(), "cgroup: cannot create ({e}); skipping it");
                 continue;
             }
-            if let Some(n) = limits.processes {
+            // Each v1 directory has only its own controller's files.
+            if let Some(n) = limits.processes
+                && controller != "memory"
+            {
                 write_if_present(&dir, "pids.max", &n.to_string());
             }
             if let Some(bytes) = limits.memory_bytes {
                 let bytes = bytes.to_string();
-                memory |= write_if_present(&dir, "memory.max", &bytes);
-                write_if_present(&dir, "memory.swap.max", "0");
-                if write_if_present(&dir, "memory.limit_in_bytes", &bytes) {
+                if controller == "v2" {
+                    memory |= write_if_present(&dir, "memory.max", &bytes);
+                    write_if_present(&dir, "memory.swap.max", "0");
+                } else if controller == "memory" && write_if_present(&dir, "memory.limit_in_bytes", &bytes) {
                     memory = true;
                     write_if_present(&dir, "memory.memsw.limit_in_bytes", &bytes);
                 }
@@ -166,7 +183,7 @@ impl Cgroup {
         if !valid_name(name) {
             return None;
         }
-        Self::find_in(&layout(), name)
+        Self::find_in(layout(), name)
     }
 
     fn find_in(layout: &Layout, name: &str) -> Option<Cgroup> {
@@ -419,5 +436,23 @@ mod tests {
             dirs,
             vec![("pids", sys.path().join("pids/job/1/orch/a")), ("memory", sys.path().join("memory/job/1/orch/a"))]
         );
+        // Each controller's directory gets its own limit files only.
+        let pids = sys.path().join("pids/job/1/orch/a");
+        let memory = sys.path().join("memory/job/1/orch/a");
+        std::fs::create_dir_all(&pids).unwrap();
+        std::fs::create_dir_all(&memory).unwrap();
+        std::fs::write(pids.join("pids.max"), "").unwrap();
+        for file in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "tasks"] {
+            std::fs::write(memory.join(file), "").unwrap();
+        }
+        std::fs::write(pids.join("tasks"), "").unwrap();
+        let cgroup = Cgroup::create_in(&layout, "a", &Limits::default()).unwrap();
+        assert!(!cgroup.v2 && cgroup.limits_memory());
+        assert_eq!(read(&pids.join("pids.max")), "512");
+        assert_eq!(read(&memory.join("memory.limit_in_bytes")), (4u64 << 30).to_string());
+        assert_eq!(read(&memory.join("memory.memsw.limit_in_bytes")), (4u64 << 30).to_string());
+        // v1 moves the calling thread through `tasks` (see enter_self).
+        cgroup.enter_self().unwrap();
+        assert_eq!((read(&pids.join("tasks")), read(&memory.join("tasks"))), ("0".into(), "0".into()));
     }
 }

@@ -19,6 +19,12 @@
 //! flags a classic BPF filter can see. Other architectures' calls (i386 through
 //! `int 0x80`) kill the process (seccompiler's architecture check), and on x86_64 the
 //! x32 calls (number bit 30 set) fail with ENOSYS, so neither is a way around the rules.
+//!
+//! All of this is one BPF program, installed with one `seccomp` call: a short prefix for
+//! the ENOSYS answers (x32, `clone3`) in front of seccompiler's program for the EPERM
+//! rules. Each installed program costs the kernel a conversion and a JIT compilation
+//! (about 60 µs on the 2-core VM of BENCHMARKS.md, whatever its size), which
+//! `orch sandbox run` pays on every command.
 
 use std::collections::BTreeMap;
 
@@ -124,38 +130,52 @@ pub fn programs(network: Network, arch: TargetArch) -> Result<Vec<BpfProgram>, S
     }
     let eperm = SeccompFilter::new(denied, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
         .map_err(build_err)?;
-    let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, vec![])]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(build_err)?;
-    let compile = |f: SeccompFilter| {
-        BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp { action: "compiled", message: e.to_string() })
-    };
-    let mut programs = vec![compile(eperm)?, compile(clone3)?];
-    if arch == TargetArch::x86_64 {
-        programs.push(x32_filter());
-    }
-    Ok(programs)
+    let eperm = BpfProgram::try_from(eperm)
+        .map_err(|e| SandboxError::Seccomp { action: "compiled", message: e.to_string() })?;
+    let mut program = enosys_prefix(arch);
+    program.extend(eperm);
+    Ok(vec![program])
 }
 
-/// On x86_64, x32 system calls (the same numbers with bit 30 set) fail with ENOSYS.
-fn x32_filter() -> BpfProgram {
+/// The instructions in front of seccompiler's program: for the native architecture,
+/// `clone3` and (x86_64) x32 calls, the same numbers with bit 30 set, return ENOSYS;
+/// everything else, other architectures included, falls through to seccompiler's
+/// program, which starts over with its own architecture check. Classic BPF jumps are
+/// relative, so prepending leaves seccompiler's program intact.
+fn enosys_prefix(arch: TargetArch) -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const JGE_K: u16 = 0x35;
     const RET_K: u16 = 0x06;
+    const ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32; // SECCOMP_RET_ERRNO | ENOSYS
     let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    vec![
-        op(LD_W_ABS, 0, 0, 4),                              // A = arch
-        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),                 // not x86_64: allow (the other filters decide)
-        op(LD_W_ABS, 0, 0, 0),                              // A = nr
-        op(JGE_K, 0, 1, X32_SYSCALL_BIT),                   // nr >= 0x40000000: x32
-        op(RET_K, 0, 0, 0x0005_0000 | libc::ENOSYS as u32), // SECCOMP_RET_ERRNO | ENOSYS
-        op(RET_K, 0, 0, 0x7fff_0000),                       // SECCOMP_RET_ALLOW
-    ]
+    let mut calls = vec![
+        op(LD_W_ABS, 0, 0, 0),                    // A = nr
+        op(JEQ_K, 0, 1, libc::SYS_clone3 as u32), // clone3:
+        op(RET_K, 0, 0, ENOSYS),                  //   ENOSYS
+    ];
+    if arch == TargetArch::x86_64 {
+        calls.extend([
+            op(JGE_K, 0, 1, X32_SYSCALL_BIT), // nr >= 0x40000000, x32:
+            op(RET_K, 0, 0, ENOSYS),          //   ENOSYS
+        ]);
+    }
+    let skip = u8::try_from(calls.len()).unwrap_or(u8::MAX);
+    let mut prefix = vec![
+        op(LD_W_ABS, 0, 0, 4),                // A = arch
+        op(JEQ_K, 0, skip, audit_arch(arch)), // not the native one: on to seccompiler's program
+    ];
+    prefix.extend(calls);
+    prefix
+}
+
+/// The `AUDIT_ARCH_*` value seccomp reports for `arch`.
+fn audit_arch(arch: TargetArch) -> u32 {
+    match arch {
+        TargetArch::x86_64 => AUDIT_ARCH_X86_64,
+        TargetArch::aarch64 => 0xC000_00B7,
+        TargetArch::riscv64 => 0xC000_00F3,
+    }
 }
 
 /// Installs the filters for `network` on the calling thread; threads and processes it
@@ -229,12 +249,7 @@ mod tests {
 
     fn verdict(network: Network, nr: i64, args: [u64; 6]) -> Verdict {
         let arch = target_arch().unwrap();
-        let audit = match arch {
-            TargetArch::x86_64 => AUDIT_ARCH_X86_64,
-            TargetArch::aarch64 => 0xC000_00B7,
-            TargetArch::riscv64 => 0xC000_00F3,
-        };
-        run(&programs(network, arch).unwrap(), audit, nr, args)
+        run(&programs(network, arch).unwrap(), audit_arch(arch), nr, args)
     }
 
     const EPERM: Verdict = Verdict::Errno(libc::EPERM);
@@ -282,6 +297,8 @@ mod tests {
     fn other_abis_cannot_go_around_the_rules() {
         let arch = target_arch().unwrap();
         let programs = programs(Network::None, arch).unwrap();
+        // One program: one `seccomp` call, one JIT compilation.
+        assert_eq!(programs.len(), 1);
         // i386 calls on an x86_64 kernel (AUDIT_ARCH_I386) kill the process.
         assert_eq!(run(&programs, 0x4000_0003, 1, [0; 6]), Verdict::Kill);
         if arch == TargetArch::x86_64 {
