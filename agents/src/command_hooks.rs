@@ -120,6 +120,19 @@ impl Matcher {
     }
 }
 
+/// Checks every matcher and condition of `hooks`, so a bad one is found before any
+/// agent starts.
+pub fn validate(hooks: &[CommandHook]) -> Result<(), HookConfigError> {
+    for hook in hooks {
+        Matcher::new(hook.event, hook.matcher.as_deref())?;
+        if let Some(condition) = hook.condition.as_deref().filter(|c| !c.trim().is_empty()) {
+            Rule::parse(condition, Path::new("/"), None)
+                .map_err(|error| HookConfigError::Condition { event: hook.event.as_str(), error })?;
+        }
+    }
+    Ok(())
+}
+
 struct Compiled {
     hook: CommandHook,
     matcher: Matcher,

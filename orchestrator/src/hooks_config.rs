@@ -61,6 +61,7 @@ pub fn load(
             out.mcp_servers.insert(name, server);
         }
     }
+    orch_agents::command_hooks::validate(&out.hooks)?;
     out.mcp_servers.extend(workflow_mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
     if !out.hooks.is_empty() || !out.mcp_servers.is_empty() {
         tracing::info!(
@@ -158,5 +159,8 @@ mod tests {
         assert_eq!(hooks[1].timeout, DEFAULT_TIMEOUT);
         let bad = serde_json::json!({"hooks": {"Stop": [{"hooks": [{"type": "command"}]}]}});
         assert!(hooks_of(&bad, "s.json").is_err());
+        let regex = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash(", "hooks": [{"command": "x"}]}]}});
+        let error = orch_agents::command_hooks::validate(&hooks_of(&regex, "s.json").unwrap()).unwrap_err();
+        assert!(error.to_string().contains("not a valid regular expression"), "{error}");
     }
 }
