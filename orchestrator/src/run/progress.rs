@@ -66,7 +66,7 @@ fn describe(event: &Event) -> Option<String> {
 
 /// The most telling field of a tool input, cut to one short line.
 fn short_input(input: &serde_json::Value) -> String {
-    let field = ["command", "file_path", "pattern", "path", "description"]
+    let field = ["command", "file_path", "pattern", "path", "description", "prompt"]
         .iter()
         .find_map(|k| input.get(k).and_then(|v| v.as_str()))
         .unwrap_or_default();
