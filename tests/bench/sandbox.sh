@@ -5,8 +5,9 @@
 #   bash tests/bench/sandbox.sh             # builds orch (release) first
 #   RUNS=50 bash tests/bench/sandbox.sh
 #
-# Whole processes, with hyperfine (-N, no shell; warm-up runs first): /bin/true bare;
-# bwrap; Anthropic's srt (npm @anthropic-ai/sandbox-runtime, installed once under
+# Whole processes, with hyperfine (-N, no shell; warm-up runs first): /bin/true bare,
+# and `sh -c true` and `bash -c true` bare (what a `Bash` call runs: the floor under the
+# in-host rows); bwrap; Anthropic's srt (npm @anthropic-ai/sandbox-runtime, installed once under
 # $SRT_PREFIX); `docker run --rm --network none`; `docker exec` into a running
 # container; `orch sandbox run` with the landlock and the container backend. Then, inside
 # a running tool host (the orch binary's `__tool-host`, as agents use it), `Bash` calls of
@@ -42,10 +43,15 @@ orch=$root/target/release/orch
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), \
 $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), uid $(id -u)"
 echo "docker: $(docker version --format '{{.Server.Version}}' 2>/dev/null || echo none)"
+# Other work on the machine skews small numbers: say how busy it was, before and after.
+load() { echo "load: $(cut -d' ' -f1-3 /proc/loadavg), $(pgrep -c -x rustc || true) rustc, $(pgrep -c -f clippy-driver || true) clippy-driver running"; }
+load
 
 fast=()   # name=command pairs measured with $runs
 slow=()   # ... with $runs_slow
 fast+=("bare" "/bin/true")
+fast+=("sh -c true (bare)" "sh -c true")
+command -v bash >/dev/null && fast+=("bash -c true (bare)" "bash -c true")
 if command -v bwrap >/dev/null && bwrap --ro-bind / / --dev /dev --unshare-net --unshare-pid /bin/true 2>/dev/null; then
     fast+=("bwrap --ro-bind / / --dev /dev --unshare-net --unshare-pid" \
         "bwrap --ro-bind / / --dev /dev --unshare-net --unshare-pid /bin/true")
@@ -89,3 +95,4 @@ measure "$runs" "${fast[@]}"
 echo
 echo "In a running tool host, and tool host start-up:"
 cargo bench -q -p orch-sandbox --bench tool_host 2>/dev/null | grep -v '^$'
+load
