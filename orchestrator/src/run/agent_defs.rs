@@ -1,10 +1,9 @@
 //! Agent definition files of the repository (`.orch/agents/*.md`, then
-//! `.claude/agents/*.md`), read with git2 as blobs of a commit: never from the user's
-//! working tree, so no symlink or uncommitted file is followed. The parsing takes file
-//! contents (`AgentFiles::from_files`), so the trust rule's reader (`repo_config`:
-//! the base ref in a pull-request run, the checkout under `--trust-repo-config`) can
-//! feed it instead of [`files_at`]. Until that reader is wired into `orch run`, the
-//! commit read here is the run's base commit, the one the agents start from.
+//! `.claude/agents/*.md`), read with git2 as blobs of one commit: never from the user's
+//! working tree, so no symlink or uncommitted file is followed. `orch run` picks the
+//! commit by the trust rule (`repo_config`): the base ref in a pull-request run,
+//! otherwise the run's base commit. The parsing itself takes file contents
+//! (`AgentFiles::from_files`), whatever their source.
 
 use std::path::Path;
 
