@@ -190,6 +190,14 @@ impl EventSink for StderrLog {
                 format!("model call failed (attempt {attempt}), retrying in {delay_ms} ms: {error}")
             }
             Event::Fallback { from, to, .. } => format!("model {from} overloaded; switching to {to}"),
+            Event::Subagent { agent, event } => match *event {
+                Event::Terminal { reason, turns } => format!("sub-agent {agent} {reason} ({turns} turns)"),
+                Event::ToolUseStarted { name, .. } => format!("{agent}: tool {name} started"),
+                Event::ToolUseFinished { name, is_error: true, output, .. } => {
+                    format!("{agent}: tool {name} failed: {}", output.lines().next().unwrap_or_default())
+                }
+                _ => return,
+            },
             _ => return,
         };
         eprintln!("orch: {line}");

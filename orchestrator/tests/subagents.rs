@@ -198,3 +198,38 @@ async fn the_definition_body_is_the_system_prompt_and_its_tools_are_offered() {
     assert!(!system.contains("You are a coding agent running unattended"), "{system}");
     assert_eq!(request.tool_names(), ["Glob", "Grep", "Read"]);
 }
+
+#[test]
+fn orch_exec_offers_the_agent_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "one\ntwo\n").unwrap();
+    let script = dir.path().join("script.yaml");
+    std::fs::write(
+        &script,
+        r#"
+version: 1
+agents:
+  main:
+    - tool_calls: [{ name: Agent, input: { prompt: "Read notes.txt and say how many lines it has.", description: count } }]
+    - expect: { contains: "LINES: 2" }
+      text: notes.txt has two lines.
+  main/sub-1:
+    - tool_calls: [{ name: Read, input: { file_path: notes.txt } }]
+    - expect: { contains: "two" }
+      text: "LINES: 2"
+"#,
+    )
+    .unwrap();
+    let out = orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--tools", "Read,Agent", "--script"])
+        .arg(&script)
+        .arg("Count the lines of notes.txt with a helper.")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "notes.txt has two lines.");
+    assert!(stderr.contains("main/sub-1: tool Read started"), "{stderr}");
+    assert!(stderr.contains("sub-agent main/sub-1 completed (2 turns)"), "{stderr}");
+}
