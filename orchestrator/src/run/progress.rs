@@ -226,6 +226,15 @@ impl Reporter for Live {
                 line.cost = *total_cost_usd;
                 self.counts.lock().unwrap_or_else(|p| p.into_inner()).cost += cost_usd;
             }
+            // A sub-agent's spend shows in the run's total as it happens.
+            Event::Subagent { event: inner, .. } if matches!(**inner, Event::Usage { .. }) => {
+                if let Event::Usage { cost_usd, .. } = **inner {
+                    self.counts.lock().unwrap_or_else(|p| p.into_inner()).cost += cost_usd;
+                }
+                drop(agents);
+                self.update_overall();
+                return;
+            }
             _ => {
                 if let Some(text) = describe(event) {
                     self.multi.suspend(|| eprintln!("orch: {agent}: {text}"));
