@@ -100,7 +100,7 @@ fn agent_call(prompt: &str) -> ToolCall {
 #[tokio::test]
 async fn parallel_agent_calls_overlap_and_return_only_their_reports() {
     let mock = MockServer::start().await;
-    let latency = Duration::from_millis(300);
+    let latency = Duration::from_millis(400);
     mock.set_latency(latency);
     // The root's first turn: three sub-agents in one answer. Each sub-agent answers in
     // one turn; then the root's final answer. The queue serves whichever asks first.
