@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need besides Rust: a running Docker engine with the local test
+# images (container backend tests; see .ci/docker.sh) and the Python MCP SDK (the MCP
+# server fixture), in a venv under target/ where the MCP tests look first. Run as root,
+# or with sudo. README command 2 and .ci/run both use it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== docker engine and test images (container backend tests)"
+.ci/docker.sh
+
+echo "== python MCP SDK (MCP server fixture of the tests)"
+# Without the venv module, the system python gets it.
+if python3 -m venv target/mcp-venv; then
+  target/mcp-venv/bin/pip install --quiet --disable-pip-version-check mcp
+  target/mcp-venv/bin/python -c "import mcp"
+else
+  python3 -m pip install --quiet --disable-pip-version-check --break-system-packages mcp
+  python3 -c "import mcp"
+fi
