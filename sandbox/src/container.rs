@@ -377,6 +377,16 @@ impl ContainerHost {
         Ok((host, binary))
     }
 
+    /// Attaches to the container's stdin, stdout and stderr, streaming (no old logs).
+    async fn attach(&self) -> Result<bollard::container::AttachContainerResults, ContainerError> {
+        let options =
+            AttachContainerOptionsBuilder::new().stdin(true).stdout(true).stderr(true).stream(true).logs(false).build();
+        self.docker
+            .attach_container(&self.id, Some(options))
+            .await
+            .map_err(|e| docker_error("attach to", &self.name, &e))
+    }
+
     async fn attach_and_run(
         &self,
         binary: &Path,
@@ -385,12 +395,7 @@ impl ContainerHost {
         stderr: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
     ) -> Result<OneShotEnd, ContainerError> {
         let docker = &self.docker;
-        let attach_options =
-            AttachContainerOptionsBuilder::new().stdin(true).stdout(true).stderr(true).stream(true).logs(false).build();
-        let attached = docker
-            .attach_container(&self.id, Some(attach_options))
-            .await
-            .map_err(|e| docker_error("attach to", &self.name, &e))?;
+        let attached = self.attach().await?;
         // Kept open, never written: see `run_once`.
         let _stdin = attached.input;
         let mut output = attached.output;
@@ -461,12 +466,7 @@ impl ContainerHost {
 
     async fn attach_and_start(&self, binary: &Path, options: &ContainerOptions) -> Result<HostClient, ContainerError> {
         let docker = &self.docker;
-        let attach_options =
-            AttachContainerOptionsBuilder::new().stdin(true).stdout(true).stderr(true).stream(true).logs(false).build();
-        let attached = docker
-            .attach_container(&self.id, Some(attach_options))
-            .await
-            .map_err(|e| docker_error("attach to", &self.name, &e))?;
+        let attached = self.attach().await?;
         let (stdout_rx, stdout_tx) = tokio::io::simplex(PIPE_BYTES);
         let (stderr_rx, stderr_tx) = tokio::io::simplex(PIPE_BYTES);
         tokio::spawn(demultiplex(attached.output, stdout_tx, stderr_tx));
@@ -828,7 +828,7 @@ fn hand_over(root: &Path, read: &[PathBuf], uid: u32, gid: u32) -> Result<Option
     if read.iter().map(|r| absolute(r)).any(|r| r != canonical && r.starts_with(&canonical)) {
         return refuse("it holds a read-only root");
     }
-    chown_tree(&canonical, uid, gid).map_err(|e| fail(format!("chown failed: {e}")))?;
+    crate::identity::chown_tree(&canonical, uid, gid).map_err(|e| fail(format!("chown failed: {e}")))?;
     tracing::debug!(
         target: "orch_sandbox::container",
         root = %canonical.display(),
@@ -843,31 +843,10 @@ fn hand_over(root: &Path, read: &[PathBuf], uid: u32, gid: u32) -> Result<Option
 /// to the owner each root had. Failures are logged: this runs during teardown.
 fn hand_back(handed: Vec<Owner>) {
     for (root, uid, gid) in handed {
-        if let Err(e) = chown_tree(&root, uid, gid) {
+        if let Err(e) = crate::identity::chown_tree(&root, uid, gid) {
             tracing::warn!(target: "orch_sandbox::container", root = %root.display(), "could not hand the directory back to uid {uid}: {e}");
         }
     }
-}
-
-/// `lchown -R`: never follows symlinks, never leaves the file system of `root`.
-fn chown_tree(root: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    let device = std::fs::symlink_metadata(root)?.dev();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.dev() != device {
-            continue;
-        }
-        if meta.uid() != uid || meta.gid() != gid {
-            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
-        }
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(&path)? {
-                stack.push(entry?.path());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The binary to mount: an absolute path to a regular file everyone may execute.

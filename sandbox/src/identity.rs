@@ -154,7 +154,7 @@ fn check_write_root(root: &Path, read: &[PathBuf]) -> Result<(), SandboxError> {
 }
 
 /// `chown -R uid:gid root`, without following symlinks or leaving root's file system.
-fn chown_tree(root: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+pub(crate) fn chown_tree(root: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     let dev = std::fs::symlink_metadata(root)?.dev();
     let mut stack = vec![root.to_path_buf()];
     while let Some(path) = stack.pop() {
