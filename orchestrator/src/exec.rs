@@ -21,24 +21,7 @@ use crate::{host, provider, signals};
 
 pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let mut model_args = args.model.clone();
-    if let Some(dir) = &args.replay {
-        let script = dir.join(crate::record::SCRIPT);
-        if !script.is_file() {
-            return Err(UsageError(format!(
-                "--replay: {} does not exist; give a directory written by --record",
-                script.display()
-            ))
-            .into());
-        }
-        model_args.provider = crate::cli::ProviderKind::Scripted;
-        model_args.script = Some(script);
-    }
-    let mut provider = provider::build(&model_args)?;
-    if let Some(dir) = &args.record {
-        let recorder = crate::record::Recorder::new(provider, dir)
-            .with_context(|| format!("cannot create the record directory {}", dir.display()))?;
-        provider = Arc::new(recorder);
-    }
+    let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let mut config = QueryConfig::new(&args.agent_id, &args.model.model);
     config.fallback_model = args.model.fallback_model.clone();
     config.prices = provider::prices(&args.model)?;

@@ -23,6 +23,37 @@ pub const SCRIPT: &str = "script.yaml";
 /// Longest `expect.contains` recorded, in characters.
 const EXPECT_CHARS: usize = 200;
 
+/// The model provider `model` asks for, or with `--replay DIR` the scripted provider on
+/// DIR's script (then `model` says so too), wrapped in a [`Recorder`] with `--record`.
+pub fn provider(
+    model: &mut crate::cli::ModelArgs,
+    record: Option<&Path>,
+    replay: Option<&Path>,
+) -> anyhow::Result<Arc<dyn ModelProvider>> {
+    if let Some(dir) = replay {
+        let script = dir.join(SCRIPT);
+        if !script.is_file() {
+            return Err(crate::exit::UsageError(format!(
+                "--replay: {} does not exist; give a directory written by --record",
+                script.display()
+            ))
+            .into());
+        }
+        model.provider = crate::cli::ProviderKind::Scripted;
+        model.script = Some(script);
+    }
+    let provider = crate::provider::build(model)?;
+    match record {
+        Some(dir) => {
+            let recorder = Recorder::new(provider, dir).map_err(|e| {
+                anyhow::Error::new(e).context(format!("cannot create the record directory {}", dir.display()))
+            })?;
+            Ok(Arc::new(recorder))
+        }
+        None => Ok(provider),
+    }
+}
+
 /// A provider that records what another one answers.
 pub struct Recorder {
     inner: Arc<dyn ModelProvider>,

@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{self, AgentReport, AgentStatus, RunReport};
+use super::report::{self, AgentReport, AgentStatus};
 use super::{conclude, events, exit_code, github, progress, publish, schedule, synthesis};
 use crate::cli::MergeArgs;
 use crate::exit::{Code, UsageError};
@@ -26,20 +26,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
     let clock_start = Instant::now();
     let mut reports = Vec::new();
     for dir in &args.dirs {
-        let path = dir.join("report.json");
-        let text = std::fs::read(&path)
-            .map_err(|e| UsageError(format!("cannot read {}: {e}; give run directories of orch", path.display())))?;
-        let r: RunReport = serde_json::from_slice(&text)
-            .map_err(|e| UsageError(format!("{} is not an orch report: {e}", path.display())))?;
-        if r.schema_version != report::REPORT_VERSION {
-            return Err(UsageError(format!(
-                "{} has report schema version {}, this orch reads version {}",
-                path.display(),
-                r.schema_version,
-                report::REPORT_VERSION
-            ))
-            .into());
-        }
+        let r = report::read(dir)?;
         reports.push((dir.clone(), r));
     }
     let Some((_, first)) = reports.first() else {

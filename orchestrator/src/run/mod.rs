@@ -145,27 +145,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
     preflight(&plan)?;
     let selection =
         select::Selection::new(&plan, &args.only, args.shard, args.from.as_deref(), args.resume.as_deref())?;
-    let replay = args.replay.as_ref().map(|dir| dir.join(crate::record::SCRIPT));
-    if let Some(script) = &replay
-        && !script.is_file()
-    {
-        return Err(UsageError(format!(
-            "--replay: {} does not exist; give a directory written by --record",
-            script.display()
-        ))
-        .into());
-    }
     let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
-    if let Some(script) = replay {
-        model_args.provider = crate::cli::ProviderKind::Scripted;
-        model_args.script = Some(script);
-    }
-    let mut provider = provider::build(&model_args)?;
-    if let Some(dir) = &args.record {
-        let recorder = crate::record::Recorder::new(provider, dir)
-            .with_context(|| format!("cannot create the record directory {}", dir.display()))?;
-        provider = Arc::new(recorder);
-    }
+    let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let prices = provider::prices(&model_args)?;
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;

@@ -360,6 +360,25 @@ impl Totals {
     }
 }
 
+/// Reads the `report.json` of the run directory `dir`; a missing, unreadable or
+/// other-version report is the caller's mistake.
+pub fn read(dir: &Path) -> Result<RunReport, crate::exit::UsageError> {
+    use crate::exit::UsageError;
+    let path = dir.join("report.json");
+    let text = std::fs::read(&path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}; give the directory of an orch run", path.display())))?;
+    let report: RunReport = serde_json::from_slice(&text)
+        .map_err(|e| UsageError(format!("{} is not an orch report: {e}", path.display())))?;
+    if report.schema_version != REPORT_VERSION {
+        return Err(UsageError(format!(
+            "{} has report schema version {}, this orch reads version {REPORT_VERSION}",
+            path.display(),
+            report.schema_version
+        )));
+    }
+    Ok(report)
+}
+
 /// Writes `report.json` and `report.md` into `dir` (each through a temporary file and
 /// a rename, so a reader never sees half a report).
 pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {

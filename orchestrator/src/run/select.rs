@@ -17,7 +17,7 @@ use std::path::Path;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use orch_workflows::{Plan, PlanNode};
 
-use super::report::{AgentReport, AgentStatus, RunReport};
+use super::report::{AgentReport, AgentStatus};
 use crate::exit::UsageError;
 
 /// `K/N`, 1-based.
@@ -168,20 +168,7 @@ fn needs_of(node: &PlanNode) -> &[String] {
 
 /// The succeeded agents of the run in `dir`.
 fn load_prior(dir: &Path) -> Result<HashMap<String, AgentReport>, UsageError> {
-    let path = dir.join("report.json");
-    let text = std::fs::read(&path).map_err(|e| {
-        UsageError(format!("cannot read {}: {e}; give the directory of an earlier run", path.display()))
-    })?;
-    let report: RunReport = serde_json::from_slice(&text)
-        .map_err(|e| UsageError(format!("{} is not an orch report: {e}", path.display())))?;
-    if report.schema_version != super::report::REPORT_VERSION {
-        return Err(UsageError(format!(
-            "{} has report schema version {}, this orch reads version {}",
-            path.display(),
-            report.schema_version,
-            super::report::REPORT_VERSION
-        )));
-    }
+    let report = super::report::read(dir)?;
     Ok(report.agents.into_iter().filter(|a| a.status == AgentStatus::Succeeded).map(|a| (a.id.clone(), a)).collect())
 }
 
