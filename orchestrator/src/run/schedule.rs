@@ -84,7 +84,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut parti
             let mut i = 0;
             while tasks.len() < concurrency && i < pending.len() {
                 let ready = match &pending[i] {
-                    PlanNode::Agent(spec) => matches!(needs(&spec.needs, &pending, &running, &done), Needs::Ready),
+                    PlanNode::Agent(spec) => matches!(needs(&spec.needs, &pending, &running, &done, &[]), Needs::Ready),
                     PlanNode::DynamicFanOut(_) => false,
                 };
                 if !ready {
@@ -224,12 +224,11 @@ fn resolve(
         let mut changed = false;
         let mut i = 0;
         while i < pending.len() {
-            let all_done: Vec<&AgentReport> = done.iter().chain(finished.iter()).collect();
             let wanted = match &pending[i] {
                 PlanNode::Agent(spec) => &spec.needs,
                 PlanNode::DynamicFanOut(d) => &d.needs,
             };
-            match needs_in(wanted, pending, running, &all_done) {
+            match needs(wanted, pending, running, done, &finished) {
                 Needs::Waiting => i += 1,
                 Needs::Blocked(why) => {
                     let node = pending.remove(i);
@@ -277,16 +276,19 @@ fn resolve(
     (finished, expanded)
 }
 
-fn needs(wanted: &[String], pending: &[PlanNode], running: &RunningMap, done: &[AgentReport]) -> Needs {
-    let done: Vec<&AgentReport> = done.iter().collect();
-    needs_in(wanted, pending, running, &done)
-}
-
 type RunningMap = HashMap<tokio::task::Id, (String, String, Instant)>;
 
-fn needs_in(wanted: &[String], pending: &[PlanNode], running: &RunningMap, done: &[&AgentReport]) -> Needs {
+/// Where `wanted` stands, given the reports in `done` and `more` (reports not yet
+/// moved into `done`).
+fn needs(
+    wanted: &[String],
+    pending: &[PlanNode],
+    running: &RunningMap,
+    done: &[AgentReport],
+    more: &[AgentReport],
+) -> Needs {
     for key in wanted {
-        if let Some(bad) = done.iter().find(|r| r.agent == *key && !r.satisfies_needs()) {
+        if let Some(bad) = done.iter().chain(more).find(|r| r.agent == *key && !r.satisfies_needs()) {
             let what = match bad.status {
                 AgentStatus::Partial => "stopped at a limit",
                 AgentStatus::Skipped => "was skipped",
