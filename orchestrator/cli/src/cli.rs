@@ -1,8 +1,15 @@
 //! The command-line grammar of `orch`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use orch_run::options::{
+    ExecOptions, HostOptions, MergeOptions, ModelSpec, PermissionSpec, Provider, RunOptions, SandboxSpec,
+    SettingSource, WorkflowModelSpec,
+};
+use orch_run::run::Reporter;
+use orch_sandbox::policy::{Backend, Network};
 
 #[derive(Debug, Parser)]
 #[command(name = "orch", version, about = "A sandboxed multi-agent orchestrator for CI.")]
@@ -28,7 +35,7 @@ pub enum Command {
     Exec(Box<ExecArgs>),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
-    ToolHost(crate::host::HostArgs),
+    ToolHost(HostArgs),
     /// Run commands in a sandbox by hand.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
@@ -91,6 +98,27 @@ pub struct SandboxArgs {
     /// The container image (container backend).
     #[arg(long)]
     pub image: Option<String>,
+}
+
+impl SandboxArgs {
+    /// The typed sandbox settings these flags ask for.
+    pub fn spec(&self) -> SandboxSpec {
+        SandboxSpec {
+            backend: match self.backend {
+                BackendKind::Landlock => Backend::Landlock,
+                BackendKind::Container => Backend::Container,
+                BackendKind::None => Backend::None,
+            },
+            network: match self.network {
+                NetworkKind::None => Network::None,
+                NetworkKind::Full => Network::Full,
+            },
+            read: self.read.clone(),
+            write: self.write.clone(),
+            image: self.image.clone(),
+            source: SettingSource::Flags,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -207,15 +235,135 @@ pub struct WorkflowModelArgs {
 }
 
 impl WorkflowModelArgs {
-    /// The settings with `--model`, else `fallback`, as the model.
-    pub fn with_default(&self, fallback: impl FnOnce() -> String) -> ModelArgs {
-        ModelArgs {
-            provider: self.provider,
-            model: self.model.clone().unwrap_or_else(fallback),
-            fallback_model: self.fallback_model.clone(),
-            script: self.script.clone(),
-            prices: self.prices.clone(),
+    fn spec(self) -> WorkflowModelSpec {
+        WorkflowModelSpec {
+            provider: self.provider.into(),
+            model: self.model,
+            fallback_model: self.fallback_model,
+            script: self.script,
+            prices: self.prices,
         }
+    }
+}
+
+impl From<ProviderKind> for Provider {
+    fn from(kind: ProviderKind) -> Provider {
+        match kind {
+            ProviderKind::Anthropic => Provider::Anthropic,
+            ProviderKind::Openai => Provider::Openai,
+            ProviderKind::Scripted => Provider::Scripted,
+        }
+    }
+}
+
+impl ModelArgs {
+    fn spec(self) -> ModelSpec {
+        ModelSpec {
+            provider: self.provider.into(),
+            model: self.model,
+            fallback_model: self.fallback_model,
+            script: self.script,
+            prices: self.prices,
+        }
+    }
+}
+
+impl ExecArgs {
+    /// The typed options of `orch exec`.
+    pub fn options(self) -> ExecOptions {
+        ExecOptions {
+            prompt: self.prompt,
+            model: self.model.spec(),
+            agent_id: self.agent_id,
+            max_turns: self.max_turns,
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost_usd,
+            timeout: self.timeout,
+            json: self.json,
+            tools: self.tools,
+            cwd: self.cwd,
+            no_instructions: self.no_instructions,
+            record: self.record,
+            replay: self.replay,
+            transcript: self.transcript,
+            permissions: PermissionSpec {
+                mode: self.permissions.permission_mode,
+                allow: self.permissions.allow,
+                deny: self.permissions.deny,
+                ask: self.permissions.ask,
+            },
+            sandbox: self.sandbox.spec(),
+        }
+    }
+}
+
+impl RunArgs {
+    /// The typed options of `orch run`, reporting progress to `reporter`.
+    pub fn options(self, reporter: Arc<dyn Reporter>) -> RunOptions {
+        RunOptions {
+            workflow: self.workflow,
+            inputs: self.inputs,
+            models: self.models.spec(),
+            concurrency: self.concurrency,
+            out: self.out,
+            json: self.json,
+            keep_worktrees: self.keep_worktrees,
+            trust_repo_config: self.trust_repo_config,
+            config_ref: self.config_ref,
+            repo: self.repo,
+            base: self.base,
+            run_id: self.run_id,
+            author: self.author,
+            only: self.only,
+            shard: self.shard,
+            from: self.from,
+            resume: self.resume,
+            max_fail: self.max_fail,
+            junit: self.junit,
+            record: self.record,
+            replay: self.replay,
+            reporter,
+        }
+    }
+}
+
+impl MergeArgs {
+    /// The typed options of `orch merge`, reporting progress to `reporter`.
+    pub fn options(self, reporter: Arc<dyn Reporter>) -> MergeOptions {
+        MergeOptions {
+            dirs: self.dirs,
+            out: self.out,
+            workflow: self.workflow,
+            inputs: self.inputs,
+            models: self.models.spec(),
+            json: self.json,
+            junit: self.junit,
+            reporter,
+        }
+    }
+}
+
+/// Arguments of the hidden tool-host mode (`orch_run::host::SUBCOMMAND`).
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The agent's working directory.
+    #[arg(long)]
+    pub cwd: PathBuf,
+    /// The tools this host serves, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
+    #[arg(long)]
+    pub policy: String,
+    /// The stdio MCP servers this host starts on request, as JSON (name -> server).
+    #[arg(long)]
+    pub mcp: Option<String>,
+}
+
+impl HostArgs {
+    /// The typed options of the tool host.
+    pub fn options(self) -> HostOptions {
+        HostOptions { cwd: self.cwd, tools: self.tools, policy: self.policy, mcp: self.mcp }
     }
 }
 
@@ -271,7 +419,7 @@ pub struct RunArgs {
     pub only: Vec<String>,
     /// Run only this share of the agents, `K/N` (by a stable hash of the agent id).
     #[arg(long, value_name = "K/N")]
-    pub shard: Option<crate::run::Shard>,
+    pub shard: Option<orch_run::run::Shard>,
     /// Take the results of agents that succeeded in an earlier run directory instead of
     /// running them (upstream agents of a shard, the source of a fan-out).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]

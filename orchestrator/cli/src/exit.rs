@@ -1,62 +1,11 @@
-//! Exit codes, as DESIGN.md documents them.
+//! The process exit code of an error that ended a command early.
 
-use orch_agents::Terminal;
+pub use orch_run::exit::{Code, UsageError};
 
-/// What the process tells its caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    /// Every agent succeeded.
-    Success = 0,
-    /// The work failed.
-    Failed = 1,
-    /// Bad usage or an invalid workflow.
-    Usage = 2,
-    /// The sandbox, git or the model API (auth, network) failed.
-    Infrastructure = 3,
-    /// Finished, but an agent stopped at a limit with partial work.
-    Partial = 4,
-    /// Interrupted by SIGINT.
-    Interrupted = 130,
-    /// Interrupted by SIGTERM.
-    Terminated = 143,
-}
-
-impl From<Code> for std::process::ExitCode {
-    fn from(code: Code) -> Self {
-        std::process::ExitCode::from(code as u8)
+/// The code for an error that ended the command before any agent finished.
+pub fn for_error(error: &anyhow::Error) -> Code {
+    match error.downcast_ref::<UsageError>() {
+        Some(_) => Code::Usage,
+        None => Code::Infrastructure,
     }
 }
-
-impl Code {
-    /// The code for one agent's terminal state.
-    pub fn for_terminal(terminal: &Terminal) -> Code {
-        match terminal {
-            Terminal::Completed => Code::Success,
-            t if t.is_limit() => Code::Partial,
-            Terminal::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
-                Code::Infrastructure
-            }
-            _ => Code::Failed,
-        }
-    }
-
-    /// The code for an error that ended the command before any agent finished.
-    pub fn for_error(error: &anyhow::Error) -> Code {
-        match error.downcast_ref::<UsageError>() {
-            Some(_) => Code::Usage,
-            None => Code::Infrastructure,
-        }
-    }
-}
-
-/// A mistake in how orch was called; exits with [`Code::Usage`].
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}

@@ -1,25 +1,18 @@
-//! The `orch` binary: thin glue over the library crates. It parses the command line,
-//! wires providers, tools and reporters together, and maps outcomes to exit codes.
+//! The `orch` binary: a thin layer over `orch-run`. It parses the command line,
+//! converts it once into typed options, picks the terminal's reporter, and maps
+//! outcomes to exit codes.
 
-mod agent_prompt;
 mod cli;
-mod clock;
-mod exec;
 mod exit;
-mod git;
-mod hooks_config;
-mod host;
 mod logging;
-mod mcp;
 mod plan_cmd;
-mod provider;
-mod record;
-mod repo_config;
-mod run;
+mod progress;
 mod sandbox_cmd;
-mod signals;
+
+use std::sync::Arc;
 
 use clap::Parser;
+use orch_run::{exec, host, run};
 
 fn main() -> std::process::ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "sandbox") {
@@ -44,8 +37,12 @@ fn main() -> std::process::ExitCode {
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
         other => other,
     };
-    if let cli::Command::ToolHost(args) = &command
-        && let Err(e) = host::confine_self(args)
+    let command = match command {
+        cli::Command::ToolHost(args) => Command::ToolHost(args.options()),
+        other => Command::Other(other),
+    };
+    if let Command::ToolHost(options) = &command
+        && let Err(e) = host::confine_self(options)
     {
         eprintln!("error: the tool host could not confine itself: {e:#}");
         return exit::Code::Infrastructure.into();
@@ -53,8 +50,8 @@ fn main() -> std::process::ExitCode {
     // A tool host serves one agent: one thread is plenty (blocking work such as a search
     // walk still goes to tokio's blocking pool), and 64 agents mean 64 hosts.
     let mut builder = match command {
-        cli::Command::ToolHost(_) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        Command::ToolHost(_) => tokio::runtime::Builder::new_current_thread(),
+        Command::Other(_) => tokio::runtime::Builder::new_multi_thread(),
     };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
@@ -65,20 +62,29 @@ fn main() -> std::process::ExitCode {
     };
     let code = runtime.block_on(async {
         match command {
-            cli::Command::Run(args) => run::run(*args).await,
-            cli::Command::Merge(args) => run::merge(*args).await,
-            cli::Command::Plan(args) => plan_cmd::show(&args),
-            cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
-            cli::Command::Exec(args) => exec::run(*args).await,
-            cli::Command::ToolHost(args) => host::serve(args).await.map(|()| exit::Code::Success),
-            cli::Command::Sandbox(_) => Ok(exit::Code::Usage),
+            Command::ToolHost(options) => host::serve(options).await.map(|()| exit::Code::Success),
+            Command::Other(cli::Command::Run(args)) => run::run(args.options(Arc::from(progress::for_terminal()))).await,
+            Command::Other(cli::Command::Merge(args)) => {
+                run::merge(args.options(Arc::from(progress::for_terminal()))).await
+            }
+            Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args),
+            Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
+            Command::Other(cli::Command::Exec(args)) => exec::run(args.options()).await,
+            Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
         }
     });
     match code {
         Ok(code) => code.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
-            exit::Code::for_error(&e).into()
+            exit::for_error(&e).into()
         }
     }
+}
+
+/// A command after the tool host's arguments were converted (it confines itself before
+/// the runtime exists).
+enum Command {
+    ToolHost(orch_run::options::HostOptions),
+    Other(cli::Command),
 }

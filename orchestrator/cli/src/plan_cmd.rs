@@ -3,30 +3,12 @@
 //! sandbox.
 
 use std::io::Write;
-use std::path::Path;
 
-use orch_workflows::{Diagnostic, Inputs, Plan, Workflow, render_diagnostics};
+use orch_run::workflow::{load, plan};
+use orch_workflows::Plan;
 
 use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
 use crate::exit::{Code, UsageError};
-
-/// Loads `path`, or prints its diagnostics on stderr.
-pub fn load(path: &Path) -> Result<Workflow, Code> {
-    orch_workflows::load(path).map_err(|diagnostics| report(&diagnostics))
-}
-
-/// Plans `workflow` with `inputs`, or prints the diagnostics on stderr.
-pub fn plan(workflow: &Workflow, inputs: &[(String, serde_json::Value)]) -> Result<Plan, Code> {
-    let inputs: Inputs = inputs.iter().cloned().collect();
-    orch_workflows::plan(workflow, &inputs).map_err(|diagnostics| report(&diagnostics))
-}
-
-fn report(diagnostics: &[Diagnostic]) -> Code {
-    eprint!("{}", render_diagnostics(diagnostics));
-    let n = diagnostics.len();
-    eprintln!("orch: the workflow is invalid ({n} error{})", if n == 1 { "" } else { "s" });
-    Code::Usage
-}
 
 /// `orch validate`: exit 0 and one line on stderr when the file is valid.
 pub fn validate(args: &ValidateArgs) -> Code {
@@ -57,7 +39,7 @@ fn matrix(plan: &Plan, shards: u32) -> serde_json::Value {
                     orch_workflows::PlanNode::Agent(spec) => Some(spec.id.as_str()),
                     orch_workflows::PlanNode::DynamicFanOut(_) => None,
                 })
-                .filter(|id| crate::run::shard_of(id, shards) == k)
+                .filter(|id| orch_run::run::shard_of(id, shards) == k)
                 .collect();
             serde_json::json!({ "shard": format!("{k}/{shards}"), "agents": agents.join(" ") })
         })

@@ -15,19 +15,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orch_agents::Event;
-
-use super::report::{AgentReport, AgentStatus};
-
-/// Receives what happens during a run.
-pub trait Reporter: Send + Sync {
-    fn agent_started(&self, id: &str);
-    fn event(&self, agent: &str, event: &Event);
-    fn agent_finished(&self, report: &AgentReport);
-    /// A run-level line (fan-out expanded, synthesis started, ...).
-    fn note(&self, line: &str);
-    /// Clears any live display; called once at the end.
-    fn finish(&self) {}
-}
+use orch_run::run::Reporter;
+use orch_run::run::report::{AgentReport, AgentStatus};
 
 /// Picks the reporter for this process: live on an attended terminal outside CI,
 /// plain otherwise (grouped under GitHub Actions).

@@ -37,19 +37,21 @@
 //! engine or image exits 125 with what to do.
 
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use orch_sandbox::policy::{Backend, Limits, Network, Policy, default_read_roots, filter_env};
+use orch_run::options::SettingSource;
+use orch_run::sandbox::{PolicyInput, PrivateDirs, TMPFS_MOUNT_POINT, build_policy, warn_unconfined};
+use orch_sandbox::policy::{Backend, Limits, Network, Policy};
 use orch_sandbox::{SandboxError, identity, reaper};
 
-use crate::cli::{BackendKind, NetworkKind, SandboxArgs, SandboxRunArgs};
+use crate::cli::{BackendKind, NetworkKind, SandboxRunArgs};
 
 /// Set (to `1`) by the outer orch in the environment of a container it runs
 /// `orch sandbox run --backend none` in: the inner orch is then the container's
@@ -67,175 +69,6 @@ pub const EXIT_TIMEOUT: u8 = 124;
 pub const EXIT_SANDBOX: u8 = 125;
 pub const EXIT_CANNOT_EXECUTE: u8 = 126;
 pub const EXIT_NOT_FOUND: u8 = 127;
-
-/// An agent's private tmp and home, under `base`.
-#[derive(Debug)]
-pub struct PrivateDirs {
-    pub base: PathBuf,
-    pub tmp: PathBuf,
-    pub home: PathBuf,
-    /// `base` is a shared mount point for a private tmpfs (see [`PrivateDirs::tmpfs`]),
-    /// not a directory of ours: it is kept.
-    pub tmpfs: bool,
-}
-
-/// The shared mount point of `orch sandbox run`'s private tmpfs, under `$TMPDIR`.
-const TMPFS_MOUNT_POINT: &str = "orch-sandbox";
-
-impl PrivateDirs {
-    /// Root and the landlock backend only: `base` as the mount point of a private
-    /// tmpfs that the sandbox mounts in its own mount namespace and that serves as its
-    /// tmp and home (`Policy::private_tmpfs`). `base` is created once (mode 0755) and
-    /// shared by every sandbox, each seeing only its own tmpfs there; `None` when it is
-    /// not a directory owned by root that only root may write to (then use
-    /// [`PrivateDirs::single`]). This saves creating, handing over and removing a
-    /// directory on the host's file system per run, which on ext4 costs a millisecond
-    /// when runs follow each other (the inode allocator skips recently freed inodes).
-    pub fn tmpfs(base: PathBuf) -> Option<Self> {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        match std::fs::create_dir(&base) {
-            Ok(()) => std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).ok()?,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(_) => return None,
-        }
-        let meta = std::fs::symlink_metadata(&base).ok()?;
-        (meta.is_dir() && meta.uid() == 0 && meta.mode() & 0o022 == 0).then(|| Self {
-            tmp: base.clone(),
-            home: base.clone(),
-            base,
-            tmpfs: true,
-        })
-    }
-
-    /// One fresh directory `base` serving as both tmp and home (one `mkdir`, where
-    /// start-up time matters).
-    pub fn single(base: PathBuf) -> std::io::Result<Self> {
-        match std::fs::create_dir(&base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                std::fs::remove_dir_all(&base)?;
-                std::fs::create_dir(&base)?;
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(Self { tmp: base.clone(), home: base.clone(), base, tmpfs: false })
-    }
-
-    /// Creates `base/tmp` and `base/home` (and `base`), fresh: a `base` left over from
-    /// an earlier process is emptied first.
-    pub fn create(base: PathBuf) -> std::io::Result<Self> {
-        let dirs = Self { tmp: base.join("tmp"), home: base.join("home"), base, tmpfs: false };
-        match std::fs::create_dir(&dirs.base) {
-            Ok(()) => {}
-            // Left over by a process that had the same pid and died.
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                std::fs::remove_dir_all(&dirs.base)?;
-                std::fs::create_dir(&dirs.base)?;
-            }
-            Err(_) => std::fs::create_dir_all(&dirs.base)?,
-        }
-        std::fs::create_dir(&dirs.tmp)?;
-        std::fs::create_dir(&dirs.home)?;
-        Ok(dirs)
-    }
-
-    /// Removes `base` and everything in it (a tmpfs mount point is kept: the tmpfs went
-    /// with the sandbox's mount namespace); failures are logged.
-    pub fn remove(&self) {
-        if self.tmpfs {
-            return;
-        }
-        if let Err(e) = std::fs::remove_dir_all(&self.base)
-            && e.kind() != ErrorKind::NotFound
-        {
-            tracing::warn!(dir = %self.base.display(), "could not remove the sandbox's private directories: {e}");
-        }
-    }
-}
-
-/// The backend a flag names.
-pub fn backend(kind: BackendKind) -> Backend {
-    match kind {
-        BackendKind::Landlock => Backend::Landlock,
-        BackendKind::Container => Backend::Container,
-        BackendKind::None => Backend::None,
-    }
-}
-
-/// The loud line every unconfined run prints.
-pub fn warn_unconfined() {
-    eprintln!(
-        "orch: WARNING: --backend none: commands run UNCONFINED, with orch's own user and privileges \
-         (no landlock, seccomp, uid drop or limits)"
-    );
-}
-
-/// What goes into a policy besides the flags.
-#[derive(Debug)]
-pub struct PolicyInput<'a> {
-    pub cwd: &'a Path,
-    /// Writable roots besides `--write` and the private directories.
-    pub write: Vec<PathBuf>,
-    /// Readable roots besides the defaults and `--read`.
-    pub read: Vec<PathBuf>,
-    pub dirs: &'a PrivateDirs,
-    /// Unique among live sandboxes on this machine; names the cgroup and seeds the uid.
-    pub name: String,
-    pub wall_time: Option<Duration>,
-}
-
-/// The policy for `args` and `input`: paths made absolute and canonical (a `--read` or
-/// `--write` that does not exist is an error), the filtered environment, and, when orch
-/// runs as root, a sandbox uid.
-pub fn build_policy(args: &SandboxArgs, input: PolicyInput<'_>) -> Result<Policy, SandboxError> {
-    let canonical = |flag: &str, p: &Path| {
-        let abs = if p.is_absolute() { p.to_path_buf() } else { input.cwd.join(p) };
-        std::fs::canonicalize(&abs).map_err(|e| {
-            SandboxError::InvalidPolicy(format!("{flag} {} cannot be used: {e}; give an existing path", p.display()))
-        })
-    };
-    let outer_home = std::env::var_os("HOME").map(PathBuf::from);
-    let mut read = default_read_roots(outer_home.as_deref());
-    read.extend(input.read);
-    for p in &args.read {
-        read.push(canonical("--read", p)?);
-    }
-    let mut write = input.write;
-    for p in &args.write {
-        write.push(canonical("--write", p)?);
-    }
-    write.push(input.dirs.tmp.clone());
-    write.push(input.dirs.home.clone());
-    dedup(&mut read);
-    dedup(&mut write);
-    let outer: Vec<(String, String)> = std::env::vars().collect();
-    let env = filter_env(outer.iter().map(|(k, v)| (k.as_str(), v.as_str())), &input.dirs.home, &input.dirs.tmp);
-    let uid = identity::is_root().then(|| {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        orch_sandbox::sandbox_uid(&format!("{}/{nanos}", input.name))
-    });
-    Ok(Policy {
-        backend: backend(args.backend),
-        read,
-        write,
-        network: match args.network {
-            NetworkKind::None => Network::None,
-            NetworkKind::Full => Network::Full,
-        },
-        limits: Limits { wall_time: input.wall_time, ..Limits::default() },
-        env,
-        cwd: input.cwd.to_path_buf(),
-        image: args.image.clone(),
-        uid,
-        name: Some(input.name),
-        private_tmpfs: input.dirs.tmpfs.then(|| input.dirs.base.clone()),
-    })
-}
-
-fn dedup(paths: &mut Vec<PathBuf>) {
-    let mut seen = std::collections::BTreeSet::new();
-    paths.retain(|p| seen.insert(p.clone()));
-}
 
 /// Runs `orch sandbox run`.
 pub fn run(args: SandboxRunArgs) -> ExitCode {
@@ -257,7 +90,7 @@ fn run_inner(args: SandboxRunArgs) -> Result<u8, SandboxError> {
             ));
         }
         BackendKind::None if in_container() => return in_container_run(&args),
-        BackendKind::None => warn_unconfined(),
+        BackendKind::None => warn_unconfined(SettingSource::Flags),
         BackendKind::Landlock | BackendKind::Container => {}
     }
     let cwd = std::env::current_dir()
@@ -282,7 +115,7 @@ fn supervise(args: &SandboxRunArgs, cwd: &Path, dirs: &PrivateDirs, pid: u32) ->
     let default_write = if args.sandbox.write.is_empty() && !root { vec![cwd.to_path_buf()] } else { vec![] };
     let name = format!("sandbox-{pid}");
     let policy = build_policy(
-        &args.sandbox,
+        &args.sandbox.spec(),
         PolicyInput {
             cwd,
             write: default_write,

@@ -2,7 +2,7 @@
 //! `git worktree add`, on the same repository.
 //!
 //! ```text
-//! cargo bench -p orch --bench worktrees -- [REPO]...
+//! cargo bench -p orch-run --bench worktrees -- [REPO]...
 //! ```
 //!
 //! Each REPO is a git repository (its HEAD is the base). With none, the bench prepares
@@ -27,11 +27,7 @@
 //! `getrusage(RUSAGE_THREAD)`, git's from `getrusage(RUSAGE_CHILDREN)`, which includes
 //! the processes it spawns), the steadier figure on a loaded machine.
 
-// The bench uses a part of the module only.
-#[allow(unused_imports)]
-#[path = "../src/git/mod.rs"]
-mod git;
-
+use orch_run::git;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

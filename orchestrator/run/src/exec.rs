@@ -14,12 +14,12 @@ use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
 use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ExecArgs;
+use crate::options::ExecOptions;
 use crate::exit::{Code, UsageError};
 use crate::host::{AgentSandbox, HostExecutor};
 use crate::{host, provider, signals};
 
-pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
+pub async fn run(args: ExecOptions) -> anyhow::Result<Code> {
     let mut model_args = args.model.clone();
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let mut config = QueryConfig::new(&args.agent_id, &args.model.model);
@@ -38,7 +38,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Code> {
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| UsageError(format!("the working directory {} is not usable: {e}", cwd.display())))?;
     let rules = RuleSet {
-        mode: args.permissions.permission_mode,
+        mode: args.permissions.mode,
         allow: args.permissions.allow.clone(),
         deny: args.permissions.deny.clone(),
         ask: args.permissions.ask.clone(),

@@ -30,33 +30,16 @@ use orch_sandbox::policy::{Backend, Policy};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{BackendKind, SandboxArgs};
 use crate::exit::UsageError;
-use crate::sandbox_cmd::{self, PolicyInput, PrivateDirs};
+use crate::options::{HostOptions, SandboxSpec};
+use crate::sandbox::{self, PolicyInput, PrivateDirs};
 
 /// The hidden subcommand name.
 pub const SUBCOMMAND: &str = "__tool-host";
 
-/// Arguments of the hidden mode.
-#[derive(Debug, clap::Args)]
-pub struct HostArgs {
-    /// The agent's working directory.
-    #[arg(long)]
-    pub cwd: PathBuf,
-    /// The tools this host serves, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    pub tools: Vec<String>,
-    /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
-    #[arg(long)]
-    pub policy: String,
-    /// The stdio MCP servers this host starts on request, as JSON (name -> server).
-    #[arg(long)]
-    pub mcp: Option<String>,
-}
-
 /// Confines this process under the policy of `args`. Runs before the async runtime
 /// exists (see `main`).
-pub fn confine_self(args: &HostArgs) -> anyhow::Result<()> {
+pub fn confine_self(args: &HostOptions) -> anyhow::Result<()> {
     let policy: Policy = serde_json::from_str(&args.policy).context("the tool host got a malformed --policy")?;
     let done = orch_sandbox::confine(&policy)?;
     tracing::debug!(?done, "tool host confined");
@@ -81,7 +64,7 @@ impl AgentSandbox {
     /// roots (such as the directory of results too large to send inline). Warns when
     /// the backend is `none`.
     pub fn prepare(
-        args: &SandboxArgs,
+        args: &SandboxSpec,
         cwd: &Path,
         writable_cwd: bool,
         read: Vec<PathBuf>,
@@ -89,11 +72,12 @@ impl AgentSandbox {
         base: PathBuf,
     ) -> anyhow::Result<AgentSandbox> {
         match args.backend {
-            BackendKind::Container if args.image.is_none() => {
-                return Err(UsageError("--backend container needs an image: pass --image NAME".into()).into());
+            Backend::Container if args.image.is_none() => {
+                let (key, hint) = (args.source.backend_key(), args.source.image_hint());
+                return Err(UsageError(format!("{key} container needs an image: {hint}")).into());
             }
-            BackendKind::None => sandbox_cmd::warn_unconfined(),
-            BackendKind::Landlock | BackendKind::Container => {}
+            Backend::None => sandbox::warn_unconfined(args.source),
+            Backend::Landlock | Backend::Container => {}
         }
         let dirs = PrivateDirs::create(base).context("cannot create the agent's private tmp and home")?;
         let input = PolicyInput {
@@ -104,7 +88,7 @@ impl AgentSandbox {
             name: name.to_string(),
             wall_time: None,
         };
-        let prepared = sandbox_cmd::build_policy(args, input)
+        let prepared = sandbox::build_policy(args, input)
             .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))
             .and_then(|policy| {
                 // The container backend hands the writable roots over itself.
@@ -183,7 +167,7 @@ pub fn select_tools(names: &[String]) -> anyhow::Result<Vec<Arc<dyn DynTool>>> {
 }
 
 /// Runs the tool host until the coordinator closes its stdin or says shutdown.
-pub async fn serve(args: HostArgs) -> anyhow::Result<()> {
+pub async fn serve(args: HostOptions) -> anyhow::Result<()> {
     // An agent with `tools: []` is spawned with `--tools ""`, which clap reads as one
     // empty name.
     let names: Vec<String> = args.tools.iter().filter(|t| !t.is_empty()).cloned().collect();

@@ -8,14 +8,14 @@ use orch_agents::model::openai::{OpenAiConfig, OpenAiProvider};
 use orch_agents::model::scripted::ScriptedProvider;
 use orch_agents::{ModelProvider, PriceTable};
 
-use crate::cli::{ModelArgs, ProviderKind};
+use crate::options::{ModelSpec, Provider};
 use crate::exit::UsageError;
 
-pub fn build(args: &ModelArgs) -> anyhow::Result<Arc<dyn ModelProvider>> {
+pub fn build(args: &ModelSpec) -> anyhow::Result<Arc<dyn ModelProvider>> {
     Ok(match args.provider {
-        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig::from_env())?),
-        ProviderKind::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig::from_env())?),
-        ProviderKind::Scripted => {
+        Provider::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig::from_env())?),
+        Provider::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig::from_env())?),
+        Provider::Scripted => {
             let path = args.script.as_ref().ok_or_else(|| {
                 UsageError(
                     "--provider scripted needs a turn script: pass --script FILE (or set ORCH_SCRIPT)".to_string(),
@@ -26,7 +26,7 @@ pub fn build(args: &ModelArgs) -> anyhow::Result<Arc<dyn ModelProvider>> {
     })
 }
 
-pub fn prices(args: &ModelArgs) -> anyhow::Result<Arc<PriceTable>> {
+pub fn prices(args: &ModelSpec) -> anyhow::Result<Arc<PriceTable>> {
     let mut table = PriceTable::default();
     if let Some(path) = &args.prices {
         let text =

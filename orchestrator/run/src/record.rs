@@ -26,7 +26,7 @@ const EXPECT_CHARS: usize = 200;
 /// The model provider `model` asks for, or with `--replay DIR` the scripted provider on
 /// DIR's script (then `model` says so too), wrapped in a [`Recorder`] with `--record`.
 pub fn provider(
-    model: &mut crate::cli::ModelArgs,
+    model: &mut crate::options::ModelSpec,
     record: Option<&Path>,
     replay: Option<&Path>,
 ) -> anyhow::Result<Arc<dyn ModelProvider>> {
@@ -39,7 +39,7 @@ pub fn provider(
             ))
             .into());
         }
-        model.provider = crate::cli::ProviderKind::Scripted;
+        model.provider = crate::options::Provider::Scripted;
         model.script = Some(script);
     }
     let provider = crate::provider::build(model)?;

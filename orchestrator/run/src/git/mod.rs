@@ -41,10 +41,6 @@
 //! includes the branches of agents the coordinator has already committed and the admin
 //! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
 
-// A few accessors (`branch_for`, `changed_files`, ...) serve the tests and the worktree
-// benchmark only.
-#![allow(dead_code)]
-
 mod clone;
 mod merge;
 mod names;

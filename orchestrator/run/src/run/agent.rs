@@ -21,8 +21,8 @@ use super::events::{AgentSink, Transcript};
 use super::output::{MAX_RETRIES, OutputSchema};
 use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
-use crate::cli::{BackendKind, NetworkKind, SandboxArgs};
 use crate::git::{ChangeKind, Worktree, safe_name};
+use crate::options::{SandboxSpec, SettingSource};
 use crate::host::{self, AgentSandbox, HostExecutor};
 
 /// A finished agent: its report and the spec it ran.
@@ -116,19 +116,13 @@ async fn drive(
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
     read.extend(git.read_only.iter().cloned());
     read.extend(shared.cache_dir.iter().cloned());
-    let args = SandboxArgs {
-        backend: match spec.sandbox.backend {
-            orch_workflows::Backend::Landlock => BackendKind::Landlock,
-            orch_workflows::Backend::Container => BackendKind::Container,
-            orch_workflows::Backend::None => BackendKind::None,
-        },
-        network: match spec.sandbox.network {
-            orch_workflows::Network::None => NetworkKind::None,
-            orch_workflows::Network::Full => NetworkKind::Full,
-        },
+    let args = SandboxSpec {
+        backend: crate::sandbox::backend_of(spec.sandbox.backend),
+        network: crate::sandbox::network_of(spec.sandbox.network),
         read,
         write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
         image: spec.sandbox.image.clone(),
+        source: SettingSource::Workflow,
     };
     let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
     let results = shared.run_dir.join("tool-results");
@@ -341,12 +335,11 @@ async fn converse(
         Terminal::MaxTurns { .. } if let Some(StopReason::RunLimit(why)) = shared.meter.exhausted() => {
             (AgentStatus::Partial, Some(why))
         }
-        t if t.is_limit() => (AgentStatus::Partial, Some(t.to_string())),
-        Terminal::ModelError { kind, .. } => {
-            report.infrastructure = matches!(kind.as_str(), "auth" | "network" | "config");
-            (AgentStatus::Failed, Some(terminal.to_string()))
+        t => {
+            let disposition = t.disposition();
+            report.infrastructure |= disposition.infrastructure();
+            (disposition.status.into(), Some(t.to_string()))
         }
-        _ => (AgentStatus::Failed, Some(terminal.to_string())),
     };
     report.status = status;
     report.reason = reason;

@@ -135,7 +135,7 @@ pub struct AgentSink {
     pub stop: Arc<super::Stop>,
     pub run_cancel: CancellationToken,
     pub json: bool,
-    pub reporter: Arc<dyn super::progress::Reporter>,
+    pub reporter: Arc<dyn super::Reporter>,
 }
 
 impl EventSink for AgentSink {

@@ -15,13 +15,13 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
-use super::{conclude, events, exit_code, github, progress, publish, schedule, synthesis};
-use crate::cli::MergeArgs;
+use super::{conclude, events, exit_code, github, publish, schedule, synthesis};
+use crate::options::MergeOptions;
 use crate::exit::{Code, UsageError};
-use crate::{clock, plan_cmd, provider, signals};
+use crate::{clock, provider, signals, workflow};
 
 /// `orch merge`.
-pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
+pub async fn run(args: MergeOptions) -> anyhow::Result<Code> {
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
     let mut reports = Vec::new();
@@ -34,11 +34,11 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
     };
     let plan = match &args.workflow {
         Some(path) => {
-            let workflow = match plan_cmd::load(path) {
+            let workflow = match workflow::load(path) {
                 Ok(w) => w,
                 Err(code) => return Ok(code),
             };
-            match plan_cmd::plan(&workflow, &args.inputs) {
+            match workflow::plan(&workflow, &args.inputs) {
                 Ok(p) => Some(p),
                 Err(code) => return Ok(code),
             }
@@ -127,7 +127,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<Code> {
             meter: Arc::new(events::Meter::new(orch_workflows::Limits::default())),
             stop: Arc::new(super::Stop::default()),
             run_cancel: cancel,
-            reporter: Arc::from(progress::for_terminal()),
+            reporter: args.reporter.clone(),
             json: args.json,
         };
         let at = Instant::now();

@@ -26,8 +26,8 @@ mod github;
 mod junit;
 mod merge;
 mod output;
-mod progress;
-mod report;
+pub mod report;
+mod reporter;
 mod schedule;
 mod select;
 mod setup;
@@ -35,6 +35,7 @@ mod synthesis;
 
 pub(crate) use events::Transcript;
 pub use merge::run as merge;
+pub use reporter::Reporter;
 pub use select::{Shard, shard_of};
 
 use std::io::Write as _;
@@ -47,10 +48,10 @@ use orch_agents::{ModelProvider, PriceTable};
 use orch_workflows::{Integrate, Plan, PlanNode};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RunArgs;
+use crate::options::RunOptions;
 use crate::exit::{Code, UsageError};
 use crate::git::{Author, GitError, RunClone};
-use crate::{clock, plan_cmd, provider, signals};
+use crate::{clock, provider, signals, workflow};
 use report::{AgentReport, AgentStatus, IntegrationReport, RunReport, RunStatus, Totals, WorkflowInfo};
 
 /// The model used when neither the command line, the workflow nor the agent names one.
@@ -117,7 +118,7 @@ pub struct Shared {
     /// `<run_dir>/cache` when setup ran: readable by every agent.
     pub cache_dir: Option<PathBuf>,
     pub cache_env: Vec<(String, String)>,
-    pub reporter: Arc<dyn progress::Reporter>,
+    pub reporter: Arc<dyn Reporter>,
     /// The run's sub-agent limits and agent definitions, shared by every `Agent` tool.
     pub subagents: Arc<orch_agents::subagent::SubagentRun>,
     /// `uses:` of each workflow agent (by key), resolved against the definitions.
@@ -127,18 +128,18 @@ pub struct Shared {
 }
 
 /// `orch run`.
-pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
+pub async fn run(args: RunOptions) -> anyhow::Result<Code> {
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
     let github = github::Actions::detect();
     if let Some(g) = &github {
         g.mask_secrets();
     }
-    let workflow = match plan_cmd::load(&args.workflow) {
+    let workflow = match workflow::load(&args.workflow) {
         Ok(w) => w,
         Err(code) => return Ok(code),
     };
-    let plan = match plan_cmd::plan(&workflow, &args.inputs) {
+    let plan = match workflow::plan(&workflow, &args.inputs) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
@@ -211,7 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Code> {
         keep_worktrees: args.keep_worktrees,
         cache_dir: None,
         cache_env: Vec::new(),
-        reporter: Arc::from(progress::for_terminal()),
+        reporter: args.reporter.clone(),
         subagents,
         uses,
         extensions,
@@ -391,7 +392,7 @@ fn preflight(plan: &Plan) -> anyhow::Result<()> {
 /// pull-request run, see [`crate::repo_config`]) and checks that every `mcp__` tool an
 /// agent lists names a declared server.
 fn load_extensions(
-    args: &RunArgs,
+    args: &RunOptions,
     workflow: &orch_workflows::Workflow,
     plan: &Plan,
     repo: &Path,
@@ -594,7 +595,7 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
 
 /// stdout: the run's answer (synthesis, or the only agent's), or with `--json` a last
 /// line with the report. A summary line goes to stderr.
-fn finish_output(args: &RunArgs, report: &RunReport) -> anyhow::Result<()> {
+fn finish_output(args: &RunOptions, report: &RunReport) -> anyhow::Result<()> {
     let t = &report.totals;
     eprintln!(
         "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \

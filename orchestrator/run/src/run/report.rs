@@ -110,6 +110,18 @@ pub enum AgentStatus {
     Skipped,
 }
 
+impl From<orch_agents::event::Status> for AgentStatus {
+    fn from(status: orch_agents::event::Status) -> Self {
+        use orch_agents::event::Status;
+        match status {
+            Status::Succeeded => Self::Succeeded,
+            Status::Partial => Self::Partial,
+            Status::Failed => Self::Failed,
+            Status::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
 impl AgentStatus {
     pub fn as_str(self) -> &'static str {
         match self {

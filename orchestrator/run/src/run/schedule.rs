@@ -216,7 +216,7 @@ fn resolve(
     running: &HashMap<tokio::task::Id, (String, String, Instant)>,
     done: &[AgentReport],
     outputs: &HashMap<String, Value>,
-    reporter: &dyn super::progress::Reporter,
+    reporter: &dyn super::Reporter,
 ) -> (Vec<AgentReport>, bool) {
     let mut finished: Vec<AgentReport> = Vec::new();
     let mut expanded = false;
@@ -342,7 +342,7 @@ pub struct SynthesisEnv<'a> {
     pub meter: Arc<super::events::Meter>,
     pub stop: Arc<super::Stop>,
     pub run_cancel: tokio_util::sync::CancellationToken,
-    pub reporter: Arc<dyn super::progress::Reporter>,
+    pub reporter: Arc<dyn super::Reporter>,
     pub json: bool,
 }
 
@@ -420,12 +420,7 @@ pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) ->
     report.cost_usd = outcome.cost_usd;
     report.model = Some(outcome.model);
     report.text = outcome.final_text;
-    report.status = match &outcome.terminal {
-        Terminal::Completed => AgentStatus::Succeeded,
-        t if t.is_limit() => AgentStatus::Partial,
-        Terminal::Aborted { .. } => AgentStatus::Cancelled,
-        _ => AgentStatus::Failed,
-    };
+    report.status = outcome.terminal.disposition().status.into();
     if outcome.terminal != Terminal::Completed {
         report.reason = Some(outcome.terminal.to_string());
     }

@@ -20,8 +20,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{SetupCommand, SetupReport};
-use crate::cli::{BackendKind, NetworkKind, SandboxArgs};
 use crate::git::RunClone;
+use crate::options::{SandboxSpec, SettingSource};
+use orch_sandbox::policy::{Backend, Network};
 use crate::host::{self, AgentSandbox, HostExecutor};
 
 /// The longest a setup command may run, in milliseconds (the `Bash` tool's maximum).
@@ -55,16 +56,17 @@ pub async fn run(
     let worktree = clone.add_worktree("setup").await.context("cannot create the setup worktree")?;
     let cwd = worktree.path().to_path_buf();
     let git = worktree.git_paths();
-    let args = SandboxArgs {
+    let args = SandboxSpec {
         // Containers have no network; setup needs it, so it runs under landlock there.
         backend: match backend {
-            orch_workflows::Backend::None => BackendKind::None,
-            _ => BackendKind::Landlock,
+            orch_workflows::Backend::None => Backend::None,
+            _ => Backend::Landlock,
         },
-        network: NetworkKind::Full,
+        network: Network::Full,
         read: git.read_only.clone(),
         write: vec![cache.clone()],
         image: None,
+        source: SettingSource::Workflow,
     };
     let name = host::sandbox_name(&format!("{run_id}-setup"));
     let mut sandbox = AgentSandbox::prepare(&args, &cwd, true, vec![], &name, run_dir.join("sandbox").join("setup"))?;

@@ -4,8 +4,7 @@
 //! flags (`--only`, `--max-fail`, `--resume`, `--junit`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "run/support.rs"]
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;

@@ -8,8 +8,7 @@
 //! tests fail, unless `ORCH_SKIP_MCP_TESTS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "run/support.rs"]
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,7 +19,7 @@ use serde_json::json;
 use support::{Fixture, Run, orch, processes_left};
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
 fn server_script() -> PathBuf {

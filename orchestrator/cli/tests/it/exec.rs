@@ -48,7 +48,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 
 #[test]
 fn the_exec_example_runs_offline() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap();
     let (code, stdout, stderr) = run(orch().current_dir(root).args([
         "exec",
         "--provider",

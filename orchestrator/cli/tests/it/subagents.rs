@@ -8,8 +8,7 @@
 //! `lead/sub-<n>`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "run/support.rs"]
-mod support;
+use crate::support;
 
 use orch_testkit::mock::{MockServer, Step};
 use serde_json::Value;

@@ -10,7 +10,7 @@ use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {

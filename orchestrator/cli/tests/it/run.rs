@@ -5,8 +5,7 @@
 //! `setup:`, what a run leaves behind, exit codes and interrupts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[path = "run/support.rs"]
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
