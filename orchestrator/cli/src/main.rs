@@ -63,7 +63,9 @@ fn main() -> std::process::ExitCode {
     let code = runtime.block_on(async {
         match command {
             Command::ToolHost(options) => host::serve(options).await.map(|()| exit::Code::Success),
-            Command::Other(cli::Command::Run(args)) => run::run(args.options(Arc::from(progress::for_terminal()))).await,
+            Command::Other(cli::Command::Run(args)) => {
+                run::run(args.options(Arc::from(progress::for_terminal()))).await
+            }
             Command::Other(cli::Command::Merge(args)) => {
                 run::merge(args.options(Arc::from(progress::for_terminal()))).await
             }

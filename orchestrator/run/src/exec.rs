@@ -14,9 +14,9 @@ use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
 use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
-use crate::options::ExecOptions;
 use crate::exit::{Code, UsageError};
 use crate::host::{AgentSandbox, HostExecutor};
+use crate::options::ExecOptions;
 use crate::{host, provider, signals};
 
 pub async fn run(args: ExecOptions) -> anyhow::Result<Code> {

@@ -8,8 +8,8 @@ use orch_agents::model::openai::{OpenAiConfig, OpenAiProvider};
 use orch_agents::model::scripted::ScriptedProvider;
 use orch_agents::{ModelProvider, PriceTable};
 
-use crate::options::{ModelSpec, Provider};
 use crate::exit::UsageError;
+use crate::options::{ModelSpec, Provider};
 
 pub fn build(args: &ModelSpec) -> anyhow::Result<Arc<dyn ModelProvider>> {
     Ok(match args.provider {

@@ -188,4 +188,3 @@ fn dedup(paths: &mut Vec<PathBuf>) {
     let mut seen = std::collections::BTreeSet::new();
     paths.retain(|p| seen.insert(p.clone()));
 }
-

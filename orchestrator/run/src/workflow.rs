@@ -24,4 +24,3 @@ fn report(diagnostics: &[Diagnostic]) -> Code {
     eprintln!("orch: the workflow is invalid ({n} error{})", if n == 1 { "" } else { "s" });
     Code::Usage
 }
-

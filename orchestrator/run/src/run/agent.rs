@@ -22,8 +22,8 @@ use super::output::{MAX_RETRIES, OutputSchema};
 use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, Worktree, safe_name};
-use crate::options::{SandboxSpec, SettingSource};
 use crate::host::{self, AgentSandbox, HostExecutor};
+use crate::options::{SandboxSpec, SettingSource};
 
 /// A finished agent: its report and the spec it ran.
 pub struct Finished {

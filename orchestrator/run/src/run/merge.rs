@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
 use super::{conclude, events, exit_code, github, publish, schedule, synthesis};
-use crate::options::MergeOptions;
 use crate::exit::{Code, UsageError};
+use crate::options::MergeOptions;
 use crate::{clock, provider, signals, workflow};
 
 /// `orch merge`.

@@ -48,9 +48,9 @@ use orch_agents::{ModelProvider, PriceTable};
 use orch_workflows::{Integrate, Plan, PlanNode};
 use tokio_util::sync::CancellationToken;
 
-use crate::options::RunOptions;
 use crate::exit::{Code, UsageError};
 use crate::git::{Author, GitError, RunClone};
+use crate::options::RunOptions;
 use crate::{clock, provider, signals, workflow};
 use report::{AgentReport, AgentStatus, IntegrationReport, RunReport, RunStatus, Totals, WorkflowInfo};
 

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::report::{SetupCommand, SetupReport};
 use crate::git::RunClone;
+use crate::host::{self, AgentSandbox, HostExecutor};
 use crate::options::{SandboxSpec, SettingSource};
 use orch_sandbox::policy::{Backend, Network};
-use crate::host::{self, AgentSandbox, HostExecutor};
 
 /// The longest a setup command may run, in milliseconds (the `Bash` tool's maximum).
 const COMMAND_TIMEOUT_MS: u64 = 600_000;
