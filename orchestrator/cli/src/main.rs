@@ -60,18 +60,18 @@ fn main() -> std::process::ExitCode {
             return exit::Code::Infrastructure.into();
         }
     };
-    let code = runtime.block_on(async {
+    let code: anyhow::Result<exit::Code> = runtime.block_on(async {
         match command {
-            Command::ToolHost(options) => host::serve(options).await.map(|()| exit::Code::Success),
+            Command::ToolHost(options) => Ok(host::serve(options).await.map(|()| exit::Code::Success)?),
             Command::Other(cli::Command::Run(args)) => {
-                run::run(args.options(Arc::from(progress::for_terminal()))).await
+                Ok(run::run(args.options(Arc::from(progress::for_terminal()))).await?)
             }
             Command::Other(cli::Command::Merge(args)) => {
-                run::merge(args.options(Arc::from(progress::for_terminal()))).await
+                Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?)
             }
             Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args),
             Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
-            Command::Other(cli::Command::Exec(args)) => exec::run(args.options()).await,
+            Command::Other(cli::Command::Exec(args)) => Ok(exec::run(args.options()).await?),
             Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
         }
     });

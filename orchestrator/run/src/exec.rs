@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use crate::error::Context as _;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
@@ -19,7 +19,7 @@ use crate::host::{AgentSandbox, HostExecutor};
 use crate::options::ExecOptions;
 use crate::{host, provider, signals};
 
-pub async fn run(args: ExecOptions) -> anyhow::Result<Code> {
+pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let mut model_args = args.model.clone();
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let mut config = QueryConfig::new(&args.agent_id, &args.model.model);

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::Context;
+use crate::error::Context as _;
 use orch_agents::command_hooks::{CommandHook, DEFAULT_TIMEOUT, HookEvent as AgentEvent};
 use orch_workflows::extensions::{HookCommand, HookEvent, HookMatcher, HookSettings, McpServer, is_server_name};
 use serde_json::Value;
@@ -32,7 +32,7 @@ pub fn load(
     repo: &RepoConfig,
     workflow_hooks: &HookSettings,
     workflow_mcp: &BTreeMap<String, McpServer>,
-) -> anyhow::Result<Extensions> {
+) -> crate::error::Result<Extensions> {
     let mut out = Extensions::default();
     if let Some(text) = repo.read(".orch/settings.yaml")? {
         let value: Value = serde_yaml::from_str(&text)
@@ -53,10 +53,12 @@ pub fn load(
             serde_json::from_value(servers).context(".mcp.json: `mcpServers` does not hold valid server entries")?;
         for (name, server) in servers {
             if !is_server_name(&name) {
-                anyhow::bail!(".mcp.json: `{name}` cannot name an MCP server (letters, digits, `-`, single `_`)");
+                return Err(crate::error::Error::Message(format!(
+                    ".mcp.json: `{name}` cannot name an MCP server (letters, digits, `-`, single `_`)"
+                )));
             }
             if let Some((message, hint)) = server.problem() {
-                anyhow::bail!(".mcp.json: server `{name}`: {message}; {hint}");
+                return Err(crate::error::Error::Message(format!(".mcp.json: server `{name}`: {message}; {hint}")));
             }
             out.mcp_servers.insert(name, server);
         }
@@ -76,9 +78,11 @@ pub fn load(
 
 /// The `hooks` object of a settings file, leniently: unknown events and non-command
 /// hooks are skipped with a warning; a malformed command hook is an error.
-fn hooks_of(settings: &Value, file: &str) -> anyhow::Result<Vec<CommandHook>> {
+fn hooks_of(settings: &Value, file: &str) -> crate::error::Result<Vec<CommandHook>> {
     let Some(hooks) = settings.get("hooks") else { return Ok(Vec::new()) };
-    let Some(events) = hooks.as_object() else { anyhow::bail!("{file}: `hooks` must be an object of events") };
+    let Some(events) = hooks.as_object() else {
+        return Err(crate::error::Error::Message(format!("{file}: `hooks` must be an object of events")));
+    };
     let mut settings = HookSettings::new();
     for (event, groups) in events {
         let Ok(event) = serde_json::from_value::<HookEvent>(Value::String(event.clone())) else {
@@ -86,7 +90,7 @@ fn hooks_of(settings: &Value, file: &str) -> anyhow::Result<Vec<CommandHook>> {
             continue;
         };
         let Some(groups) = groups.as_array() else {
-            anyhow::bail!("{file}: `hooks.{}` must be a list", event.as_str())
+            return Err(crate::error::Error::Message(format!("{file}: `hooks.{}` must be a list", event.as_str())));
         };
         for group in groups {
             let mut group = group.clone();

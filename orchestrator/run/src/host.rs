@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use crate::error::Context as _;
 use async_trait::async_trait;
 use orch_agents::ToolOutput;
 use orch_agents::tools::host::{HostRequest, HostTools, ToolExecutor};
@@ -39,7 +39,7 @@ pub const SUBCOMMAND: &str = "__tool-host";
 
 /// Confines this process under the policy of `args`. Runs before the async runtime
 /// exists (see `main`).
-pub fn confine_self(args: &HostOptions) -> anyhow::Result<()> {
+pub fn confine_self(args: &HostOptions) -> crate::error::Result<()> {
     let policy: Policy = serde_json::from_str(&args.policy).context("the tool host got a malformed --policy")?;
     let done = orch_sandbox::confine(&policy)?;
     tracing::debug!(?done, "tool host confined");
@@ -70,7 +70,7 @@ impl AgentSandbox {
         read: Vec<PathBuf>,
         name: &str,
         base: PathBuf,
-    ) -> anyhow::Result<AgentSandbox> {
+    ) -> crate::error::Result<AgentSandbox> {
         match args.backend {
             Backend::Container if args.image.is_none() => {
                 let (key, hint) = (args.source.backend_key(), args.source.image_hint());
@@ -89,7 +89,7 @@ impl AgentSandbox {
             wall_time: None,
         };
         let prepared = sandbox::build_policy(args, input)
-            .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))
+            .map_err(|e| crate::error::Error::from(UsageError(e.to_string())))
             .and_then(|policy| {
                 // The container backend hands the writable roots over itself.
                 let handover = match policy.backend {
@@ -153,21 +153,24 @@ impl Handler for Serve {
 }
 
 /// The tools named in `names`, from the core set.
-pub fn select_tools(names: &[String]) -> anyhow::Result<Vec<Arc<dyn DynTool>>> {
+pub fn select_tools(names: &[String]) -> crate::error::Result<Vec<Arc<dyn DynTool>>> {
     let all = core_tools();
     names
         .iter()
         .map(|n| {
             all.iter().find(|t| t.name() == n).cloned().ok_or_else(|| {
                 let known: Vec<_> = all.iter().map(|t| t.name()).collect();
-                anyhow::Error::new(UsageError(format!("unknown tool `{n}`; the tools are: {}", known.join(", "))))
+                crate::error::Error::from(UsageError(format!(
+                    "unknown tool `{n}`; the tools are: {}",
+                    known.join(", ")
+                )))
             })
         })
         .collect()
 }
 
 /// Runs the tool host until the coordinator closes its stdin or says shutdown.
-pub async fn serve(args: HostOptions) -> anyhow::Result<()> {
+pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
     // An agent with `tools: []` is spawned with `--tools ""`, which clap reads as one
     // empty name.
     let names: Vec<String> = args.tools.iter().filter(|t| !t.is_empty()).cloned().collect();
@@ -209,7 +212,13 @@ pub fn sandbox_name(id: &str) -> String {
 /// `tools`, confined by `policy`: a child process, or for the container backend a
 /// container (labelled with the run and agent) whose long-lived process is this orch
 /// binary.
-pub async fn spawn(run: &str, agent: &str, cwd: &Path, tools: &[String], policy: &Policy) -> anyhow::Result<Started> {
+pub async fn spawn(
+    run: &str,
+    agent: &str,
+    cwd: &Path,
+    tools: &[String],
+    policy: &Policy,
+) -> crate::error::Result<Started> {
     spawn_with_mcp(run, agent, cwd, tools, policy, None).await
 }
 
@@ -221,7 +230,7 @@ pub async fn spawn_with_mcp(
     tools: &[String],
     policy: &Policy,
     mcp: Option<&str>,
-) -> anyhow::Result<Started> {
+) -> crate::error::Result<Started> {
     let mcp_args: Vec<String> = mcp.map(|m| vec!["--mcp".to_string(), m.to_string()]).unwrap_or_default();
     let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
     if policy.backend == Backend::Container {

@@ -4,6 +4,7 @@
 
 pub mod agent_prompt;
 pub mod clock;
+pub mod error;
 pub mod exec;
 pub mod exit;
 pub mod git;

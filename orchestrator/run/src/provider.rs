@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
+use crate::error::Context as _;
 use orch_agents::model::anthropic::{AnthropicConfig, AnthropicProvider};
 use orch_agents::model::openai::{OpenAiConfig, OpenAiProvider};
 use orch_agents::model::scripted::ScriptedProvider;
@@ -11,7 +11,7 @@ use orch_agents::{ModelProvider, PriceTable};
 use crate::exit::UsageError;
 use crate::options::{ModelSpec, Provider};
 
-pub fn build(args: &ModelSpec) -> anyhow::Result<Arc<dyn ModelProvider>> {
+pub fn build(args: &ModelSpec) -> crate::error::Result<Arc<dyn ModelProvider>> {
     Ok(match args.provider {
         Provider::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig::from_env())?),
         Provider::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig::from_env())?),
@@ -26,7 +26,7 @@ pub fn build(args: &ModelSpec) -> anyhow::Result<Arc<dyn ModelProvider>> {
     })
 }
 
-pub fn prices(args: &ModelSpec) -> anyhow::Result<Arc<PriceTable>> {
+pub fn prices(args: &ModelSpec) -> crate::error::Result<Arc<PriceTable>> {
     let mut table = PriceTable::default();
     if let Some(path) = &args.prices {
         let text =

@@ -29,7 +29,7 @@ pub fn provider(
     model: &mut crate::options::ModelSpec,
     record: Option<&Path>,
     replay: Option<&Path>,
-) -> anyhow::Result<Arc<dyn ModelProvider>> {
+) -> crate::error::Result<Arc<dyn ModelProvider>> {
     if let Some(dir) = replay {
         let script = dir.join(SCRIPT);
         if !script.is_file() {
@@ -45,8 +45,9 @@ pub fn provider(
     let provider = crate::provider::build(model)?;
     match record {
         Some(dir) => {
-            let recorder = Recorder::new(provider, dir).map_err(|e| {
-                anyhow::Error::new(e).context(format!("cannot create the record directory {}", dir.display()))
+            let recorder = Recorder::new(provider, dir).map_err(|e| crate::error::Error::Failed {
+                what: format!("cannot create the record directory {}", dir.display()),
+                cause: Box::new(e),
             })?;
             Ok(Arc::new(recorder))
         }

@@ -102,7 +102,7 @@ async fn drive(
     transcript: Option<Arc<Transcript>>,
     cancel: &CancellationToken,
     report: &mut AgentReport,
-) -> anyhow::Result<()> {
+) -> crate::error::Result<()> {
     let schema = match spec.output_schema.as_ref().map(OutputSchema::new).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -172,8 +172,9 @@ async fn drive(
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let outcome = async {
-        let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
-            .map_err(|e| anyhow::anyhow!("the permission rules of `{}` are invalid: {e}", spec.id))?;
+        let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| {
+            crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id))
+        })?;
         let mut tools = host::select_tools(&host_tools)?;
         tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
         let hook_tools = tools.clone();
@@ -216,7 +217,7 @@ async fn drive(
                 router.clone(),
                 sink.clone(),
             )
-            .map_err(|e| anyhow::anyhow!("the hooks of `{}` are invalid: {e}", spec.id))?
+            .map_err(|e| crate::error::Error::Message(format!("the hooks of `{}` are invalid: {e}", spec.id)))?
             .with_session_id(format!("{}/{}", shared.run_id, spec.id))
             .with_cancel(cancel.clone());
             pool.with_hooks(Arc::new(hooks))
@@ -237,7 +238,7 @@ async fn drive(
         converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
         report.timings.loop_ms = ms(at);
         report.subagents = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
-        anyhow::Ok(())
+        Ok::<(), crate::error::Error>(())
     }
     .await;
     let at = Instant::now();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use anyhow::Context as _;
+use crate::error::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
@@ -21,7 +21,7 @@ use crate::options::MergeOptions;
 use crate::{clock, provider, signals, workflow};
 
 /// `orch merge`.
-pub async fn run(args: MergeOptions) -> anyhow::Result<Code> {
+pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
     let mut reports = Vec::new();
@@ -157,9 +157,12 @@ pub async fn run(args: MergeOptions) -> anyhow::Result<Code> {
 }
 
 /// Copies `src_dir/rel` to `out/rel`.
-fn copy_into(src_dir: &Path, out: &Path, rel: &Path) -> anyhow::Result<()> {
+fn copy_into(src_dir: &Path, out: &Path, rel: &Path) -> crate::error::Result<()> {
     if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-        anyhow::bail!("a report names the file {} outside its run directory; refusing to copy it", rel.display());
+        return Err(crate::error::Error::Message(format!(
+            "a report names the file {} outside its run directory; refusing to copy it",
+            rel.display()
+        )));
     }
     let (from, to) = (src_dir.join(rel), out.join(rel));
     if let Some(parent) = to.parent() {
@@ -171,6 +174,8 @@ fn copy_into(src_dir: &Path, out: &Path, rel: &Path) -> anyhow::Result<()> {
             tracing::warn!(file = %from.display(), "a file the report names is missing; not copied");
             Ok(())
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot copy {}", from.display()))),
+        Err(e) => {
+            Err(crate::error::Error::Failed { what: format!("cannot copy {}", from.display()), cause: Box::new(e) })
+        }
     }
 }

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use anyhow::Context as _;
+use crate::error::Context as _;
 use orch_agents::{ModelProvider, PriceTable};
 use orch_workflows::{Integrate, Plan, PlanNode};
 use tokio_util::sync::CancellationToken;
@@ -128,7 +128,7 @@ pub struct Shared {
 }
 
 /// `orch run`.
-pub async fn run(args: RunOptions) -> anyhow::Result<Code> {
+pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
     let github = github::Actions::detect();
@@ -163,9 +163,9 @@ pub async fn run(args: RunOptions) -> anyhow::Result<Code> {
     let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
         GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
-            anyhow::Error::new(UsageError(e.to_string()))
+            crate::error::Error::from(UsageError(e.to_string()))
         }
-        other => anyhow::Error::new(other).context("cannot create the run clone"),
+        other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
     })?;
     let clone_ms = ms(at);
     // The trust rule: in a pull-request run, the base ref's definitions.
@@ -325,7 +325,7 @@ pub(crate) fn publish(
     report: &RunReport,
     junit: Option<&Path>,
     github: Option<&github::Actions>,
-) -> anyhow::Result<()> {
+) -> crate::error::Result<()> {
     let dir = &report.run_dir;
     report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
     if let Some(path) = junit {
@@ -350,7 +350,7 @@ fn ms(since: Instant) -> u64 {
 fn resolve_uses(
     workflow: &orch_workflows::Workflow,
     files: &orch_workflows::subagents::AgentFiles,
-) -> anyhow::Result<std::collections::HashMap<String, orch_workflows::subagents::Uses>> {
+) -> crate::error::Result<std::collections::HashMap<String, orch_workflows::subagents::Uses>> {
     let mut out = std::collections::HashMap::new();
     for agent in &workflow.agents {
         let Some(name) = &agent.uses else { continue };
@@ -371,7 +371,7 @@ fn resolve_uses(
 }
 
 /// Refuses what this version cannot run, before anything starts.
-fn preflight(plan: &Plan) -> anyhow::Result<()> {
+fn preflight(plan: &Plan) -> crate::error::Result<()> {
     let specs = plan.nodes().map(|n| match n {
         PlanNode::Agent(spec) => spec,
         PlanNode::DynamicFanOut(d) => &d.template,
@@ -396,7 +396,7 @@ fn load_extensions(
     workflow: &orch_workflows::Workflow,
     plan: &Plan,
     repo: &Path,
-) -> anyhow::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
+) -> crate::error::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
     if config.is_base_ref() {
@@ -429,7 +429,7 @@ fn load_extensions(
 
 /// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
 /// or `~/.local/state/orch/runs`. It must not exist yet, or be empty.
-pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<PathBuf> {
     let dir = match out {
         Some(dir) => dir.to_path_buf(),
         None => {
@@ -595,7 +595,7 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
 
 /// stdout: the run's answer (synthesis, or the only agent's), or with `--json` a last
 /// line with the report. A summary line goes to stderr.
-fn finish_output(args: &RunOptions, report: &RunReport) -> anyhow::Result<()> {
+fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<()> {
     let t = &report.totals;
     eprintln!(
         "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use crate::error::Context as _;
 use orch_agents::tools::host::{HostRequest, ToolExecutor};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +48,7 @@ pub async fn run(
     commands: &[String],
     backend: orch_workflows::Backend,
     cancel: &CancellationToken,
-) -> anyhow::Result<(SetupReport, Option<String>)> {
+) -> crate::error::Result<(SetupReport, Option<String>)> {
     let cache = run_dir.join("cache");
     std::fs::create_dir_all(&cache).context("cannot create the setup cache directory")?;
     let log_rel = PathBuf::from("setup.log");
