@@ -1,7 +1,9 @@
 //! `--junit FILE`: the run as JUnit XML for CI test reporters: one `testsuite` (the
 //! workflow), one `testcase` per agent (and one for synthesis). Failed agents carry a
 //! `<failure>`, partial ones a `<failure type="partial">`, skipped and cancelled ones a
-//! `<skipped>`; the final answer goes to `<system-out>`.
+//! `<skipped>`; the final answer goes to `<system-out>`. The attributes follow
+//! junit-10.xsd: `<testsuites>` has `errors` but no `skipped`; both levels have
+//! `errors="0"`, since an agent's failure is a `<failure>`.
 
 use std::fmt::Write as _;
 
@@ -14,13 +16,14 @@ pub fn render(r: &RunReport) -> String {
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         x,
-        "<testsuites name=\"orch\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{:.3}\">",
+        "<testsuites name=\"orch\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" time=\"{:.3}\">",
         r.agents.len(),
         r.duration_ms as f64 / 1000.0
     );
     let _ = writeln!(
         x,
-        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{:.3}\" \
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" errors=\"0\" \
+         time=\"{:.3}\" \
          timestamp=\"{}\">",
         esc(&r.workflow.name),
         r.agents.len(),
