@@ -69,6 +69,54 @@ impl Terminal {
     pub fn is_limit(&self) -> bool {
         matches!(self, Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. })
     }
+
+    /// How this ending counts: the agent's status and the exit code it asks for. The one
+    /// place that maps terminal reasons; a new reason must be added here.
+    pub fn disposition(&self) -> Disposition {
+        let (status, exit_code) = match self {
+            Self::Completed => (Status::Succeeded, 0),
+            Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. } => (Status::Partial, 4),
+            Self::Aborted { .. } => (Status::Cancelled, 1),
+            Self::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
+                (Status::Failed, 3)
+            }
+            Self::ModelError { .. }
+            | Self::PromptTooLong { .. }
+            | Self::HookStopped { .. }
+            | Self::CompactionFailed { .. } => (Status::Failed, 1),
+        };
+        Disposition { status, exit_code }
+    }
+}
+
+/// What an agent's ending means for its report and for the process: see
+/// [`Terminal::disposition`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disposition {
+    pub status: Status,
+    /// The exit code as DESIGN.md documents it: 0 success, 1 failed, 3 infrastructure
+    /// (the model API's auth, network or configuration), 4 partial.
+    pub exit_code: u8,
+}
+
+impl Disposition {
+    /// Whether the ending is the infrastructure's fault rather than the work's.
+    pub fn infrastructure(self) -> bool {
+        self.exit_code == 3
+    }
+}
+
+/// An agent's status as its ending decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Completed.
+    Succeeded,
+    /// Stopped at a limit, with partial work.
+    Partial,
+    /// Failed.
+    Failed,
+    /// Stopped by cancellation.
+    Cancelled,
 }
 
 impl std::fmt::Display for Terminal {
@@ -237,5 +285,28 @@ impl EventSink for tokio::sync::mpsc::UnboundedSender<Event> {
 impl<T: EventSink + ?Sized> EventSink for Arc<T> {
     fn emit(&self, event: Event) {
         (**self).emit(event)
+    }
+}
+
+#[cfg(test)]
+mod disposition_tests {
+    use super::*;
+
+    #[test]
+    fn every_terminal_has_a_status_and_a_code() {
+        let model = |kind: &str| Terminal::ModelError { kind: kind.into(), message: String::new() };
+        let cases = [
+            (Terminal::Completed, Status::Succeeded, 0),
+            (Terminal::MaxTurns { limit: 1 }, Status::Partial, 4),
+            (Terminal::Timeout { after_ms: 1 }, Status::Partial, 4),
+            (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, 1),
+            (model("auth"), Status::Failed, 3),
+            (model("network"), Status::Failed, 3),
+            (model("overloaded"), Status::Failed, 1),
+            (Terminal::HookStopped { message: String::new() }, Status::Failed, 1),
+        ];
+        for (terminal, status, code) in cases {
+            assert_eq!(terminal.disposition(), Disposition { status, exit_code: code }, "{terminal:?}");
+        }
     }
 }
