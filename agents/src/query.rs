@@ -42,8 +42,8 @@ use crate::context::{self, ContextConfig, Restored};
 use crate::event::{Budget, Event, EventSink, Phase, Terminal};
 use crate::message::{ContentBlock, Message, Role, ToolSpec};
 use crate::model::{
-    ModelError, ModelProvider, ModelRequest, ModelResponse, ModelSettings, StopReason, StreamEvent, SystemPart, Thinking,
-    Timeouts, limits_for,
+    ModelError, ModelProvider, ModelRequest, ModelResponse, ModelSettings, StopReason, StreamEvent, SystemPart,
+    Thinking, Timeouts, limits_for,
 };
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::usage::{PriceTable, Usage};
@@ -538,14 +538,19 @@ impl Loop<'_> {
             let room = limit.saturating_sub(used).saturating_sub(input);
             if room < floor {
                 tracing::info!(agent = %self.config.agent_id, used, input, limit, "the next call would not fit the token budget");
-                return Err(Terminal::BudgetExceeded { budget: Budget::Tokens, limit: limit as f64, used: used as f64 });
+                return Err(Terminal::BudgetExceeded {
+                    budget: Budget::Tokens,
+                    limit: limit as f64,
+                    used: used as f64,
+                });
             }
             cap = cap.min(room);
         }
         if let Some(limit) = limits.max_cost_usd {
             let prices = &self.config.prices;
             // Worst case for the input: all of it written to the cache.
-            let input_cost = prices.cost(&self.model, &Usage { cache_creation_input_tokens: input, ..Usage::default() });
+            let input_cost =
+                prices.cost(&self.model, &Usage { cache_creation_input_tokens: input, ..Usage::default() });
             let per_output = prices.cost(&self.model, &Usage { output_tokens: 1, ..Usage::default() });
             let left = limit - self.cost_usd - input_cost;
             if per_output > 0.0 {

@@ -107,7 +107,8 @@ impl Attempt for Call<'_> {
     async fn attempt(&self, sink: StreamSink<'_>) -> Result<ModelResponse, AttemptError> {
         let p = self.provider;
         let started = tokio::time::Instant::now();
-        let response = sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body, self.timeouts.first_byte).await?;
+        let response =
+            sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body, self.timeouts.first_byte).await?;
         let first = self.timeouts.first_byte.saturating_sub(started.elapsed());
         let mut events = std::pin::pin!(sse::events(response, first, self.timeouts.idle));
         let mut acc = Accumulator::new(self.model);
@@ -136,7 +137,8 @@ impl ModelProvider for AnthropicProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call = Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let call =
+            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
         let budget = request.timeouts.retry_budget;
         with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
@@ -213,9 +215,16 @@ fn cacheable(block: &Value) -> bool {
 #[derive(Debug)]
 enum Partial {
     Text(String),
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Redacted(String),
-    ToolUse { id: String, name: String, json: String },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
     /// A block type this version of orch does not know (e.g. `server_tool_use`): its
     /// events are read and the block is dropped, with a warning.
     Unknown,
@@ -610,7 +619,10 @@ mod tests {
         let (resp, _) = feed(&events("max_tokens"));
         let resp = resp.unwrap();
         assert_eq!(resp.stop_reason, StopReason::MaxTokens);
-        assert_eq!(resp.content, vec![ContentBlock::ToolUse { id: "t".into(), name: "Write".into(), input: json!({}) }]);
+        assert_eq!(
+            resp.content,
+            vec![ContentBlock::ToolUse { id: "t".into(), name: "Write".into(), input: json!({}) }]
+        );
         let (r, _) = feed(&events("tool_use"));
         assert!(matches!(r.unwrap_err().error, ModelError::Protocol { .. }));
     }

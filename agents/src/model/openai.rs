@@ -210,7 +210,8 @@ impl ModelProvider for OpenAiProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call = Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let call =
+            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
         let budget = request.timeouts.retry_budget;
         with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }

@@ -202,7 +202,10 @@ fn with_attempts(error: ModelError, n: u32) -> ModelError {
 /// Notes in the error's message that the retry budget ran out.
 fn out_of_budget(error: ModelError, budget: Duration) -> ModelError {
     let note = |message: String| {
-        format!("{message} (gave up: the retry budget of {}s is spent; raise model_settings.retry_budget to wait longer)", budget.as_secs_f64())
+        format!(
+            "{message} (gave up: the retry budget of {}s is spent; raise model_settings.retry_budget to wait longer)",
+            budget.as_secs_f64()
+        )
     };
     match error {
         ModelError::RateLimited { status, attempts, message } => {
@@ -211,7 +214,9 @@ fn out_of_budget(error: ModelError, budget: Duration) -> ModelError {
         ModelError::Overloaded { status, attempts, message } => {
             ModelError::Overloaded { status, attempts, message: note(message) }
         }
-        ModelError::Server { status, attempts, message } => ModelError::Server { status, attempts, message: note(message) },
+        ModelError::Server { status, attempts, message } => {
+            ModelError::Server { status, attempts, message: note(message) }
+        }
         ModelError::Network { attempts, message } => ModelError::Network { attempts, message: note(message) },
         ModelError::Protocol { message } => ModelError::Protocol { message: note(message) },
         other => other,

@@ -29,11 +29,7 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self {
-            first_byte: DEFAULT_FIRST_BYTE_TIMEOUT,
-            idle: DEFAULT_IDLE_TIMEOUT,
-            retry_budget: DEFAULT_RETRY_BUDGET,
-        }
+        Self { first_byte: DEFAULT_FIRST_BYTE_TIMEOUT, idle: DEFAULT_IDLE_TIMEOUT, retry_budget: DEFAULT_RETRY_BUDGET }
     }
 }
 

@@ -148,7 +148,10 @@ impl Reply {
             }
             Step::NoReply => {
                 self.shared.shutdown().cancelled().await;
-                json_response(StatusCode::SERVICE_UNAVAILABLE, &serde_json::json!({"error": "mock model server stopped"}))
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &serde_json::json!({"error": "mock model server stopped"}),
+                )
             }
             Step::Stall => {
                 if self.stream {

@@ -51,8 +51,7 @@ fn openai(url: &str) -> OpenAiProvider {
 fn config(retry_budget: Duration) -> QueryConfig {
     let mut c = QueryConfig::new("main", "claude-sonnet-4-5");
     c.limits.max_turns = Some(10);
-    c.timeouts =
-        Timeouts { first_byte: Duration::from_millis(300), idle: Duration::from_millis(300), retry_budget };
+    c.timeouts = Timeouts { first_byte: Duration::from_millis(300), idle: Duration::from_millis(300), retry_budget };
     c
 }
 
@@ -140,7 +139,8 @@ async fn a_stream_that_stays_silent_ends_within_the_budget_with_the_reason() {
 #[tokio::test]
 async fn unknown_content_blocks_are_dropped_and_the_turn_goes_on() {
     let mock = MockServer::start().await;
-    let server_tool = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}});
+    let server_tool =
+        json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}});
     let server_result = json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []});
     mock.push_all([
         Step::Reply(Turn::tool("Echo", json!({"text": "e"})).with_raw_block(server_tool).with_raw_block(server_result)),
