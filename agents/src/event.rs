@@ -47,6 +47,10 @@ pub enum Terminal {
         failures: u32,
         message: String,
     },
+    /// A text answer was still cut at the output limit after the last continuation.
+    MaxOutputTokens {
+        continuations: u32,
+    },
 }
 
 impl Terminal {
@@ -62,12 +66,16 @@ impl Terminal {
             Self::ModelError { .. } => "model_error",
             Self::HookStopped { .. } => "hook_stopped",
             Self::CompactionFailed { .. } => "compaction_failed",
+            Self::MaxOutputTokens { .. } => "max_output_tokens",
         }
     }
 
     /// Whether the agent stopped at a limit, keeping partial work.
     pub fn is_limit(&self) -> bool {
-        matches!(self, Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. })
+        matches!(
+            self,
+            Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. } | Self::MaxOutputTokens { .. }
+        )
     }
 
     /// How this ending counts: the agent's status and the exit code it asks for. The one
@@ -135,6 +143,10 @@ impl std::fmt::Display for Terminal {
             Self::CompactionFailed { failures, message } => {
                 write!(f, "stopped after {failures} failed attempts in a row to compact the context: {message}")
             }
+            Self::MaxOutputTokens { continuations } => write!(
+                f,
+                "the answer was still cut at the output token limit after {continuations} continuations; raise model_settings.max_output_tokens"
+            ),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! retryable fault, non-retryable errors, cancellation, budgets and limits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,15 +127,21 @@ async fn max_turns_stops_the_loop_with_results_paired() {
 }
 
 #[tokio::test]
-async fn token_budget_stops_the_loop() {
+async fn token_budget_stops_the_loop_before_a_call_that_would_not_fit() {
     let mock = MockServer::start().await;
     let usage = MockUsage { input_tokens: 600, output_tokens: 100, ..Default::default() };
     mock.set_default(Some(Step::Reply(Turn::tool("Echo", json!({"text": "x"})).with_usage(usage))));
     let mut cfg = config();
     cfg.limits.max_tokens = Some(1500);
     let (out, _) = run(&anthropic(&mock.url()), &cfg).await;
-    assert_eq!(out.terminal, Terminal::BudgetExceeded { budget: Budget::Tokens, limit: 1500.0, used: 2100.0 });
-    assert_eq!(out.turns, 3);
+    // After one call (700 tokens, 600 of them prompt), the next one's prompt alone
+    // leaves less than the smallest useful output cap: the loop stops under the limit.
+    assert_eq!(out.terminal, Terminal::BudgetExceeded { budget: Budget::Tokens, limit: 1500.0, used: 700.0 });
+    assert_eq!(out.turns, 1);
+    assert_eq!(out.overshoot, None);
+    // The one call's output cap was shrunk to what the budget had left.
+    let cap = mock.requests()[0].json["max_tokens"].as_u64().unwrap();
+    assert!(cap < 1500, "{cap}");
 }
 
 #[tokio::test]
@@ -152,8 +158,10 @@ async fn cost_budget_stops_the_loop() {
     cfg.context.enabled = false;
     let (out, _) = run(&anthropic(&mock.url()), &cfg).await;
     assert!(matches!(out.terminal, Terminal::BudgetExceeded { budget: Budget::CostUsd, .. }), "{:?}", out.terminal);
-    assert_eq!(out.turns, 2);
-    assert!((out.cost_usd - 6.0).abs() < 1e-9);
+    // The second call's prompt (a million tokens, $3 or more) would not fit the $2 left.
+    assert_eq!(out.turns, 1);
+    assert!((out.cost_usd - 3.0).abs() < 1e-9);
+    assert_eq!(out.overshoot, None);
 }
 
 #[tokio::test]

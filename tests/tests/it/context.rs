@@ -4,7 +4,7 @@
 //! prefix across agents, and project instructions read through the tool host.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -340,8 +340,12 @@ async fn a_cut_answer_raises_the_output_limit_and_continues_at_most_three_times(
     let mock = MockServer::start().await;
     let cut = |t: &str| Step::Reply(Turn::text(t).with_stop_reason("max_tokens"));
     mock.push_all([cut("one "), cut("two "), cut("three "), cut("four"), Step::text("never")]);
-    let (out, _) = run(&mock, &TestTools::default(), &QueryConfig::new("main", "m")).await;
-    assert_eq!(out.terminal, Terminal::Completed);
+    let mut config = QueryConfig::new("main", "m");
+    config.max_output_ceiling = 65_536;
+    let (out, _) = run(&mock, &TestTools::default(), &config).await;
+    // Still cut after the last continuation: a limit, not a completed answer.
+    assert_eq!(out.terminal, Terminal::MaxOutputTokens { continuations: 3 });
+    assert!(out.terminal.is_limit());
     assert_eq!(out.final_text, "one two three four");
     let limits: Vec<u64> = mock.requests().iter().map(|r| r.json["max_tokens"].as_u64().unwrap()).collect();
     assert_eq!(limits, vec![8_192, 16_384, 32_768, 65_536]);

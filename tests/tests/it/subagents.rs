@@ -6,7 +6,7 @@
 //! caller), so the scripted provider can give each one its own turns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -175,21 +175,22 @@ async fn usage_rolls_up_into_the_caller_and_counts_against_its_budget() {
     assert!(sub_cost > 0.0 && own_cost > 0.0);
     assert!((outcome.cost_usd - (own_cost + sub_cost)).abs() < 1e-9, "{} vs {own_cost} + {sub_cost}", outcome.cost_usd);
 
-    // The same tree under a token budget the root alone stays within (310 tokens), but
-    // not with its sub-agents: it stops before its next turn.
+    // The same tree under a token budget the root alone stays within (its first call's
+    // worst case, prompt plus a shrunk output cap, fits), but not with its sub-agents
+    // (5,050 tokens each): it stops before its next turn.
     let mock = MockServer::start().await;
     mock.push(Step::Reply(Turn::tools(vec![agent_call("a"), agent_call("b")]).with_usage(usage(100, 10))));
     for _ in 0..2 {
-        mock.push(Step::Reply(Turn::text("done").with_usage(usage(1000, 50))));
+        mock.push(Step::Reply(Turn::text("done").with_usage(usage(5000, 50))));
     }
     mock.push(Step::Reply(Turn::text("summary").with_usage(usage(200, 20))));
     let mut limited = config();
-    limited.limits.max_tokens = Some(1000);
+    limited.limits.max_tokens = Some(8000);
     let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
     let (outcome, _tree) =
         run_tree(provider, SubagentLimits::default(), Vec::new(), limited, &CancellationToken::new()).await;
     assert!(matches!(outcome.terminal, Terminal::BudgetExceeded { .. }), "{:?}", outcome.terminal);
-    assert_eq!(outcome.turns, 1);
+    assert_eq!(outcome.turns, 1, "{:?}", outcome.terminal);
     assert_eq!(mock.remaining(), 1, "the root's second turn never ran");
 }
 
