@@ -83,7 +83,10 @@ impl Terminal {
     pub fn disposition(&self) -> Disposition {
         let (status, exit_code) = match self {
             Self::Completed => (Status::Succeeded, 0),
-            Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. } => (Status::Partial, 4),
+            Self::MaxTurns { .. }
+            | Self::BudgetExceeded { .. }
+            | Self::Timeout { .. }
+            | Self::MaxOutputTokens { .. } => (Status::Partial, 4),
             Self::Aborted { .. } => (Status::Cancelled, 1),
             Self::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
                 (Status::Failed, 3)

@@ -2,6 +2,7 @@
 //! suite): the query loop against the mock model server, fault injection, output-limit
 //! recovery, the context pipeline, hooks, scheduling, sub-agents and the pipeline.
 
+mod action;
 mod command_hooks;
 mod common;
 mod context;
