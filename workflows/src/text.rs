@@ -104,7 +104,10 @@ fn settings(out: &mut String, spec: &AgentSpec) {
         field(out, 4, "needs", &spec.needs.join(", "));
     }
     if let Some(uses) = &spec.uses {
-        field(out, 4, "uses", uses);
+        match &spec.uses_source {
+            Some(source) => field(out, 4, "uses", &format!("{uses} (from {source})")),
+            None => field(out, 4, "uses", uses),
+        }
     }
     field(out, 4, "model", spec.model.as_deref().unwrap_or("(orch's default)"));
     field(out, 4, "tools", &if spec.tools.is_empty() { "(none)".to_string() } else { spec.tools.join(", ") });
