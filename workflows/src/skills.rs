@@ -195,7 +195,7 @@ impl Skills {
         self.skills
             .iter()
             .filter(|s| s.model_invocable)
-            .filter(move |s| allowed.is_none_or(|names| names.iter().any(|n| *n == s.name)))
+            .filter(move |s| allowed.is_none_or(|names| names.contains(&s.name)))
     }
 }
 

@@ -15,8 +15,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::plan::AgentSpec;
-use crate::schema::{Agent, KNOWN_TOOLS, PermissionMode, is_known_tool};
+use crate::plan::{AgentSpec, Plan, PlanNode};
+use crate::schema::{Agent, KNOWN_TOOLS, PermissionMode, Workflow, is_known_tool};
 
 /// `subagents:` in a workflow: limits of the `Agent` tool for the whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -426,6 +426,28 @@ impl AgentFiles {
 
     pub fn get(&self, name: &str) -> Option<&AgentFile> {
         self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// Resolves every `uses:` of `plan` (made from `workflow`) against these definitions,
+    /// so that the plan shows each agent's effective tools and model and the file they
+    /// come from (what `orch plan` prints). Returns the ids of the agents whose `uses:`
+    /// names no definition; their specs are left as they are.
+    pub fn apply_to_plan(&self, workflow: &Workflow, plan: &mut Plan) -> Vec<String> {
+        let mut missing = Vec::new();
+        for node in plan.stages.iter_mut().flat_map(|s| s.agents.iter_mut()) {
+            let PlanNode::Agent(spec) = node else { continue };
+            let Some(agent) = workflow.agents.iter().find(|a| a.id == spec.agent) else { continue };
+            let Some(name) = &agent.uses else { continue };
+            match self.get(name) {
+                Some(file) => Uses::resolve(agent, file).apply(spec),
+                None => {
+                    if !missing.contains(&agent.id) {
+                        missing.push(agent.id.clone());
+                    }
+                }
+            }
+        }
+        missing
     }
 }
 

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use orch_workflows::commands::{Commands, expand};
 use orch_workflows::skills::Skills;
-use orch_workflows::subagents::{AgentFiles, Origin, Uses, parse_agent_file};
-use orch_workflows::{Inputs, PlanNode, load_str, plan, render_diagnostics, render_text};
+use orch_workflows::subagents::{AgentFiles, Origin, parse_agent_file};
+use orch_workflows::{Inputs, load_str, plan, render_diagnostics, render_text};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -158,18 +158,13 @@ fn orch_plan_shows_the_definitions_tools_model_and_source() {
     )];
     let found = AgentFiles::from_files(&files);
     let mut planned = plan(&workflow, &Inputs::default()).unwrap_or_else(|d| panic!("{}", render_diagnostics(&d)));
-    for node in planned.stages.iter_mut().flat_map(|s| s.agents.iter_mut()) {
-        if let PlanNode::Agent(spec) = node {
-            let agent = workflow.agents.iter().find(|a| a.id == spec.agent).unwrap();
-            Uses::resolve(agent, found.get("reviewer").unwrap()).apply(spec);
-        }
-    }
+    assert!(found.apply_to_plan(&workflow, &mut planned).is_empty());
     let text = render_text(&planned).split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(text.contains("agent review uses: reviewer (from .claude/agents/reviewer.md) model: claude-sonnet-4-5 tools: Read, Grep, Glob sandbox:"), "{text}");
+    assert!(text.contains("agent review uses: reviewer (from .claude/agents/reviewer.md) model: claude-sonnet-4-5 tools: Read, Grep, Glob skills: lint sandbox:"), "{text}");
     // The agent's own tools win over the definition's.
     assert!(
         text.contains(
-            "agent own uses: reviewer (from .claude/agents/reviewer.md) model: claude-sonnet-4-5 tools: Grep sandbox:"
+            "agent own uses: reviewer (from .claude/agents/reviewer.md) model: claude-sonnet-4-5 tools: Grep skills: (none) sandbox:"
         ),
         "{text}"
     );
@@ -221,4 +216,18 @@ fn real_commands_expand() {
     assert!(
         commands.commands.iter().any(|c| c.allowed_tools.is_some() || c.model.is_some() || c.argument_hint.is_some())
     );
+}
+
+#[test]
+fn skills_lists_are_checked() {
+    let errors = load_str(
+        "version: 1\ndefaults:\n  skills: [lint, lint]\nagents:\n  a:\n    prompt: p\n    skills: [\"../x\", \"\"]\n",
+        "wf.yaml",
+    )
+    .unwrap_err();
+    let text = render_diagnostics(&errors);
+    assert_eq!(errors.len(), 3, "{text}");
+    assert!(text.contains("`lint` in `skills` is listed twice"), "{text}");
+    assert!(text.contains("`../x` in `skills` is not a skill name"), "{text}");
+    assert!(text.contains("wf.yaml:7:"), "{text}");
 }
