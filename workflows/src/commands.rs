@@ -9,7 +9,6 @@
 //! (`{{ file }}`) before expanding it.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::frontmatter;
 
@@ -75,12 +74,11 @@ pub fn parse_command(text: &str, path: &str) -> Result<(Command, Vec<String>), C
     let fields = &front.fields;
     let string =
         |key: &str| frontmatter::text(fields, key).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.trim().eq_ignore_ascii_case("inherit") && !m.trim().is_empty() => {
-            Some(m.trim().to_string())
-        }
-        _ => None,
-    };
+    // An alias (`haiku`, `sonnet`, `opus`) becomes a model id, `inherit` the agent's model.
+    let model = frontmatter::text(fields, "model")
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .and_then(crate::subagents::model_id);
     let body = front.body.trim().to_string();
     if body.contains("!`") {
         warnings.push(format!(
@@ -296,7 +294,7 @@ mod tests {
         let out = expand("/review src/lib.rs \"error handling\"", &set).unwrap().unwrap();
         assert_eq!(out.prompt, "Review src/lib.rs with a focus on error handling.\nAll: src/lib.rs \"error handling\"");
         assert_eq!(out.tools, Some(vec!["Read".to_string(), "Grep".into(), "Bash(git diff:*)".into()]));
-        assert_eq!(out.model.as_deref(), Some("haiku"));
+        assert_eq!(out.model.as_deref(), Some("claude-haiku-4-5"));
         assert_eq!(out.source, ".claude/commands/review.md");
     }
 

@@ -125,13 +125,16 @@ pub fn parse_skill(text: &str, path: &str) -> Result<(Skill, Vec<String>), Skill
         },
     };
     let allowed_tools = frontmatter::name_list(fields, "allowed-tools");
-    let model = frontmatter::text(fields, "model").map(str::trim).filter(|m| !m.eq_ignore_ascii_case("inherit"));
+    let model = frontmatter::text(fields, "model")
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .and_then(crate::subagents::model_id);
     let skill = Skill {
         name: name.to_string(),
         description,
         when_to_use: frontmatter::text(fields, "when_to_use").map(|w| w.trim().to_string()).filter(|w| !w.is_empty()),
         allowed_tools,
-        model: model.map(str::to_string),
+        model,
         model_invocable: !truthy(fields.get("disable-model-invocation")),
         body,
         directory: directory.to_string(),

@@ -3,14 +3,16 @@
 //! - [`Subagents`]: the workflow's top-level `subagents:` key, the limits of the
 //!   `Agent` tool (nesting depth, how many run at once, how many start in a run).
 //! - [`parse_agent_file`]: one agent definition in Claude Code's format, Markdown with
-//!   YAML front matter (`name`, `description`, `tools`, `model`, `maxTurns`,
-//!   `permissionMode`; the body is the system prompt). It takes the file's contents, so
-//!   the coordinator decides where they come from (the base commit, or the checked-out
-//!   files when the repository's configuration is trusted). Presentational keys such as
-//!   `color` are ignored; other unknown keys and unknown tool names are warnings, so
-//!   files written for newer Claude Code versions still load.
-//! - [`AgentFiles`]: the definitions of a repository, `.orch/agents/` before
-//!   `.claude/agents/`, and their lookup by name for `uses:`.
+//!   YAML front matter (`name`, `description`, `tools`, `disallowedTools`, `model`,
+//!   `maxTurns`, `permissionMode`; the body is the system prompt). It takes the file's
+//!   contents, so the coordinator decides where they come from (the base commit, or the
+//!   checked-out files when the repository's configuration is trusted). It accepts
+//!   exactly what Claude Code accepts (front matter read by [`crate::frontmatter`]; only
+//!   a missing `name` or `description` refuses a file); everything else that is off is a
+//!   warning, so files written for any Claude Code version load.
+//! - [`AgentFiles`]: the definitions of a repository with a defined precedence on name
+//!   clashes (`.orch/agents/`, then `.claude/agents/`, then plugins; see [`Origin`]), and
+//!   their lookup by name for `uses:`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -162,8 +164,8 @@ fn bad(source: &str, message: impl Into<String>) -> AgentFileError {
     AgentFileError { file: source.to_string(), message: message.into() }
 }
 
-/// Claude Code's model aliases, as model ids.
-fn model_id(model: &str) -> Option<String> {
+/// Claude Code's model aliases, as model ids; `None` for `inherit`.
+pub(crate) fn model_id(model: &str) -> Option<String> {
     if model.eq_ignore_ascii_case("inherit") {
         return None;
     }
