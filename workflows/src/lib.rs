@@ -16,13 +16,16 @@
 //! [`plan`](mod@plan)). Templates are strict: an undefined name is an error, never an
 //! empty string.
 
+pub mod commands;
 mod de;
 mod diagnostic;
 mod duration;
 pub mod extensions;
+pub mod frontmatter;
 mod load;
 pub mod plan;
 mod schema;
+pub mod skills;
 pub mod subagents;
 mod template;
 mod text;

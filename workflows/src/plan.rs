@@ -154,6 +154,12 @@ pub struct AgentSpec {
     pub prompt: Option<Prompt>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uses: Option<String>,
+    /// The file of the `uses:` definition, once resolved (`subagents::Uses::apply`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uses_source: Option<String>,
+    /// The skills the agent is offered (`skills:`, else `defaults.skills`); `None`: all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
     /// The JSON Schema the final answer must satisfy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
@@ -492,6 +498,8 @@ impl<'w> Planner<'w> {
             needs: agent.needs.clone(),
             prompt: agent.prompt.as_ref().map(|template| Prompt::Deferred { template: template.clone(), reads }),
             uses: agent.uses.clone(),
+            uses_source: None,
+            skills: agent.skills.clone().or_else(|| defaults.skills.clone()),
             output_schema: agent.output.as_ref().map(|o| o.schema.clone()),
             continue_on_failure: agent.continue_on_failure,
             instructions: agent.instructions.or(defaults.instructions).unwrap_or(true),

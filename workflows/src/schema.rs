@@ -167,6 +167,9 @@ pub struct Defaults {
     pub tools: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The skills (`.orch/skills`, `.claude/skills`) agents are offered; `None`: all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
     #[serde(default)]
@@ -288,6 +291,9 @@ pub struct Agent {
     pub tools: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Replaces `defaults.skills`: the skills this agent is offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
     #[serde(default)]

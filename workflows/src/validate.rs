@@ -117,6 +117,9 @@ impl<'a> Checker<'a> {
         if let Some(tools) = &defaults.tools {
             self.check_tools(tools, path(&["defaults", "tools"]));
         }
+        if let Some(skills) = &defaults.skills {
+            self.check_skills(skills, path(&["defaults", "skills"]));
+        }
         self.check_model(defaults.model.as_deref(), path(&["defaults", "model"]));
         self.check_model(self.workflow.model.as_deref(), path(&["model"]));
         self.check_permissions(&defaults.permissions, path(&["defaults", "permissions"]));
@@ -343,6 +346,25 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Skill names are directory names: not empty, no `/`, and each listed once.
+    fn check_skills(&mut self, skills: &[String], base: Vec<Seg>) {
+        for (i, skill) in skills.iter().enumerate() {
+            let problem = if skill.trim().is_empty() || skill.contains('/') || skill.starts_with('.') {
+                "is not a skill name"
+            } else if skills[..i].contains(skill) {
+                "is listed twice"
+            } else {
+                continue;
+            };
+            let at = self.at(&with(base.clone(), Seg::Index(i)));
+            self.error(
+                at,
+                format!("`{skill}` in `skills` {problem}"),
+                "list skills by the name of their directory under `.orch/skills/` or `.claude/skills/`, once each",
+            );
+        }
+    }
+
     fn check_model(&mut self, model: Option<&str>, at_path: Vec<Seg>) {
         if model.is_some_and(|m| m.trim().is_empty()) {
             let at = self.at(&at_path);
@@ -488,6 +510,9 @@ impl<'a> Checker<'a> {
         self.check_model(agent.model.as_deref(), with(base.clone(), Seg::key("model")));
         if let Some(tools) = &agent.tools {
             self.check_tools(tools, with(base.clone(), Seg::key("tools")));
+        }
+        if let Some(skills) = &agent.skills {
+            self.check_skills(skills, with(base.clone(), Seg::key("skills")));
         }
         self.check_limits(&agent.limits, with(base.clone(), Seg::key("limits")));
         self.check_permissions(&agent.permissions, with(base.clone(), Seg::key("permissions")));
