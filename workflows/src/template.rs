@@ -152,6 +152,136 @@ pub(crate) fn single_expression(text: &str) -> Option<(&str, usize)> {
     Some((expr, offset))
 }
 
+/// Filter names for "did you mean" (existence is asked of minijinja itself).
+pub(crate) const KNOWN_FILTERS: &[&str] = &[
+    "abs",
+    "attr",
+    "batch",
+    "bool",
+    "capitalize",
+    "count",
+    "default",
+    "dictsort",
+    "escape",
+    "first",
+    "float",
+    "groupby",
+    "indent",
+    "int",
+    "items",
+    "join",
+    "last",
+    "length",
+    "lines",
+    "list",
+    "lower",
+    "map",
+    "max",
+    "min",
+    "pprint",
+    "reject",
+    "rejectattr",
+    "replace",
+    "reverse",
+    "round",
+    "safe",
+    "select",
+    "selectattr",
+    "slice",
+    "sort",
+    "split",
+    "string",
+    "sum",
+    "title",
+    "tojson",
+    "trim",
+    "unique",
+    "upper",
+];
+
+/// The filters a template applies (`x | name`, `{% filter name %}`), with the byte
+/// offset of each name. Text outside tags, comments, `{% raw %}` blocks and string
+/// literals is skipped.
+pub(crate) fn filters(source: &str) -> Vec<(String, usize)> {
+    let bytes = source.as_bytes();
+    let ident_at = |mut i: usize| -> Option<(String, usize)> {
+        while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        let start = i;
+        while bytes.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+            i += 1;
+        }
+        let name = source.get(start..i)?;
+        (name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')).then(|| (name.to_string(), start))
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(found) = source.get(i..).and_then(|rest| rest.find('{')) {
+        let open = i + found;
+        let close: &str = match bytes.get(open + 1) {
+            Some(b'{') => "}}",
+            Some(b'%') => "%}",
+            Some(b'#') => {
+                i = source[open..].find("#}").map_or(bytes.len(), |end| open + end + 2);
+                continue;
+            }
+            _ => {
+                i = open + 1;
+                continue;
+            }
+        };
+        let mut j = open + 2;
+        if close == "%}" {
+            let word = ident_at(j + usize::from(matches!(bytes.get(j), Some(b'-' | b'+' | b'~'))));
+            match word.as_ref().map(|(w, _)| w.as_str()) {
+                Some("raw") => {
+                    i = source[j..].find("endraw").map_or(bytes.len(), |end| j + end + 6);
+                    continue;
+                }
+                Some("filter") => {
+                    if let Some((_, at)) = &word
+                        && let Some(name) = ident_at(at + 6)
+                    {
+                        out.push(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut quote: Option<u8> = None;
+        while j < bytes.len() {
+            let b = bytes[j];
+            if let Some(q) = quote {
+                if b == b'\\' {
+                    j += 1;
+                } else if b == q {
+                    quote = None;
+                }
+            } else if b == b'"' || b == b'\'' {
+                quote = Some(b);
+            } else if b == b'|' {
+                out.extend(ident_at(j + 1));
+            } else if bytes[j..].starts_with(close.as_bytes()) {
+                j += 1;
+                break;
+            }
+            j += 1;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// Whether minijinja knows the filter `name` (an identifier).
+pub(crate) fn filter_exists(name: &str) -> bool {
+    let env = environment();
+    match env.render_str(&format!("{{{{ none | {name} }}}}"), ()) {
+        Ok(_) => true,
+        Err(e) => e.kind() != minijinja::ErrorKind::UnknownFilter,
+    }
+}
+
 /// Renders `source` with `context` (a JSON object of variables).
 pub(crate) fn render(source: &str, context: &Value) -> Result<String, TemplateError> {
     let env = environment();
