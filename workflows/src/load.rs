@@ -461,10 +461,11 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
             Diagnostic::new(format!("{place} is missing `{key}`"), location, hint)
         }
         DeErrorKind::OutOfRange { value, min, max } => {
-            let (side, bound) = if value.starts_with('-') { ("less", min) } else { ("more", max) };
+            let (side, bound, which) =
+                if value.starts_with('-') { ("less", min, "smallest") } else { ("more", max, "largest") };
             let hint = hint_for_path().unwrap_or_else(|| format!("write a whole number from {min} to {max}"));
             Diagnostic::new(
-                format!("`{dotted}` is out of range: {value} is {side} than the limit of {bound}"),
+                format!("`{dotted}` is out of range: {value} is {side} than {bound}, the {which} allowed"),
                 location,
                 hint,
             )

@@ -640,7 +640,7 @@ impl<'a> Checker<'a> {
             prompt.char_indices().find(|&(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
         {
             let at = match self.node(&at_path) {
-                Some(node) => self.source.inside(node, prompt, offset, c.len_utf8()),
+                Some(node) => self.escape_at(node, c).unwrap_or_else(|| self.source.inside(node, prompt, offset, 1)),
                 None => self.at(&at_path),
             };
             self.error(
@@ -650,6 +650,39 @@ impl<'a> Checker<'a> {
                  the model, and control characters reach it as noise or cut it short",
             );
         }
+    }
+
+    /// Where a double-quoted scalar spells the control character `c` as an escape
+    /// (`\x1b`, `\u001B`, `\e`, ...), searching the lines the scalar covers.
+    fn escape_at(&self, node: &Node, c: char) -> Option<Location> {
+        let code = u32::from(c);
+        let mut spellings = vec![
+            format!("\\x{code:02x}"),
+            format!("\\x{code:02X}"),
+            format!("\\u{code:04x}"),
+            format!("\\u{code:04X}"),
+        ];
+        let named = match c {
+            '\0' => Some("\\0"),
+            '\u{7}' => Some("\\a"),
+            '\u{8}' => Some("\\b"),
+            '\u{b}' => Some("\\v"),
+            '\u{c}' => Some("\\f"),
+            '\u{1b}' => Some("\\e"),
+            _ => None,
+        };
+        spellings.extend(named.map(str::to_string));
+        for line in node.span.start.line..=node.span.end.line.max(node.span.start.line) {
+            let text = self.source.line(line);
+            let skip = if line == node.span.start.line { node.span.start.col } else { 0 };
+            let from = text.char_indices().nth(skip).map_or(text.len(), |(i, _)| i);
+            let found =
+                spellings.iter().filter_map(|s| text[from..].find(s.as_str()).map(|i| (from + i, s.len()))).min();
+            if let Some((byte, len)) = found {
+                return Some(self.source.at(line, text[..byte].chars().count(), len));
+            }
+        }
+        None
     }
 
     /// `backend: container` (the agent's or from `defaults`) needs an image from either.
