@@ -34,8 +34,7 @@ pub(crate) enum DeErrorKind {
     /// A whole number outside what the field holds.
     OutOfRange {
         value: String,
-        min: i128,
-        max: i128,
+        bounds: Box<(i128, i128)>,
     },
 }
 
@@ -61,7 +60,7 @@ impl fmt::Display for DeError {
             DeErrorKind::UnknownKey { key, .. } => write!(f, "unknown key `{key}`"),
             DeErrorKind::UnknownValue { value, .. } => write!(f, "unknown value `{value}`"),
             DeErrorKind::MissingKey { key } => write!(f, "missing `{key}`"),
-            DeErrorKind::OutOfRange { value, min, max } => write!(f, "{value} is outside {min}..={max}"),
+            DeErrorKind::OutOfRange { value, bounds } => write!(f, "{value} is outside {}..={}", bounds.0, bounds.1),
         }
     }
 }
@@ -147,8 +146,12 @@ impl<'a> De<'a> {
     }
 
     fn int(&self, min: i128, max: i128, expected: &str) -> Result<i64, DeError> {
-        let out_of_range =
-            |value: &str| self.locate(DeError::new(DeErrorKind::OutOfRange { value: value.to_string(), min, max }));
+        let out_of_range = |value: &str| {
+            self.locate(DeError::new(DeErrorKind::OutOfRange {
+                value: value.to_string(),
+                bounds: Box::new((min, max)),
+            }))
+        };
         match &self.node.kind {
             Kind::Scalar { value: Scalar::Int(n), .. } if (min..=max).contains(&i128::from(*n)) => Ok(*n),
             Kind::Scalar { value: Scalar::Int(n), .. } => Err(out_of_range(&n.to_string())),

@@ -5,6 +5,9 @@
 //! and column of the first bad byte), and control characters (NUL and the rest of C0,
 //! DEL and C1, which YAML does not allow in a file), each at its exact position.
 
+// A `Diagnostic` is the error of a whole file, made once per load: its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use std::io::Read;
 use std::path::Path;
 
@@ -119,9 +122,9 @@ fn location_of(name: &str, bytes: &[u8], at: usize) -> Location {
 }
 
 fn human_size(bytes: usize) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} bytes")

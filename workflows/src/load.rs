@@ -460,7 +460,8 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
             let hint = key_hint(key).map(|h| format!("add `{key}`: {h}")).unwrap_or_else(|| format!("add `{key}`"));
             Diagnostic::new(format!("{place} is missing `{key}`"), location, hint)
         }
-        DeErrorKind::OutOfRange { value, min, max } => {
+        DeErrorKind::OutOfRange { value, bounds } => {
+            let (min, max) = *bounds;
             let (side, bound, which) =
                 if value.starts_with('-') { ("less", min, "smallest") } else { ("more", max, "largest") };
             let hint = hint_for_path().unwrap_or_else(|| format!("write a whole number from {min} to {max}"));

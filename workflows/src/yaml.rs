@@ -272,11 +272,13 @@ pub(crate) fn shorten(s: &str) -> String {
 /// and checks of workflow files: at most [`MAX_FILE_BYTES`], UTF-8, no control
 /// characters, aliases within [`MAX_ALIAS_EXPANSION`], no duplicate keys, one document.
 /// An empty document is `null`. The error names `name:line:column`.
+#[allow(clippy::result_large_err)] // one error per file, made once
 pub fn load_value(name: &str, bytes: &[u8]) -> Result<Value, Diagnostic> {
     load_value_capped(name, bytes, MAX_FILE_BYTES)
 }
 
 /// [`load_value`] with another size cap.
+#[allow(clippy::result_large_err)] // one error per file, made once
 pub fn load_value_capped(name: &str, bytes: &[u8], max_bytes: usize) -> Result<Value, Diagnostic> {
     let text = crate::input::decode(name, bytes, max_bytes)?;
     let source = SourceFile::new(name, text);
@@ -310,6 +312,7 @@ pub fn load_value_capped(name: &str, bytes: &[u8], max_bytes: usize) -> Result<V
 
 /// Reads the YAML file at `path` (stopping at [`MAX_FILE_BYTES`]) and loads it with
 /// [`load_value`].
+#[allow(clippy::result_large_err)] // one error per file, made once
 pub fn load_value_file(path: &Path) -> Result<Value, Diagnostic> {
     let bytes = crate::input::read_capped(path, MAX_FILE_BYTES, "the file")?;
     load_value(&path.display().to_string(), &bytes)
