@@ -310,6 +310,19 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn filters_are_found_in_tags_only() {
+        let source = "a | b {{ x | upper | replace('|', \"| q\") }} {# y | hidden #} {%- filter lower %}z{% endfilter %}\
+                      {% raw %}{{ w | inraw }}{% endraw %} {{ é | trim }}";
+        let found = filters(source);
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["upper", "replace", "lower", "trim"]);
+        let (name, at) = &found[0];
+        assert_eq!(&source[*at..*at + name.len()], "upper");
+        assert!(filter_exists("upper") && filter_exists("replace"));
+        assert!(!filter_exists("nosuchfilter"));
+    }
+
     fn dotted(source: &str) -> Vec<String> {
         references(source).unwrap().iter().map(Reference::dotted).collect()
     }

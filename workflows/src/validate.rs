@@ -783,6 +783,7 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
+        self.check_filters(node, text, &format!("`for_each` of `{id}`"));
         let mut sources: BTreeSet<&str> = BTreeSet::new();
         for reference in &refs {
             let at = match reference.offset {
@@ -899,20 +900,9 @@ impl<'a> Checker<'a> {
 
     // ----- templates ---------------------------------------------------------------
 
-    fn check_template(&mut self, text: &str, at_path: Vec<Seg>, scope: &Scope<'_>) {
-        let Some(node) = self.node(&at_path) else { return };
-        let refs = match template::references(text) {
-            Ok(refs) => refs,
-            Err(e) => {
-                let at = self.source.inside(node, text, e.offset, e.len);
-                self.error(
-                    at,
-                    format!("bad template in {}: {}", scope.what, e.message),
-                    "close every `{{` with `}}` and every `{%` with `%}`; write a literal `{{` as `{{ '{{' }}`",
-                );
-                return;
-            }
-        };
+    /// Every filter a template applies exists (minijinja would only say so when it
+    /// renders, after the agents before it ran).
+    fn check_filters(&mut self, node: &Node, text: &str, what: &str) {
         for (name, offset) in template::filters(text) {
             let exists = match self.filters.get(&name) {
                 Some(&exists) => exists,
@@ -930,9 +920,26 @@ impl<'a> Checker<'a> {
                     "see the minijinja built-in filters, e.g. `upper`, `lower`, `trim`, `join`, `length`, `tojson`, \
                      `default`, `replace`",
                 );
-                self.error(at, format!("unknown filter `{name}` in {}", scope.what), hint);
+                self.error(at, format!("unknown filter `{name}` in {what}"), hint);
             }
         }
+    }
+
+    fn check_template(&mut self, text: &str, at_path: Vec<Seg>, scope: &Scope<'_>) {
+        let Some(node) = self.node(&at_path) else { return };
+        let refs = match template::references(text) {
+            Ok(refs) => refs,
+            Err(e) => {
+                let at = self.source.inside(node, text, e.offset, e.len);
+                self.error(
+                    at,
+                    format!("bad template in {}: {}", scope.what, e.message),
+                    "close every `{{` with `}}` and every `{%` with `%}`; write a literal `{{` as `{{ '{{' }}`",
+                );
+                return;
+            }
+        };
+        self.check_filters(node, text, &scope.what);
         for reference in &refs {
             let at = match reference.offset {
                 Some(o) => self.source.inside(node, text, o, reference.len),

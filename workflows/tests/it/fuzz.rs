@@ -26,7 +26,8 @@ fn load_both(bytes: &[u8]) -> usize {
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(64);
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 proptest! {
