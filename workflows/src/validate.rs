@@ -11,9 +11,10 @@
 //! image, `mcp__<server>__<tool>` naming a server nobody configures, unknown template
 //! filters.
 //!
-//! Every check is linear in the size of the file (or n log n): agents are found through
-//! an index, never by scanning the list, cycles are found by one iterative depth-first
-//! search, and what an agent may read is computed only for the agents it names.
+//! The checks are linear in the size of the file: agents are found through an index,
+//! never by scanning the list; cycles are found by one iterative depth-first search; an
+//! agent's transitive `needs` are walked only when a template reads an agent it does not
+//! need directly; "did you mean" over the agent ids has a total budget.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
