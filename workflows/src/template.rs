@@ -8,6 +8,7 @@
 //! error. Prompts are rendered as text: no HTML escaping, the trailing newline kept.
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -81,20 +82,29 @@ fn template_error(err: &minijinja::Error, source: &str) -> TemplateError {
 }
 
 /// The globals of the environment (`range`, `dict`, …): not variables to check.
-fn globals() -> HashSet<String> {
-    environment().globals().map(|(name, _)| name.to_string()).collect()
+/// The names minijinja defines itself (`range`, `dict`, ...), computed once.
+fn globals() -> &'static HashSet<String> {
+    static GLOBALS: OnceLock<HashSet<String>> = OnceLock::new();
+    GLOBALS.get_or_init(|| shared().globals().map(|(name, _)| name.to_string()).collect())
+}
+
+/// One environment for every template: making one registers every built-in filter and
+/// test, which costs more than compiling a short template.
+fn shared() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(environment)
 }
 
 /// Compiles `source` and lists the undeclared names it reads, in order of appearance.
 pub(crate) fn references(source: &str) -> Result<Vec<Reference>, TemplateError> {
-    let env = environment();
+    let env = shared();
     let template = env.template_from_str(source).map_err(|e| template_error(&e, source))?;
     Ok(located(source, template.undeclared_variables(true)))
 }
 
 /// Compiles the expression `expr` and lists the names it reads.
 pub(crate) fn expression_references(expr: &str) -> Result<Vec<Reference>, TemplateError> {
-    let env = environment();
+    let env = shared();
     let expression = env.compile_expression(expr).map_err(|e| template_error(&e, expr))?;
     Ok(located(expr, expression.undeclared_variables(true)))
 }
@@ -275,7 +285,7 @@ pub(crate) fn filters(source: &str) -> Vec<(String, usize)> {
 
 /// Whether minijinja knows the filter `name` (an identifier).
 pub(crate) fn filter_exists(name: &str) -> bool {
-    let env = environment();
+    let env = shared();
     match env.render_str(&format!("{{{{ none | {name} }}}}"), ()) {
         Ok(_) => true,
         Err(e) => e.kind() != minijinja::ErrorKind::UnknownFilter,
@@ -284,14 +294,14 @@ pub(crate) fn filter_exists(name: &str) -> bool {
 
 /// Renders `source` with `context` (a JSON object of variables).
 pub(crate) fn render(source: &str, context: &Value) -> Result<String, TemplateError> {
-    let env = environment();
+    let env = shared();
     let template = env.template_from_str(source).map_err(|e| template_error(&e, source))?;
     template.render(Serde(context)).map_err(|e| template_error(&e, source))
 }
 
 /// Evaluates the expression `expr` with `context` and converts the result to JSON.
 pub(crate) fn eval(expr: &str, context: &Value) -> Result<Value, TemplateError> {
-    let env = environment();
+    let env = shared();
     let expression = env.compile_expression(expr).map_err(|e| template_error(&e, expr))?;
     let value = expression.eval(Serde(context)).map_err(|e| template_error(&e, expr))?;
     if value.is_undefined() {
