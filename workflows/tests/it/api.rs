@@ -395,7 +395,8 @@ fn defaults_fill_what_the_file_leaves_out() {
     assert_eq!(a.sandbox.backend, Backend::Landlock);
     assert_eq!(a.sandbox.network, Network::None);
     assert_eq!(a.model, None);
-    assert!(a.limits.is_empty());
+    // Every agent gets the default turn and time limits (issue 18).
+    assert_eq!(a.limits, orch_workflows::default_agent_limits());
     assert_eq!(plan.integrate, orch_workflows::Integrate::Branches);
     assert!(!plan.fail_fast);
 }

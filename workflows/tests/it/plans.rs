@@ -21,14 +21,14 @@ fn plan_of(path: &Path) -> Plan {
 
 #[test]
 fn plan_text() {
-    insta::glob!("valid/*.yaml", |path| {
+    insta::glob!("../valid", "*.yaml", |path| {
         insta::assert_snapshot!(render_text(&plan_of(path)));
     });
 }
 
 #[test]
 fn plan_json() {
-    insta::glob!("valid/*.yaml", |path| {
+    insta::glob!("../valid", "*.yaml", |path| {
         insta::assert_json_snapshot!(plan_of(path));
     });
 }

@@ -1,17 +1,29 @@
 //! Every validation error, snapshot-tested: each file under `tests/invalid/` is loaded
-//! and its rendered diagnostics are compared with `tests/snapshots/`.
+//! (as bytes, the way `orch` reads it) and its rendered diagnostics are compared with
+//! `tests/it/snapshots/`. A fixture whose first line is `# max_bytes: N` is loaded with
+//! that size cap, so the cap is tested without a megabyte of fixture.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 
-use orch_workflows::{load, load_str, render_diagnostics};
+use orch_workflows::{LoadOptions, load, load_bytes, load_str, render_diagnostics};
+
+/// The options a fixture asks for in its first line.
+fn options_of(bytes: &[u8]) -> LoadOptions {
+    let first = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let max_bytes = std::str::from_utf8(first)
+        .ok()
+        .and_then(|line| line.strip_prefix("# max_bytes: "))
+        .map(|n| n.trim().parse().unwrap());
+    LoadOptions { max_bytes: max_bytes.unwrap_or(LoadOptions::default().max_bytes), ..LoadOptions::default() }
+}
 
 /// Loads `path` (named relative to `tests/`, so snapshots do not hold absolute paths).
 fn diagnostics_of(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
+    let bytes = std::fs::read(path).unwrap();
     let name = format!("invalid/{}", path.file_name().unwrap().to_string_lossy());
-    match load_str(&text, &name) {
+    match load_bytes(&bytes, &name, &options_of(&bytes)) {
         Ok(_) => panic!("{name} loaded without errors"),
         Err(diagnostics) => {
             assert!(!diagnostics.is_empty());
@@ -27,7 +39,7 @@ fn diagnostics_of(path: &Path) -> String {
 
 #[test]
 fn invalid_workflows() {
-    insta::glob!("invalid/*.yaml", |path| {
+    insta::glob!("../invalid", "*.yaml", |path| {
         insta::assert_snapshot!(diagnostics_of(path));
     });
 }
