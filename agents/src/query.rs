@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{self, ContextConfig, Restored};
-use crate::event::{Budget, Event, EventSink, Phase, Terminal};
+use crate::event::{Budget, CompactionReason, Event, EventSink, Phase, Terminal};
 use crate::message::{ContentBlock, Message, Role, ToolSpec};
 use crate::model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, SystemPart};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
@@ -58,17 +58,8 @@ pub const MAX_FAILED_COMPACTIONS: u32 = 3;
 pub const CONTINUE_PROMPT: &str = "Your answer was cut off at the output token limit. Continue exactly where \
                                    it stopped, without repeating anything and without a preamble.";
 
-/// Limits of one loop. `None` means unlimited.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Model calls.
-    pub max_turns: Option<u32>,
-    /// Tokens processed, as [`Usage::total`] counts them.
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    /// Wall-clock time of the whole loop.
-    pub timeout: Option<Duration>,
-}
+/// Limits of one loop (defined in orch-types). `None` means unlimited.
+pub use orch_types::Limits;
 
 /// How one loop runs.
 #[derive(Debug, Clone)]
@@ -173,7 +164,7 @@ pub async fn query(
         config,
         events,
         cancel,
-        deadline: config.limits.timeout.map(|t| started + t),
+        deadline: config.limits.timeout.map(|t| started + t.as_std()),
         started,
         messages,
         turns: 0,
@@ -297,7 +288,7 @@ impl Loop<'_> {
                         // Compact, then send again, once.
                         self.reactive_retried = true;
                         self.turns -= 1;
-                        match self.compact("prompt_too_long", &specs).await {
+                        match self.compact(CompactionReason::PromptTooLong, &specs).await {
                             Err(end) => return end,
                             Ok(true) => continue,
                             Ok(false) => return Terminal::PromptTooLong { message: message.clone() },
@@ -490,11 +481,11 @@ impl Loop<'_> {
             self.events.emit(Event::Compaction {
                 before_tokens: before,
                 after_tokens: after,
-                reason: "microcompact".to_string(),
+                reason: CompactionReason::Microcompact,
             });
         }
         if self.context_tokens() > threshold {
-            return self.compact("autocompact", specs).await.err();
+            return self.compact(CompactionReason::Autocompact, specs).await.err();
         }
         None
     }
@@ -502,7 +493,7 @@ impl Loop<'_> {
     /// Replaces the history with a summary and the most recently read files. `Ok(false)`
     /// when the compaction failed and the loop may go on; `Err` ends the loop (abort,
     /// timeout, or too many failures in a row).
-    async fn compact(&mut self, reason: &str, specs: &[ToolSpec]) -> Result<bool, Terminal> {
+    async fn compact(&mut self, reason: CompactionReason, specs: &[ToolSpec]) -> Result<bool, Terminal> {
         if let Some(hooks) = self.tools.hooks() {
             tokio::select! {
                 biased;
@@ -529,8 +520,8 @@ impl Loop<'_> {
         self.messages = context::compacted_history(&summary, &restored);
         self.anchor = None;
         let after = self.context_tokens();
-        tracing::info!(agent = %self.config.agent_id, reason, before, after, restored = restored.len(), "context compacted");
-        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason: reason.to_string() });
+        tracing::info!(agent = %self.config.agent_id, reason = reason.as_str(), before, after, restored = restored.len(), "context compacted");
+        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason });
         Ok(true)
     }
 

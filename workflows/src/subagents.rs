@@ -120,13 +120,7 @@ fn model_id(model: &str) -> Option<String> {
 }
 
 fn permission_mode(text: &str) -> Option<PermissionMode> {
-    Some(match text {
-        "default" => PermissionMode::Default,
-        "acceptEdits" | "accept-edits" => PermissionMode::AcceptEdits,
-        "plan" => PermissionMode::Plan,
-        "bypassPermissions" | "bypass" => PermissionMode::Bypass,
-        _ => return None,
-    })
+    text.parse().ok()
 }
 
 /// Parses one agent definition file; `source` names it in errors and warnings. The
@@ -226,7 +220,7 @@ pub fn parse_agent_file(text: &str, source: &str) -> Result<(AgentFile, Vec<Stri
             None => {
                 warnings.push(format!(
                     "{source}: `permissionMode: {text}` is not one orch knows (default, acceptEdits, plan, \
-                     bypassPermissions); the caller's mode applies"
+                     dontAsk, bypassPermissions); the caller's mode applies"
                 ));
                 None
             }

@@ -130,7 +130,7 @@ async fn drive(
         write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
         image: spec.sandbox.image.clone(),
     };
-    let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    let writes = orch_types::tools::any_writes(&spec.tools);
     let results = shared.run_dir.join("tool-results");
     let name = host::sandbox_name(&format!("{}-{}", shared.run_id, spec.id));
     let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
@@ -165,12 +165,7 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
-        mode: match spec.permissions.mode {
-            PermissionMode::Default => Mode::Default,
-            PermissionMode::AcceptEdits => Mode::AcceptEdits,
-            PermissionMode::Plan => Mode::Plan,
-            PermissionMode::Bypass => Mode::Bypass,
-        },
+        mode: spec.permissions.mode,
         allow: spec.permissions.allow.clone(),
         deny: spec.permissions.deny.clone(),
         ask: spec.permissions.ask.clone(),
@@ -199,7 +194,7 @@ async fn drive(
             max_turns: capped.max_turns,
             max_tokens: capped.max_tokens,
             max_cost_usd: capped.max_cost_usd,
-            timeout: capped.timeout.map(|d| d.as_std()),
+            timeout: capped.timeout,
         };
         let sink = Arc::new(AgentSink {
             agent: spec.id.clone(),

@@ -19,42 +19,56 @@
     strum::IntoStaticStr,
     strum::EnumIter,
 )]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum PermissionMode {
     /// Rules decide; a call no rule allows is asked about.
     #[default]
     #[strum(to_string = "default")]
-    #[cfg_attr(feature = "serde", serde(rename = "default"))]
     #[cfg_attr(feature = "clap", value(name = "default"))]
     Default,
     /// Like `default`, but file edits inside the writable roots need no rule.
     #[strum(to_string = "acceptEdits", serialize = "accept-edits", serialize = "accept_edits")]
-    #[cfg_attr(feature = "serde", serde(rename = "acceptEdits", alias = "accept-edits", alias = "accept_edits"))]
     #[cfg_attr(feature = "clap", value(name = "acceptEdits", alias = "accept-edits"))]
     AcceptEdits,
     /// Read-only calls only.
     #[strum(to_string = "plan")]
-    #[cfg_attr(feature = "serde", serde(rename = "plan"))]
     #[cfg_attr(feature = "clap", value(name = "plan"))]
     Plan,
     /// A call that would be asked about is denied instead.
     #[strum(to_string = "dontAsk", serialize = "dont-ask", serialize = "dont_ask")]
-    #[cfg_attr(feature = "serde", serde(rename = "dontAsk", alias = "dont-ask", alias = "dont_ask"))]
     #[cfg_attr(feature = "clap", value(name = "dontAsk", alias = "dont-ask"))]
     DontAsk,
     /// Every call no rule denies is allowed.
     #[strum(to_string = "bypassPermissions", serialize = "bypass", serialize = "bypass-permissions")]
-    #[cfg_attr(feature = "serde", serde(rename = "bypassPermissions", alias = "bypass", alias = "bypass-permissions"))]
     #[cfg_attr(feature = "clap", value(name = "bypassPermissions", alias = "bypass"))]
     Bypass,
 }
 
 impl PermissionMode {
+    /// Every mode's name as Claude Code writes it.
+    pub const NAMES: [&'static str; 5] = ["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"];
+
     /// The mode's name as Claude Code writes it: `acceptEdits`.
     pub fn as_str(&self) -> &'static str {
         self.into()
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for PermissionMode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Reads every name [`FromStr`](std::str::FromStr) reads; an unknown one is reported
+/// with the canonical names only.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for PermissionMode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PermissionMode, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(|_| serde::de::Error::unknown_variant(&text, &Self::NAMES))
     }
 }
 
@@ -66,7 +80,9 @@ mod tests {
     #[test]
     fn claude_code_names_are_canonical() {
         let names: Vec<_> = PermissionMode::iter().map(|m| m.as_str()).collect();
-        assert_eq!(names, ["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]);
+        assert_eq!(names, PermissionMode::NAMES);
+        let unknown = serde_json::from_str::<PermissionMode>("\"yolo\"").unwrap_err().to_string();
+        assert!(unknown.contains("expected one of `default`, `acceptEdits`, `plan`, `dontAsk`, `bypassPermissions`"));
         for mode in PermissionMode::iter() {
             let json = serde_json::to_string(&mode).unwrap();
             assert_eq!(json, format!("\"{mode}\""));
