@@ -122,14 +122,19 @@ fn event_index(e: &Event) -> usize {
 const EVENT_COUNT: usize = 12;
 
 fn events() -> Vec<(&'static str, Event)> {
-    let usage = Usage { input_tokens: 1200, output_tokens: 80, cache_creation_input_tokens: 0, cache_read_input_tokens: 900 };
+    let usage =
+        Usage { input_tokens: 1200, output_tokens: 80, cache_creation_input_tokens: 0, cache_read_input_tokens: 900 };
     vec![
         ("turn_started", Event::TurnStarted { turn: 1, model: "claude-sonnet-4-5".into() }),
         ("text_delta", Event::TextDelta { text: "Looking at".into() }),
         ("assistant_message", Event::AssistantMessage { turn: 1, message: Message::assistant("Done.") }),
         (
             "tool_use_started",
-            Event::ToolUseStarted { id: "toolu_1".into(), name: "Read".into(), input: json!({"file_path": "src/lib.rs"}) },
+            Event::ToolUseStarted {
+                id: "toolu_1".into(),
+                name: "Read".into(),
+                input: json!({"file_path": "src/lib.rs"}),
+            },
         ),
         (
             "tool_use_finished",
@@ -155,7 +160,11 @@ fn events() -> Vec<(&'static str, Event)> {
         ("retry", Event::Retry { attempt: 1, delay_ms: 2000, error: "overloaded".into() }),
         (
             "fallback",
-            Event::Fallback { from: "claude-opus-4-1".into(), to: "claude-sonnet-4-5".into(), error: "overloaded".into() },
+            Event::Fallback {
+                from: "claude-opus-4-1".into(),
+                to: "claude-sonnet-4-5".into(),
+                error: "overloaded".into(),
+            },
         ),
         (
             "compaction",

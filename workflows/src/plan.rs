@@ -459,7 +459,7 @@ impl<'w> Planner<'w> {
         let backend = agent.sandbox.backend.or(defaults.sandbox.backend).unwrap_or_default();
         let sandbox = SandboxSpec {
             backend,
-            network: agent.sandbox.network.clone().or_else(|| defaults.sandbox.network.clone()).unwrap_or_default(),
+            network: agent.sandbox.network.or(defaults.sandbox.network).unwrap_or_default(),
             // An image only means something to the container backend.
             image: agent
                 .sandbox

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use orch_agents::command_hooks::CommandHooks;
 use orch_agents::mcp;
-use orch_agents::permissions::{Mode, Permissions, RuleSet};
+use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::tools::host::ToolExecutor;
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
-use orch_workflows::{AgentSpec, PermissionMode};
+use orch_workflows::AgentSpec;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

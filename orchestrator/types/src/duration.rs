@@ -62,6 +62,11 @@ impl Duration {
         self.0.is_zero()
     }
 
+    /// What is left of `self` after `elapsed`; zero when it has all passed.
+    pub fn saturating_sub(self, elapsed: std::time::Duration) -> Duration {
+        Duration(self.0.saturating_sub(elapsed))
+    }
+
     /// Reads a duration: `30m`, `1.5h`, `1h30m`, `500ms`, `2m 30s`, `90` (seconds).
     pub fn parse(text: &str) -> Result<Duration, DurationError> {
         let err = |reason: String| DurationError { text: text.to_string(), reason };
@@ -266,6 +271,9 @@ mod tests {
         assert_eq!(Duration::parse("1.5us").unwrap().as_std().as_nanos(), 1_500);
         assert_eq!(Duration::parse("0.000000001s").unwrap().as_std().as_nanos(), 1);
         assert_eq!(ms("1.25000000000000000000000001s"), 1_250);
+        let left = Duration::parse("1m").unwrap().saturating_sub(std::time::Duration::from_secs(20));
+        assert_eq!(left, Duration::from_secs(40));
+        assert!(left.saturating_sub(std::time::Duration::from_secs(60)).is_zero());
     }
 
     #[test]

@@ -67,8 +67,21 @@ impl serde::Serialize for PermissionMode {
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for PermissionMode {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PermissionMode, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(|_| serde::de::Error::unknown_variant(&text, &Self::NAMES))
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PermissionMode;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a permission mode")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<PermissionMode, E> {
+                text.parse().map_err(|_| E::unknown_variant(text, &PermissionMode::NAMES))
+            }
+        }
+        // The error comes from inside the value's own deserializer, so positioned
+        // deserializers point at the value.
+        deserializer.deserialize_str(Visitor)
     }
 }
 

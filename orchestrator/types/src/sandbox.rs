@@ -39,10 +39,22 @@ impl Backend {
 
 /// Network access of an agent's tools.
 ///
-/// Not `Copy`: a policy that lists allowed and denied hosts is meant to join these
-/// variants, and it will carry lists.
+/// A policy that lists allowed and denied hosts (`{allow, deny}`) is meant to join
+/// these variants. It will carry lists, so that change drops `Copy` (the sandbox then
+/// passes `&Network`) and writes `ValueEnum` and the serde form by hand (a plain name,
+/// or a mapping); nothing else here assumes the variants carry no data.
 #[derive(
-    Debug, Clone, Default, PartialEq, Eq, Hash, strum::Display, strum::EnumString, strum::IntoStaticStr, strum::EnumIter,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::EnumIter,
 )]
 #[strum(serialize_all = "lowercase")]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -79,7 +91,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<Backend>(&json).unwrap(), backend);
         }
         for network in Network::iter() {
-            assert_eq!(network.as_str().parse::<Network>().as_ref(), Ok(&network));
+            assert_eq!(network.as_str().parse::<Network>(), Ok(network));
             let json = serde_json::to_string(&network).unwrap();
             assert_eq!(json, format!("\"{}\"", network.as_str()));
             assert_eq!(serde_json::from_str::<Network>(&json).unwrap(), network);
