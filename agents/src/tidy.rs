@@ -151,7 +151,7 @@ fn events() -> Vec<(&'static str, Event)> {
             Event::Usage {
                 turn: 1,
                 model: "claude-sonnet-4-5".into(),
-                usage: usage.clone(),
+                usage,
                 total: usage,
                 cost_usd: 0.0052,
                 total_cost_usd: 0.0052,

@@ -159,7 +159,7 @@ mod tests {
         assert_eq!(lookup("Task").map(|t| t.name), Some("Agent"));
         assert_eq!(lookup("Agent").map(|t| t.name), Some("Agent"));
         assert!(lookup("read").is_none() && lookup("mcp__x__y").is_none());
-        assert!(any_writes(&["Read", "Bash"]) && any_writes(&vec!["Edit".to_string()]));
+        assert!(any_writes(&["Read", "Bash"]) && any_writes(&["Edit".to_string()]));
         assert!(!any_writes(&["Read", "Grep", "Agent", "mcp__fs__write_file"]));
         assert!(is_refetchable("Bash") && !is_refetchable("Edit") && !is_refetchable("nope"));
     }
