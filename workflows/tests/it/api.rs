@@ -168,6 +168,11 @@ fn durations_in_limits() {
     assert_eq!(spec(&plan, "a").limits.timeout.unwrap().as_std(), StdDuration::from_millis(500));
     assert_eq!(spec(&plan, "b").limits.timeout.unwrap().to_string(), "2m30s");
     assert_eq!(Duration::parse("90s").unwrap().to_string(), "1m30s");
+    // One grammar with the command line: fractions and bare seconds are read too.
+    let plan =
+        planned("version: 1\nlimits: { timeout: 1.5h }\nagents:\n  a: { prompt: x, limits: { timeout: 90 } }\n", &[]);
+    assert_eq!(plan.limits.timeout.unwrap().to_string(), "1h30m");
+    assert_eq!(spec(&plan, "a").limits.timeout.unwrap().as_std(), StdDuration::from_secs(90));
     let err = Duration::parse("10 parsecs").unwrap_err();
     assert_eq!(err.to_string(), "`10 parsecs` is not a duration: unknown unit `parsecs`");
 }

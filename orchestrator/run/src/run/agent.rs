@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use orch_agents::command_hooks::CommandHooks;
 use orch_agents::mcp;
-use orch_agents::permissions::{Mode, Permissions, RuleSet};
+use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::tools::host::ToolExecutor;
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
-use orch_workflows::{AgentSpec, PermissionMode};
+use orch_workflows::AgentSpec;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -124,7 +124,7 @@ async fn drive(
         image: spec.sandbox.image.clone(),
         source: SettingSource::Workflow,
     };
-    let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    let writes = orch_types::tools::any_writes(&spec.tools);
     let results = shared.run_dir.join("tool-results");
     let name = host::sandbox_name(&format!("{}-{}", shared.run_id, spec.id));
     let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
@@ -159,12 +159,7 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
-        mode: match spec.permissions.mode {
-            PermissionMode::Default => Mode::Default,
-            PermissionMode::AcceptEdits => Mode::AcceptEdits,
-            PermissionMode::Plan => Mode::Plan,
-            PermissionMode::Bypass => Mode::Bypass,
-        },
+        mode: spec.permissions.mode,
         allow: spec.permissions.allow.clone(),
         deny: spec.permissions.deny.clone(),
         ask: spec.permissions.ask.clone(),
@@ -194,7 +189,7 @@ async fn drive(
             max_turns: capped.max_turns,
             max_tokens: capped.max_tokens,
             max_cost_usd: capped.max_cost_usd,
-            timeout: capped.timeout.map(|d| d.as_std()),
+            timeout: capped.timeout,
         };
         let sink = Arc::new(AgentSink {
             agent: spec.id.clone(),
