@@ -12,6 +12,8 @@ pub mod glob;
 pub mod grep;
 pub mod host;
 pub mod ls;
+pub mod multi_edit;
+pub mod notebook_edit;
 pub mod read;
 pub mod text;
 pub mod todo;
@@ -186,6 +188,8 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
         Arc::new(glob::Glob),
         Arc::new(grep::Grep),
         Arc::new(ls::Ls),
+        Arc::new(multi_edit::MultiEdit),
+        Arc::new(notebook_edit::NotebookEdit),
         Arc::new(read::Read),
         Arc::new(todo::TodoWrite),
         Arc::new(write::Write),
@@ -195,4 +199,5 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
 }
 
 /// The names of the core tools.
-pub const CORE_TOOL_NAMES: &[&str] = &["Bash", "Edit", "Glob", "Grep", "LS", "Read", "TodoWrite", "Write"];
+pub const CORE_TOOL_NAMES: &[&str] =
+    &["Bash", "Edit", "Glob", "Grep", "LS", "MultiEdit", "NotebookEdit", "Read", "TodoWrite", "Write"];
