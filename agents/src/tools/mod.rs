@@ -5,6 +5,7 @@
 //! coordinator only sees a tool's metadata (name, description, schema, safety flags,
 //! permission subject) and runs the pipeline around the call.
 
+pub mod background;
 pub mod bash;
 mod bash_readonly;
 pub mod edit;
@@ -184,6 +185,8 @@ impl<T: Tool> DynTool for T {
 pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
     let mut tools: Vec<Arc<dyn DynTool>> = vec![
         Arc::new(bash::Bash),
+        Arc::new(background::BashOutput),
+        Arc::new(background::KillShell),
         Arc::new(edit::Edit),
         Arc::new(glob::Glob),
         Arc::new(grep::Grep),
@@ -199,5 +202,17 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
 }
 
 /// The names of the core tools.
-pub const CORE_TOOL_NAMES: &[&str] =
-    &["Bash", "Edit", "Glob", "Grep", "LS", "MultiEdit", "NotebookEdit", "Read", "TodoWrite", "Write"];
+pub const CORE_TOOL_NAMES: &[&str] = &[
+    "Bash",
+    "BashOutput",
+    "Edit",
+    "Glob",
+    "Grep",
+    "KillShell",
+    "LS",
+    "MultiEdit",
+    "NotebookEdit",
+    "Read",
+    "TodoWrite",
+    "Write",
+];
