@@ -337,7 +337,11 @@ impl ToolPool {
                 "[the result is {total} bytes, over the {limit}-byte limit, and could not be saved ({e}); the rest is cut]"
             ),
         };
-        ToolOutput { content: format!("{preview}\n…\n{note}"), is_error: output.is_error }
+        ToolOutput {
+            content: format!("{preview}\n…\n{note}"),
+            is_error: output.is_error,
+            attachments: output.attachments,
+        }
     }
 
     async fn save(&self, dir: &std::path::Path, id: &str, content: &str) -> Result<PathBuf, String> {

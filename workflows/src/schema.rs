@@ -19,7 +19,21 @@ use crate::extensions::{HookSettings, McpServer};
 use crate::yaml::Node;
 
 /// The core tools an agent may be given (besides `mcp__<server>__<tool>` names).
-pub const KNOWN_TOOLS: [&str; 9] = ["Read", "Write", "Edit", "Glob", "Grep", "LS", "Bash", "TodoWrite", "Agent"];
+pub const KNOWN_TOOLS: [&str; 13] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "Glob",
+    "Grep",
+    "LS",
+    "Bash",
+    "BashOutput",
+    "KillShell",
+    "TodoWrite",
+    "Agent",
+];
 
 /// The tools of an agent when neither the agent nor `defaults` lists any: read-only.
 pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Grep", "Glob", "LS", "TodoWrite"];

@@ -98,8 +98,8 @@ impl HostTools {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
         let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
-        match tool.call(request.input, &ctx).await {
-            Ok(content) => ToolOutput::ok(content),
+        match tool.call_with_attachments(request.input, &ctx).await {
+            Ok(rich) => ToolOutput::ok(rich.text).with_attachments(rich.attachments),
             Err(e) => ToolOutput::error(e.0),
         }
     }
