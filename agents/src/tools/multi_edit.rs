@@ -348,6 +348,33 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello there\n");
     }
 
+    #[tokio::test]
+    async fn a_multi_edit_outside_the_writable_roots_is_denied_through_the_pool() {
+        use crate::permissions::Permissions;
+        use crate::pipeline::ToolPool;
+        use crate::tool::{ToolCall, ToolRunner};
+        use crate::tools::core_tools;
+        use crate::tools::host::{HostTools, InProcess};
+        let (dir, ctx) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim.txt");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let path = victim.to_str().unwrap();
+        // Even after a Read, the write is refused before it reaches the host.
+        read(&ctx, path).await;
+        let host = HostTools::new(core_tools(), ctx.session.clone());
+        let pool =
+            ToolPool::new("a", core_tools(), Arc::new(InProcess(host)), Permissions::allow_all(dir.path())).unwrap();
+        let call = ToolCall {
+            id: "t1".into(),
+            name: "MultiEdit".into(),
+            input: json!({ "file_path": path, "edits": [{ "old_string": "keep", "new_string": "lost" }] }),
+        };
+        let out = pool.run(&call, Default::default()).await;
+        assert!(out.is_error, "{}", out.content);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me\n");
+    }
+
     #[test]
     fn rejects_bad_input() {
         let v = |i: serde_json::Value| DynTool::validate(&MultiEdit, &i);
