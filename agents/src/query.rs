@@ -847,7 +847,12 @@ impl Loop<'_> {
                 let results = calls
                     .iter()
                     .map(|c| match done.get(&c.id) {
-                        Some(out) => ContentBlock::tool_result(&c.id, out.content.clone(), out.is_error),
+                        Some(out) => ContentBlock::tool_result_with(
+                            &c.id,
+                            out.content.clone(),
+                            out.is_error,
+                            out.attachments.clone(),
+                        ),
                         None => ContentBlock::tool_result(&c.id, text, true),
                     })
                     .collect();
@@ -906,7 +911,7 @@ impl Loop<'_> {
                     ToolOutput::error(text)
                 }
             };
-            results.push(ContentBlock::tool_result(&call.id, output.content, output.is_error));
+            results.push(ContentBlock::tool_result_with(&call.id, output.content, output.is_error, output.attachments));
         }
         self.messages.push(Message { role: Role::User, content: results });
         self.absorb_nested();

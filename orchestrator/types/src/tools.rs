@@ -37,10 +37,15 @@ pub const CATALOG: &[ToolInfo] = &[
     ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Read") },
     ToolInfo { writes: true, ..tool("Write") },
     ToolInfo { writes: true, ..tool("Edit") },
+    ToolInfo { writes: true, ..tool("MultiEdit") },
+    ToolInfo { writes: true, ..tool("NotebookEdit") },
     ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Glob") },
     ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Grep") },
     ToolInfo { read_only: true, refetchable: true, default: true, ..tool("LS") },
     ToolInfo { writes: true, refetchable: true, ..tool("Bash") },
+    // Reading a background command's output consumes it: not refetchable.
+    ToolInfo { read_only: true, ..tool("BashOutput") },
+    ToolInfo { ..tool("KillShell") },
     ToolInfo { read_only: true, default: true, ..tool("TodoWrite") },
     ToolInfo { aliases: &["Task"], core: false, ..tool("Agent") },
 ];
@@ -145,9 +150,42 @@ mod tests {
 
     #[test]
     fn the_lists_follow_the_flags() {
-        assert_eq!(ALL_NAMES, ["Read", "Write", "Edit", "Glob", "Grep", "LS", "Bash", "TodoWrite", "Agent"]);
+        assert_eq!(
+            ALL_NAMES,
+            [
+                "Read",
+                "Write",
+                "Edit",
+                "MultiEdit",
+                "NotebookEdit",
+                "Glob",
+                "Grep",
+                "LS",
+                "Bash",
+                "BashOutput",
+                "KillShell",
+                "TodoWrite",
+                "Agent"
+            ]
+        );
         assert_eq!(DEFAULT_NAMES, ["Read", "Glob", "Grep", "LS", "TodoWrite"]);
-        assert_eq!(CORE_NAMES, ["Read", "Write", "Edit", "Glob", "Grep", "LS", "Bash", "TodoWrite"]);
+        assert_eq!(
+            CORE_NAMES,
+            [
+                "Read",
+                "Write",
+                "Edit",
+                "MultiEdit",
+                "NotebookEdit",
+                "Glob",
+                "Grep",
+                "LS",
+                "Bash",
+                "BashOutput",
+                "KillShell",
+                "TodoWrite"
+            ]
+        );
         assert_eq!(REFETCHABLE_NAMES, ["Read", "Glob", "Grep", "LS", "Bash"]);
         // A default tool must never be one that changes files.
         assert!(CATALOG.iter().filter(|t| t.default).all(|t| t.read_only && !t.writes));

@@ -84,6 +84,7 @@ pub async fn run(
         let request = HostRequest {
             tool: "Bash".into(),
             input: json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
+            scope: None,
         };
         let result = executor.execute(request, cancel.clone()).await;
         let (exit_code, output, ok) = match result {
