@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::message::Message;
 use crate::model::{ModelProvider, SystemPart};
-use crate::permissions::Mode;
+use crate::permissions::{Mode, stricter};
 use crate::pipeline::{LocalTool, PoolError, ToolPool};
 use crate::query::{QueryConfig, query};
 use crate::tool::{ToolCall, ToolOutput};
@@ -394,18 +394,6 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The stricter of two permission modes (plan, then default, then accept-edits, then
-/// bypass).
-fn stricter(a: Mode, b: Mode) -> Mode {
-    let rank = |m: Mode| match m {
-        Mode::Plan => 0,
-        Mode::Default => 1,
-        Mode::AcceptEdits => 2,
-        Mode::Bypass => 3,
-    };
-    if rank(a) <= rank(b) { a } else { b }
-}
-
 const SUBAGENT_NOTE: &str = "You are a sub-agent: another agent gave you this task and \
 will read your final message as your report. Nobody else sees your work. Finish with a \
 short, concrete report of what you found or changed.";
@@ -485,7 +473,7 @@ impl LocalTool for AgentTool {
         }
         let mut permissions = pool.permissions().clone();
         if let Some(mode) = definition.and_then(|d| d.permission_mode) {
-            permissions.mode = stricter(permissions.mode, mode);
+            permissions.mode = stricter(permissions.mode, Some(mode));
         }
         let mut child_pool = match pool.derive(&id, Some(&names), permissions) {
             Ok(p) => p,

@@ -386,9 +386,10 @@ fn parse_author(text: &str) -> Result<(String, String), String> {
 /// Permission rules and mode.
 #[derive(Debug, Args)]
 pub struct PermissionArgs {
-    /// default, accept-edits, plan (read-only tools only) or bypass.
-    #[arg(long, default_value = "default", value_parser = parse_mode)]
-    pub permission_mode: orch_agents::permissions::Mode,
+    /// default, acceptEdits, plan (read-only tools only), dontAsk or bypassPermissions;
+    /// unset, tools run unless a rule says otherwise and allow-lists hold.
+    #[arg(long, value_parser = parse_mode)]
+    pub permission_mode: Option<orch_agents::permissions::Mode>,
     /// A rule that allows calls, such as `Bash(git diff *)`. Repeatable.
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
@@ -401,14 +402,9 @@ pub struct PermissionArgs {
 }
 
 fn parse_mode(text: &str) -> Result<orch_agents::permissions::Mode, String> {
-    use orch_agents::permissions::Mode;
-    match text {
-        "default" => Ok(Mode::Default),
-        "accept-edits" | "acceptEdits" => Ok(Mode::AcceptEdits),
-        "plan" => Ok(Mode::Plan),
-        "bypass" | "bypassPermissions" => Ok(Mode::Bypass),
-        other => Err(format!("unknown permission mode `{other}`; use default, accept-edits, plan or bypass")),
-    }
+    orch_agents::permissions::Mode::parse(text).ok_or_else(|| {
+        format!("unknown permission mode `{text}`; use default, acceptEdits, plan, dontAsk or bypassPermissions")
+    })
 }
 
 /// Parses `500ms`, `90s`, `10m`, `2h` or a bare number of seconds.

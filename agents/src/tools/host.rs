@@ -1,6 +1,9 @@
 //! The two ends of a tool call that crosses into the tool host: the request and reply
 //! shapes, the coordinator-side [`ToolExecutor`] interface, and the host-side
 //! [`HostTools`] that runs the call against the agent's [`Session`].
+//!
+//! A request also carries the path patterns the agent's permission rules deny reading;
+//! the search tools leave what they cover out of their results ([`hidden_paths`]).
 
 use std::sync::Arc;
 
@@ -10,7 +13,18 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{DynTool, Session, ToolContext};
+use crate::permissions::{PathFilter, PathPattern};
 use crate::tool::ToolOutput;
+
+tokio::task_local! {
+    static HIDDEN: Arc<PathFilter>;
+}
+
+/// The paths the current call must not show, set by [`HostTools::run`] for the duration
+/// of the call (empty outside one).
+pub fn hidden_paths() -> Arc<PathFilter> {
+    HIDDEN.try_with(Arc::clone).unwrap_or_default()
+}
 
 /// A call as it travels to the tool host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +32,16 @@ use crate::tool::ToolOutput;
 pub struct HostRequest {
     pub tool: String,
     pub input: Value,
+    /// Paths the call must not show in its results (denied for reading).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathPattern>,
+}
+
+impl HostRequest {
+    /// A request that hides nothing.
+    pub fn new(tool: impl Into<String>, input: Value) -> Self {
+        Self { tool: tool.into(), input, hidden: Vec::new() }
+    }
 }
 
 /// Runs calls where the agent's tools live. The product's executor talks to the
@@ -63,8 +87,12 @@ impl HostTools {
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
+        let hidden = match PathFilter::new(&request.hidden) {
+            Ok(filter) => Arc::new(filter),
+            Err(e) => return ToolOutput::error(format!("cannot build the filter of denied paths for this call: {e}")),
+        };
         let ctx = ToolContext { session: self.session.clone(), cancel };
-        match tool.call(request.input, &ctx).await {
+        match HIDDEN.scope(hidden, tool.call(request.input, &ctx)).await {
             Ok(content) => ToolOutput::ok(content),
             Err(e) => ToolOutput::error(e.0),
         }

@@ -165,11 +165,12 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
+        // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
         mode: match spec.permissions.mode {
-            PermissionMode::Default => Mode::Default,
-            PermissionMode::AcceptEdits => Mode::AcceptEdits,
-            PermissionMode::Plan => Mode::Plan,
-            PermissionMode::Bypass => Mode::Bypass,
+            PermissionMode::Default => None,
+            PermissionMode::AcceptEdits => Some(Mode::AcceptEdits),
+            PermissionMode::Plan => Some(Mode::Plan),
+            PermissionMode::Bypass => Some(Mode::BypassPermissions),
         },
         allow: spec.permissions.allow.clone(),
         deny: spec.permissions.deny.clone(),

@@ -66,7 +66,7 @@ pub fn mode(mode: PermissionMode) -> Mode {
         PermissionMode::Default => Mode::Default,
         PermissionMode::AcceptEdits => Mode::AcceptEdits,
         PermissionMode::Plan => Mode::Plan,
-        PermissionMode::Bypass => Mode::Bypass,
+        PermissionMode::Bypass => Mode::BypassPermissions,
     }
 }
 
