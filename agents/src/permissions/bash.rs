@@ -119,14 +119,22 @@ fn first_token(script: &str) -> Option<String> {
     }
 }
 
-fn walk(node: Node<'_>, src: &str, depth: usize, stdin: Option<&str>, out: &mut Vec<Part>) {
+/// What a redirected statement gives the command in its body: the text a here-doc or
+/// here-string feeds to stdin, and the files its redirections name.
+#[derive(Default)]
+struct Feed {
+    stdin: Option<String>,
+    files: Vec<Word>,
+}
+
+fn walk(node: Node<'_>, src: &str, depth: usize, feed: Option<&Feed>, out: &mut Vec<Part>) {
     match node.kind() {
-        "command" => command(node, src, depth, stdin, out),
+        "command" => command(node, src, depth, feed, out),
         "redirected_statement" => {
-            let fed = here_text(node, src);
+            let own = redirections(node, src);
             let mut cursor = node.walk();
             for child in node.named_children(&mut cursor) {
-                walk(child, src, depth, fed.as_deref().or(stdin), out);
+                walk(child, src, depth, Some(&own), out);
             }
             return;
         }
@@ -138,21 +146,25 @@ fn walk(node: Node<'_>, src: &str, depth: usize, stdin: Option<&str>, out: &mut 
     }
 }
 
-/// The text a here-doc or here-string of a redirected statement feeds to stdin.
-fn here_text(node: Node<'_>, src: &str) -> Option<String> {
+fn redirections(node: Node<'_>, src: &str) -> Feed {
+    let mut feed = Feed::default();
     let mut cursor = node.walk();
     for redirect in node.children_by_field_name("redirect", &mut cursor) {
         match redirect.kind() {
             "heredoc_redirect" => {
                 let mut c = redirect.walk();
                 let body = redirect.named_children(&mut c).find(|n| n.kind() == "heredoc_body");
-                return Some(body.map(|b| text(b, src).to_string()).unwrap_or_default());
+                feed.stdin = Some(body.map(|b| text(b, src).to_string()).unwrap_or_default());
             }
-            "herestring_redirect" => return herestring(redirect, src),
+            "herestring_redirect" => feed.stdin = herestring(redirect, src),
+            "file_redirect" => {
+                let mut c = redirect.walk();
+                feed.files.extend(redirect.children_by_field_name("destination", &mut c).map(|d| word(d, src)));
+            }
             _ => {}
         }
     }
-    None
+    feed
 }
 
 fn herestring(node: Node<'_>, src: &str) -> Option<String> {
@@ -168,14 +180,14 @@ fn text<'a>(node: Node<'_>, src: &'a str) -> &'a str {
 
 /// One simple command: its words, normalised, with `bash -c`, `eval`, shells reading a
 /// here-doc and `find -exec` followed into the commands they run.
-fn command(node: Node<'_>, src: &str, depth: usize, stdin: Option<&str>, out: &mut Vec<Part>) {
+fn command(node: Node<'_>, src: &str, depth: usize, feed: Option<&Feed>, out: &mut Vec<Part>) {
     let mut words = Vec::new();
     if let Some(name) = node.child_by_field_name("name") {
         words.push(word(name, src));
     }
     let mut cursor = node.walk();
     words.extend(node.children_by_field_name("argument", &mut cursor).map(|a| word(a, src)));
-    let mut redirects = Vec::new();
+    let mut redirects: Vec<Word> = feed.map(|f| f.files.clone()).unwrap_or_default();
     let mut own_stdin = None;
     let mut cursor = node.walk();
     for redirect in node.children_by_field_name("redirect", &mut cursor) {
@@ -188,7 +200,7 @@ fn command(node: Node<'_>, src: &str, depth: usize, stdin: Option<&str>, out: &m
             _ => {}
         }
     }
-    let stdin = own_stdin.as_deref().or(stdin);
+    let stdin = own_stdin.as_deref().or(feed.and_then(|f| f.stdin.as_deref()));
     if words.is_empty() {
         return;
     }
@@ -596,7 +608,7 @@ mod tests {
         assert_eq!(texts("VAR=x timeout -s KILL 5 nice -n 3 command git push"), ["git push"]);
         assert_eq!(texts("sudo -u root env A=1 xargs -n 1 git push"), ["git push"]);
         assert_eq!(texts("bash -c 'git push && ls'"), ["git push", "ls"]);
-        assert_eq!(texts("echo $(git push) `rm x`"), ["git push", "rm x", "echo $(git push) `rm x`"]);
+        assert_eq!(texts("echo $(git push) `rm x`"), ["echo $(git push) `rm x`", "git push", "rm x"]);
         assert_eq!(texts("(cd x && git push)"), ["cd x", "git push"]);
         assert_eq!(texts("bash <<EOF\ngit push\nEOF\n"), ["git push"]);
         assert_eq!(texts("find . -name x -exec rm {} \\;"), ["rm {}", "find . -name x -exec rm {} ;"]);

@@ -119,13 +119,18 @@ impl PathFilter {
         self.matchers.is_empty()
     }
 
-    /// Whether `path` (absolute) or a directory above it is hidden.
-    pub fn hides(&self, path: &Path) -> bool {
+    /// Whether `path` (absolute) or a directory above it is hidden. A directory whose
+    /// contents are hidden (`secrets/**`) is hidden itself.
+    pub fn hides(&self, path: &Path, is_dir: bool) -> bool {
         if self.matchers.is_empty() {
             return false;
         }
         let path = normalize(path);
-        self.matchers.iter().any(|m| m.covers_entry(&path))
+        if is_dir {
+            self.matchers.iter().any(|m| m.covers(&path))
+        } else {
+            self.matchers.iter().any(|m| m.covers_entry(&path))
+        }
     }
 }
 

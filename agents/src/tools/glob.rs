@@ -198,7 +198,10 @@ pub(super) fn walker(root: &Path, denied: &Arc<PathFilter>) -> WalkBuilder {
     builder
         .hidden(true)
         .follow_links(false)
-        .filter_entry(move |entry| entry.file_name() != ".git" && !denied.hides(entry.path()));
+        .filter_entry(move |entry| {
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            entry.file_name() != ".git" && !denied.hides(entry.path(), is_dir)
+        });
     builder
 }
 
