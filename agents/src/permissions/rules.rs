@@ -72,7 +72,7 @@ pub struct RuleError {
     pub rule: String,
     pub reason: String,
     /// Where the rule was written, when the caller said.
-    pub at: Option<RuleSource>,
+    pub at: Option<Box<RuleSource>>,
 }
 
 /// Tools whose rules take a path specifier.
@@ -113,7 +113,7 @@ impl Rule {
 
     /// Parses a rule written in `source`.
     pub fn parse_in(text: &str, bases: Bases<'_>, source: Option<RuleSource>) -> Result<Rule, RuleError> {
-        let err = |reason: String| RuleError { rule: text.to_string(), reason, at: source.clone() };
+        let err = |reason: String| RuleError { rule: text.to_string(), reason, at: source.clone().map(Box::new) };
         let trimmed = text.trim();
         let (tool, inner) = match trimmed.find('(') {
             None => (trimmed, None),

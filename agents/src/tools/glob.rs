@@ -195,13 +195,10 @@ pub(super) fn walker(root: &Path, denied: &Arc<PathFilter>) -> WalkBuilder {
     // ancestor up to `/`, so the rules of an enclosing repository (or a stray
     // ~/.gitignore) would hide files of a worktree nested inside it.
     let denied = denied.clone();
-    builder
-        .hidden(true)
-        .follow_links(false)
-        .filter_entry(move |entry| {
-            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-            entry.file_name() != ".git" && !denied.hides(entry.path(), is_dir)
-        });
+    builder.hidden(true).follow_links(false).filter_entry(move |entry| {
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        entry.file_name() != ".git" && !denied.hides(entry.path(), is_dir)
+    });
     builder
 }
 
