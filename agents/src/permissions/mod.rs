@@ -417,8 +417,9 @@ impl Permissions {
             Some(Mode::AcceptEdits) if !call.writes.is_empty() && name != "Bash" => None,
             Some(_) => needs_rule(),
             None => {
-                let listed =
-                    self.rules(Verdict::Allow).any(|r| r.names(name, !call.reads.is_empty(), !call.writes.is_empty()));
+                // `Read` allow rules list the tools that only read.
+                let reads_only = !call.reads.is_empty() && call.writes.is_empty();
+                let listed = self.rules(Verdict::Allow).any(|r| r.names(name, reads_only, !call.writes.is_empty()));
                 if listed { Some(format!("the allow rules for {name} do not cover this call")) } else { None }
             }
         }
@@ -455,6 +456,10 @@ fn describe(tool: &dyn DynTool, input: &Value, cwd: &Path) -> Call {
 /// Otherwise (allow rules) every part and every path must match.
 fn covers(rule: &Rule, call: &Call, conservative: bool) -> bool {
     if !rule.names(call.tool, !call.reads.is_empty(), !call.writes.is_empty()) {
+        return false;
+    }
+    // A `Read` deny also stops writes to its paths; a `Read` allow never allows a write.
+    if !conservative && rule.is_read_family() && !call.writes.is_empty() {
         return false;
     }
     match rule.spec() {
