@@ -304,7 +304,7 @@ impl CommandHooks {
             cap: OUTPUT_CAP,
         };
         let request = match serde_json::to_value(&run) {
-            Ok(input) => HostRequest { tool: HOOK_REQUEST.to_string(), input, scope: None },
+            Ok(input) => HostRequest::new(HOOK_REQUEST, input),
             Err(e) => {
                 self.report(event, hook, format!("could not encode the hook request: {e}"), true, started);
                 return Reply::default();

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hooks::{HookDecision, Hooks, NoHooks};
 use crate::message::ToolSpec;
-use crate::permissions::{AskFallback, Decision, Mode, Permissions};
+use crate::permissions::{Decision, Permissions};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::tools::DynTool;
 use crate::tools::host::{HostRequest, ToolExecutor};
@@ -252,7 +252,7 @@ impl ToolPool {
             return Err(format!("permission denied: {reason}"));
         }
         if let Some(HookDecision::Ask(reason)) = hook {
-            let lifted = self.permissions.mode == Mode::Bypass || self.permissions.ask_fallback == AskFallback::Allow;
+            let lifted = self.permissions.lifts_ask();
             if !lifted {
                 // Deny rules still get their say first, for a clearer reason.
                 if let Decision::Deny(r) = self.permissions.decide(tool, input, false) {
@@ -296,7 +296,12 @@ impl ToolPool {
             let ordinal = self.local_calls.fetch_add(1, Ordering::SeqCst) + 1;
             local.call(self, ordinal, call, input.clone(), cancel).await
         } else {
-            let request = HostRequest { tool: call.name.clone(), input: input.clone(), scope: self.scope.clone() };
+            let request = HostRequest {
+                tool: call.name.clone(),
+                input: input.clone(),
+                scope: self.scope.clone(),
+                hidden: self.permissions.hidden_paths(&call.name),
+            };
             match self.executor.execute(request, cancel).await {
                 Ok(output) => output,
                 Err(message) => {

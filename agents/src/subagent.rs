@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::message::Message;
 use crate::model::{ModelProvider, SystemPart};
-use crate::permissions::Mode;
+use crate::permissions::{Mode, stricter};
 use crate::pipeline::{LocalTool, PoolError, ToolPool};
 use crate::query::{QueryConfig, query};
 use crate::tool::{ToolCall, ToolOutput};
@@ -481,19 +481,6 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The stricter of two permission modes (plan, then dont-ask, then default, then
-/// accept-edits, then bypass).
-fn stricter(a: Mode, b: Mode) -> Mode {
-    let rank = |m: Mode| match m {
-        Mode::Plan => 0,
-        Mode::DontAsk => 1,
-        Mode::Default => 2,
-        Mode::AcceptEdits => 3,
-        Mode::Bypass => 4,
-    };
-    if rank(a) <= rank(b) { a } else { b }
-}
-
 const SUBAGENT_NOTE: &str = "You are a sub-agent: another agent gave you this task and \
 will read your final message as your report. Nobody else sees your work. Finish with a \
 short, concrete report of what you found or changed.";
@@ -587,7 +574,7 @@ impl LocalTool for AgentTool {
         }
         let mut permissions = pool.permissions().clone();
         if let Some(mode) = definition.and_then(|d| d.permission_mode) {
-            permissions.mode = stricter(permissions.mode, mode);
+            permissions.mode = stricter(permissions.mode, Some(mode));
         }
         let mut child_pool = match pool.derive(&id, Some(&names), permissions) {
             Ok(p) => p,

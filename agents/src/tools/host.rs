@@ -1,6 +1,9 @@
 //! The two ends of a tool call that crosses into the tool host: the request and reply
 //! shapes, the coordinator-side [`ToolExecutor`] interface, and the host-side
 //! [`HostTools`] that runs the call against the agent's [`Session`].
+//!
+//! A request also carries the path patterns the agent's permission rules deny reading;
+//! the search tools leave what they cover out of their results ([`hidden_paths`]).
 
 use std::sync::Arc;
 
@@ -10,7 +13,18 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{DynTool, Session, ToolContext};
+use crate::permissions::{PathFilter, PathPattern};
 use crate::tool::ToolOutput;
+
+tokio::task_local! {
+    static HIDDEN: Arc<PathFilter>;
+}
+
+/// The paths the current call must not show, set by [`HostTools::run`] for the duration
+/// of the call (empty outside one).
+pub fn hidden_paths() -> Arc<PathFilter> {
+    HIDDEN.try_with(Arc::clone).unwrap_or_default()
+}
 
 /// A call as it travels to the tool host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,12 +36,15 @@ pub struct HostRequest {
     /// Each scope has its own read stamps and todo list; see [`Session::scoped`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// Paths the call must not show in its results (denied for reading).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathPattern>,
 }
 
 impl HostRequest {
-    /// A request of the host's own agent.
+    /// A request of the host's own agent that hides nothing.
     pub fn new(tool: impl Into<String>, input: Value) -> Self {
-        Self { tool: tool.into(), input, scope: None }
+        Self { tool: tool.into(), input, scope: None, hidden: Vec::new() }
     }
 }
 
@@ -97,8 +114,12 @@ impl HostTools {
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
+        let hidden = match PathFilter::new(&request.hidden) {
+            Ok(filter) => Arc::new(filter),
+            Err(e) => return ToolOutput::error(format!("cannot build the filter of denied paths for this call: {e}")),
+        };
         let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
-        match tool.call_with_attachments(request.input, &ctx).await {
+        match HIDDEN.scope(hidden, tool.call_with_attachments(request.input, &ctx)).await {
             Ok(rich) => ToolOutput::ok(rich.text).with_attachments(rich.attachments),
             Err(e) => ToolOutput::error(e.0),
         }

@@ -517,9 +517,10 @@ fn parse_author(text: &str) -> Result<(String, String), String> {
 /// Permission rules and mode.
 #[derive(Debug, Args)]
 pub struct PermissionArgs {
-    /// default, accept-edits, plan (read-only tools only) or bypass.
-    #[arg(long, default_value = "default", value_parser = parse_mode)]
-    pub permission_mode: orch_agents::permissions::Mode,
+    /// default, acceptEdits, plan (read-only tools only), dontAsk or bypassPermissions;
+    /// unset, tools run unless a rule says otherwise and allow-lists hold.
+    #[arg(long, value_parser = parse_mode)]
+    pub permission_mode: Option<orch_agents::permissions::Mode>,
     /// A rule that allows calls, such as `Bash(git diff *)`. Repeatable.
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,

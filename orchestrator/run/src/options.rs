@@ -102,7 +102,8 @@ pub struct SandboxSpec {
 /// Permission rules and mode of an ad-hoc agent.
 #[derive(Debug, Clone)]
 pub struct PermissionSpec {
-    pub mode: orch_agents::permissions::Mode,
+    /// `None`: orch's default mode (see the README's Permissions section).
+    pub mode: Option<orch_agents::permissions::Mode>,
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub ask: Vec<String>,

@@ -42,12 +42,22 @@ pub enum PermissionMode {
     /// Every call no rule denies is allowed.
     #[strum(to_string = "bypassPermissions", serialize = "bypass", serialize = "bypass-permissions")]
     #[cfg_attr(feature = "clap", value(name = "bypassPermissions", alias = "bypass"))]
-    Bypass,
+    BypassPermissions,
 }
 
 impl PermissionMode {
     /// Every mode's name as Claude Code writes it.
     pub const NAMES: [&'static str; 5] = ["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"];
+
+    /// Every mode, in the order of [`Self::NAMES`].
+    pub const ALL: [PermissionMode; 5] =
+        [Self::Default, Self::AcceptEdits, Self::Plan, Self::DontAsk, Self::BypassPermissions];
+
+    /// Reads a mode by Claude Code's name or one of orch's older spellings
+    /// (`accept-edits`, `dont-ask`, `bypass`).
+    pub fn parse(text: &str) -> Option<PermissionMode> {
+        text.parse().ok()
+    }
 
     /// The mode's name as Claude Code writes it: `acceptEdits`.
     pub fn as_str(&self) -> &'static str {
@@ -108,7 +118,7 @@ mod tests {
     fn the_older_spellings_still_read() {
         for (text, mode) in [
             ("accept-edits", PermissionMode::AcceptEdits),
-            ("bypass", PermissionMode::Bypass),
+            ("bypass", PermissionMode::BypassPermissions),
             ("dont-ask", PermissionMode::DontAsk),
         ] {
             assert_eq!(text.parse::<PermissionMode>(), Ok(mode));

@@ -201,7 +201,7 @@ async fn a_hook_deny_and_a_hook_rewrite() {
 #[tokio::test]
 async fn hard_denials_hold_in_bypass_mode_with_a_hook_allow() {
     let f = Fixture::new();
-    let rules = RuleSet { mode: Mode::Bypass, allow: vec!["Write".into()], ..Default::default() };
+    let rules = RuleSet { mode: Some(Mode::BypassPermissions), allow: vec!["Write".into()], ..Default::default() };
     let hook = TestHook { decision: Some(HookDecision::Allow), ..Default::default() };
     let pool = f.pool(rules, hook, false);
     let out = run(&pool, "Write", json!({"file_path": "/etc/orch-test-file", "content": "x"})).await;
@@ -215,7 +215,7 @@ async fn hard_denials_hold_in_bypass_mode_with_a_hook_allow() {
 #[tokio::test]
 async fn plan_mode_allows_only_read_only_calls() {
     let f = Fixture::new();
-    let pool = f.pool(RuleSet { mode: Mode::Plan, ..Default::default() }, TestHook::default(), false);
+    let pool = f.pool(RuleSet { mode: Some(Mode::Plan), ..Default::default() }, TestHook::default(), false);
     assert!(!run(&pool, "Read", json!({"file_path": "a.txt"})).await.is_error);
     let out = run(&pool, "Bash", json!({"command": "touch x"})).await;
     assert!(out.is_error && out.content.contains("plan mode"), "{}", out.content);

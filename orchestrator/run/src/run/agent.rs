@@ -159,7 +159,11 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let rules = RuleSet {
-        mode: spec.permissions.mode,
+        // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
+        mode: match spec.permissions.mode {
+            orch_agents::permissions::Mode::Default => None,
+            mode => Some(mode),
+        },
         allow: spec.permissions.allow.clone(),
         deny: spec.permissions.deny.clone(),
         ask: spec.permissions.ask.clone(),

@@ -81,11 +81,10 @@ pub async fn run(
         let at = Instant::now();
         let _ = writeln!(log, "$ {command}");
         tracing::info!("setup: {command}");
-        let request = HostRequest {
-            tool: "Bash".into(),
-            input: json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
-            scope: None,
-        };
+        let request = HostRequest::new(
+            "Bash",
+            json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
+        );
         let result = executor.execute(request, cancel.clone()).await;
         let (exit_code, output, ok) = match result {
             Ok(out) if !out.is_error => (Some(0), out.content, true),
