@@ -12,8 +12,9 @@
 #     directory above it is opened for traversal with o+x), and CARGO_HOME is a fresh
 #     directory of the user's whose registry and git caches are links to root's (read
 #     only: the build is --offline and --locked, every crate is already there);
-#  4. runs, as the user with `runuser`, the orch-sandbox tests and the containment suite
-#     (`ORCH_AS_USER_TESTS` overrides the cargo test arguments).
+#  4. runs, as the user with `runuser`, the orch-sandbox tests, then the containment suite
+#     and the `orch sandbox run` suite (`ORCH_AS_USER_TESTS` overrides the cargo test
+#     arguments of that second run).
 #
 # ORCH_SKIP_DOCKER_TESTS=1 skips the container half, as in the other suites.
 set -euo pipefail
@@ -84,14 +85,15 @@ done
 chown -R "$USER_NAME:$USER_NAME" "$USER_CARGO"
 
 # 4. The suites, as the user.
-read -r -a TESTS <<<"${ORCH_AS_USER_TESTS:--p orch-sandbox -p orch --test containment --test sandbox_run}"
+read -r -a TESTS <<<"${ORCH_AS_USER_TESTS:--p orch --test containment --test sandbox_run}"
 ENV=(HOME="$USER_HOME" USER="$USER_NAME" LOGNAME="$USER_NAME"
     PATH="$ROOT_CARGO/bin:/usr/local/bin:/usr/bin:/bin"
     CARGO_HOME="$USER_CARGO" RUSTUP_HOME="$ROOT_RUSTUP" CARGO_TARGET_DIR="$TARGET"
-    CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 CI="${CI:-true}")
-for var in ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
+    CARGO_TERM_COLOR=never CI="${CI:-true}")
+for var in CARGO_INCREMENTAL ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
     [ -n "${!var:-}" ] && ENV+=("$var=${!var}")
 done
-say "running as $USER_NAME: cargo test --offline --locked ${TESTS[*]}"
+say "running as $USER_NAME: cargo test -p orch-sandbox, then cargo test ${TESTS[*]}"
 runuser -u "$USER_NAME" -- env -i "${ENV[@]}" \
-    bash -c 'cd "$1" && shift && id && cargo test --offline --locked "$@"' as-user "$TREE" "${TESTS[@]}"
+    bash -c 'cd "$1" && shift && id && cargo test --offline --locked -p orch-sandbox \
+        && cargo test --offline --locked "$@"' as-user "$TREE" "${TESTS[@]}"

@@ -746,7 +746,6 @@ fn tool_host_case(backend: Backend) {
         assert!(output.contains(want), "{command}: {want:?} missing: {output}");
         assert!(!output.contains("ESCAPED") && !output.contains("FORGED"), "{command}: {output}");
     }
-    assert!(!stdout.contains("FORGED"), "a forged frame reached the coordinator: {stdout}");
     let mut fixture = fixture;
     let breaches = fixture.breaches();
     assert!(breaches.is_empty(), "{breaches:?}");
