@@ -413,9 +413,26 @@ impl Drop for GroupGuard {
 /// Set once `bash` was not found: this process then runs commands with `sh`.
 static BASH_MISSING: AtomicBool = AtomicBool::new(false);
 
+/// Runs in every command's child between `fork` and `exec`; must be async-signal-safe.
+/// orch's tool host sets `orch_sandbox::scope::enter_command_domain`, so a command
+/// cannot signal its host. Set once per process.
+static SPAWN_HOOK: std::sync::OnceLock<fn() -> std::io::Result<()>> = std::sync::OnceLock::new();
+
+/// Installs the spawn hook for this process (the first call wins).
+pub fn set_spawn_hook(hook: fn() -> std::io::Result<()>) {
+    let _ = SPAWN_HOOK.set(hook);
+}
+
 fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
-    Command::new(shell)
-        .arg("-c")
+    let mut cmd = Command::new(shell);
+    if let Some(hook) = SPAWN_HOOK.get().copied() {
+        #[allow(unsafe_code)]
+        // SAFETY: the hook is async-signal-safe (see `set_spawn_hook`).
+        unsafe {
+            cmd.pre_exec(hook);
+        }
+    }
+    cmd.arg("-c")
         .arg(command)
         .current_dir(ctx.session.cwd())
         .stdin(Stdio::null())

@@ -17,6 +17,11 @@
  *   probe unshare              new user, mount or network namespace (any counts)
  *   probe setns PID            join PID's mount namespace
  *   probe kill PID             SIGTERM to PID
+ *   probe killpg PID           SIGKILL to PID's process group
+ *   probe pidfd PID            SIGKILL to PID through a pidfd (pidfd_open, pidfd_send_signal)
+ *   probe chain TAG SECS       a fork-and-exit chain for SECS seconds: every process forks
+ *                              its successor and exits; each is named "c<TAG>" (its comm,
+ *                              kept by a zombie too) so the suite can count them; "links=N"
  *   probe forkbomb [TAG]       fork until fork fails (children pause); "forks=N"
  *   probe memhog MIB [TAG]     allocate and touch 64 MiB at a time; "mib=N" per step
  */
@@ -31,6 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -130,6 +138,36 @@ int main(int argc, char **argv) {
     if (!strcmp(op, "kill") && argc >= 3) {
         if (kill(atoi(argv[2]), SIGTERM) != 0) return blocked("kill");
         return escaped("signalled");
+    }
+    if (!strcmp(op, "killpg") && argc >= 3) {
+        pid_t group = getpgid(atoi(argv[2]));
+        if (group < 0) return blocked("getpgid");
+        if (kill(-group, SIGKILL) != 0) return blocked("killpg");
+        return escaped("signalled the group");
+    }
+    if (!strcmp(op, "pidfd") && argc >= 3) {
+        int fd = (int)syscall(SYS_pidfd_open, atoi(argv[2]), 0);
+        if (fd < 0) return blocked("pidfd_open");
+        if (syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) != 0) return blocked("pidfd_send_signal");
+        return escaped("signalled through a pidfd");
+    }
+    if (!strcmp(op, "chain") && argc >= 4) {
+        char name[16];
+        snprintf(name, sizeof name, "c%s", argv[2]);
+        prctl(PR_SET_NAME, name);
+        time_t end = time(NULL) + atoi(argv[3]);
+        long links = 0;
+        while (time(NULL) < end) {
+            pid_t pid = fork();
+            if (pid < 0) {
+                usleep(1000);
+                continue;
+            }
+            if (pid > 0) _exit(0);
+            links++;
+        }
+        printf("links=%ld\n", links);
+        return 0;
     }
     if (!strcmp(op, "forkbomb")) {
         const int most = 20000;
