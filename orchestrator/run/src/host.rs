@@ -185,6 +185,9 @@ pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
     };
     let handler = Arc::new(Serve(HostTools::new(tools, session), mcp));
     orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
+    // Every command enters its own Landlock domain that scopes signals and abstract
+    // sockets, so nothing it starts can signal, ptrace or read /proc of this host.
+    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command_domain);
     let served = serve_stdio(ServeOptions::default(), handler.clone()).await;
     if let Some(mcp) = Arc::into_inner(handler).and_then(|h| h.1) {
         mcp.shutdown().await;
