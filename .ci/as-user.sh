@@ -8,13 +8,11 @@
 #     user could really use: root on the machine if the sandbox let it through);
 #  2. gives the user the built tree: the checkout and its target directory are chowned
 #     to it for the run and handed back to their owner on exit;
-#  3. gives it a toolchain without copying one: RUSTUP_HOME is root's (read only; every
-#     directory above it is opened for traversal with o+x), and CARGO_HOME is a fresh
-#     directory of the user's whose registry and git caches are links to root's (read
-#     only: the build is --offline and --locked, every crate is already there);
-#  4. runs, as the user with `runuser`, the orch-sandbox tests, then the containment suite
-#     and the `orch sandbox run` suite (`ORCH_AS_USER_TESTS` overrides the cargo test
-#     arguments of that second run).
+#  3. builds the tests once, as root, into a nextest archive (nothing is compiled as
+#     the user, and no toolchain is shared);
+#  4. runs, as the user with `runuser`, the archive's orch-sandbox tests and the orch
+#     binary's suites (containment, `orch sandbox run`, workflows end to end);
+#     `ORCH_AS_USER_FILTER` overrides the nextest filter.
 #
 # ORCH_SKIP_DOCKER_TESTS=1 skips the container half, as in the other suites.
 set -euo pipefail
@@ -69,31 +67,25 @@ open_path() {
 open_path "$TREE"
 open_path "$TARGET"
 
-# 3. The toolchain.
-[ -d "$ROOT_RUSTUP" ] || die "no rustup home at $ROOT_RUSTUP"
-open_path "$ROOT_RUSTUP"
-open_path "$ROOT_CARGO/bin"
-chmod -R o+rX "$ROOT_RUSTUP" "$ROOT_CARGO/bin"
-USER_CARGO="$USER_HOME/.cargo-ci"
-mkdir -p "$USER_CARGO"
-for cache in registry git; do
-    if [ -d "$ROOT_CARGO/$cache" ]; then
-        chmod -R o+rX "$ROOT_CARGO/$cache"
-        ln -sfn "$ROOT_CARGO/$cache" "$USER_CARGO/$cache"
-    fi
-done
-chown -R "$USER_NAME:$USER_NAME" "$USER_CARGO"
+# 3. The tests, built once as root into a nextest archive; the user runs the archive,
+#    so nothing is compiled twice and no toolchain or cargo home is shared.
+ARCHIVE="$TARGET/orch-as-user.tar.zst"
+say "building the test archive as $(id -un)"
+cargo nextest archive --locked --workspace --archive-file "$ARCHIVE"
+chown "$USER_NAME:$USER_NAME" "$ARCHIVE"
+NEXTEST=$(command -v cargo-nextest) || die "cargo-nextest is missing"
+install -m 0755 "$NEXTEST" "$USER_HOME/cargo-nextest"
 
-# 4. The suites, as the user.
-read -r -a TESTS <<<"${ORCH_AS_USER_TESTS:--p orch --test containment --test sandbox_run}"
+# 4. The suites, as the user: the sandbox crate's tests and the binary's end-to-end
+#    suites (containment, orch sandbox run, workflows, exec, CI mode). ORCH_AS_USER_FILTER
+#    overrides the filter expression.
+FILTER="${ORCH_AS_USER_FILTER:-package(orch-sandbox) | package(orch)}"
 ENV=(HOME="$USER_HOME" USER="$USER_NAME" LOGNAME="$USER_NAME"
-    PATH="$ROOT_CARGO/bin:/usr/local/bin:/usr/bin:/bin"
-    CARGO_HOME="$USER_CARGO" RUSTUP_HOME="$ROOT_RUSTUP" CARGO_TARGET_DIR="$TARGET"
-    CARGO_TERM_COLOR=never CI="${CI:-true}")
-for var in CARGO_INCREMENTAL ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
+    PATH="/usr/local/bin:/usr/bin:/bin" CARGO_TERM_COLOR=never CI="${CI:-true}")
+for var in ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
     [ -n "${!var:-}" ] && ENV+=("$var=${!var}")
 done
-say "running as $USER_NAME: cargo test -p orch-sandbox, then cargo test ${TESTS[*]}"
+say "running as $USER_NAME: nextest over the archive, filter: $FILTER"
 runuser -u "$USER_NAME" -- env -i "${ENV[@]}" \
-    bash -c 'cd "$1" && shift && id && cargo test --offline --locked -p orch-sandbox \
-        && cargo test --offline --locked "$@"' as-user "$TREE" "${TESTS[@]}"
+    "$USER_HOME/cargo-nextest" nextest run --archive-file "$ARCHIVE" --workspace-remap "$TREE" \
+    --no-fail-fast -E "$FILTER"
