@@ -2,4 +2,5 @@
 //! drives it, with typed options and no command line.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod proxy;
 mod sandbox;
