@@ -50,6 +50,13 @@ pub fn confine_on_exec(command: &mut Command, policy: Policy) -> Result<(), Sand
 }
 
 fn confine_child(policy: &Policy, parent: u32) -> std::io::Result<()> {
+    // In a container, the command gets its own signal-scoped Landlock domain (before
+    // the seccomp filter, which may forbid creating one), so it cannot signal, ptrace
+    // or read /proc of the orch that runs it. The landlock backend's own domain does
+    // this already.
+    if policy.backend == crate::policy::Backend::Container {
+        crate::scope::enter_command_domain()?;
+    }
     // The parent had one thread (checked), so this fork child has exactly one.
     match confine_with(policy, false) {
         Ok(_) => {

@@ -66,7 +66,8 @@ pub enum Network {
     /// (`socketpair` still works).
     #[default]
     None,
-    /// Unrestricted network (for `setup:` steps that fetch dependencies).
+    /// Unrestricted IP network (for `setup:` steps that fetch dependencies); still no
+    /// new Unix sockets, so no daemon on the host is reachable.
     Full,
 }
 

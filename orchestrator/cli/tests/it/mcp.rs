@@ -281,5 +281,5 @@ fn a_tool_of_an_undeclared_server_is_a_usage_error() {
     let workflow = "version: 1\nname: x\nagents:\n  a:\n    prompt: Hi.\n    tools: [mcp__nowhere__x]\n";
     let run = Run::from_output(&fx.out, run_cmd(&fx, workflow, Some("version: 1\nagents: {}\n")).output().unwrap());
     run.expect_code(2);
-    assert!(run.stderr.contains("no MCP server `nowhere` is declared"), "{}", run.stderr);
+    assert!(run.stderr.contains("names the MCP server `nowhere`, which is not configured"), "{}", run.stderr);
 }
