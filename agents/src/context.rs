@@ -18,7 +18,7 @@ use crate::model::SystemPart;
 
 /// Tools whose results can be fetched again by repeating the call, so microcompact may
 /// clear them. Results of every other tool stay.
-pub const REFETCHABLE_TOOLS: &[&str] = &["Read", "Grep", "Glob", "LS", "Bash"];
+pub const REFETCHABLE_TOOLS: &[&str] = &orch_types::tools::REFETCHABLE_NAMES;
 
 /// The start of every microcompact placeholder.
 pub const CLEARED_PREFIX: &str = "[result cleared to save context:";

@@ -394,14 +394,15 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The stricter of two permission modes (plan, then default, then accept-edits, then
-/// bypass).
+/// The stricter of two permission modes (plan, then dont-ask, then default, then
+/// accept-edits, then bypass).
 fn stricter(a: Mode, b: Mode) -> Mode {
     let rank = |m: Mode| match m {
         Mode::Plan => 0,
-        Mode::Default => 1,
-        Mode::AcceptEdits => 2,
-        Mode::Bypass => 3,
+        Mode::DontAsk => 1,
+        Mode::Default => 2,
+        Mode::AcceptEdits => 3,
+        Mode::Bypass => 4,
     };
     if rank(a) <= rank(b) { a } else { b }
 }

@@ -17,7 +17,9 @@ use serde_json::{Map, Value, json};
 
 use super::retry::{Attempt, AttemptError, Limiter, RetryPolicy, with_retries};
 use super::sse::{self, cut_short, protocol};
-use super::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink, SystemPart};
+use super::{
+    ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink, SystemPart, Timeouts,
+};
 use crate::message::{ContentBlock, Message, Role};
 use crate::usage::Usage;
 
@@ -148,6 +150,7 @@ struct Call<'a> {
     provider: &'a OpenAiProvider,
     body: Value,
     model: &'a str,
+    timeouts: Timeouts,
 }
 
 #[async_trait]
@@ -161,15 +164,19 @@ impl Attempt for Call<'_> {
         } else {
             &self.body
         };
-        let response = sse::post_json(&p.client, &p.url, p.headers.clone(), body).await.map_err(|e| p.adapt(e))?;
+        let started = tokio::time::Instant::now();
+        let t = self.timeouts;
+        let response =
+            sse::post_json(&p.client, &p.url, p.headers.clone(), body, t.first_byte).await.map_err(|e| p.adapt(e))?;
+        let first = t.first_byte.saturating_sub(started.elapsed());
         let mut acc = Accumulator::new(self.model);
         if is_json(response.headers()) {
             // A server that ignores `stream: true` answers with one whole completion.
-            let text = response.text().await.map_err(|e| super::retry::classify_transport(&e))?;
+            let text = sse::read_whole(response, first.max(t.idle)).await?;
             acc.push_whole(&text, sink)?;
             return acc.finish();
         }
-        let mut events = std::pin::pin!(sse::events(response));
+        let mut events = std::pin::pin!(sse::events(response, first, t.idle));
         while let Some(event) = events.next().await {
             if acc.push_data(&event?.data, sink)? {
                 break;
@@ -203,8 +210,10 @@ impl ModelProvider for OpenAiProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call = Call { provider: self, body: request_body(request), model: request.model };
-        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, sink, &call).await
+        let call =
+            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let budget = request.timeouts.retry_budget;
+        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
 }
 
@@ -477,12 +486,15 @@ impl Accumulator {
                 }
                 return Err(protocol(format!("tool call {n} of the response has no function name")));
             }
+            let mut whole = true;
             let input = match parse_arguments(&call.arguments) {
                 Ok(input) => input,
-                // The output limit cut this call short; it cannot run, so it is dropped.
+                // The output limit cut this call short. It is kept with an empty input,
+                // so the loop sees a cut call (it never runs one) and can recover.
                 Err(_) if cut_at_limit => {
-                    tracing::warn!(tool = %call.name, "dropping a tool call cut short by the output token limit");
-                    break;
+                    tracing::warn!(tool = %call.name, "a tool call was cut short by the output token limit");
+                    whole = false;
+                    Value::Object(Default::default())
                 }
                 Err(e) => {
                     return Err(protocol(format!(
@@ -496,7 +508,10 @@ impl Accumulator {
                 None => format!("call_{}", NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed)),
             };
             let block = ContentBlock::ToolUse { id, name: call.name.clone(), input };
-            sink(StreamEvent::BlockComplete { index: first + tools.len(), block: block.clone() });
+            // A call with a broken input must not start early.
+            if whole {
+                sink(StreamEvent::BlockComplete { index: first + tools.len(), block: block.clone() });
+            }
             tools.push(block);
         }
         let mut blocks = Vec::with_capacity(first + tools.len());
@@ -757,6 +772,8 @@ mod tests {
             tools: &tools,
             max_tokens: 123,
             give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: None,
         };
         let body = request_body(&req);
         assert_eq!(body["model"], json!("gpt-x"));
@@ -942,7 +959,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_cut_by_the_token_limit_is_dropped() {
+    fn a_tool_call_cut_by_the_token_limit_is_kept_without_its_input() {
         let (resp, _) = feed(
             &[
                 chunk(json!({"content": "Writing."}), None),
@@ -955,7 +972,13 @@ mod tests {
         );
         let resp = resp.unwrap();
         assert_eq!(resp.stop_reason, StopReason::MaxTokens);
-        assert_eq!(resp.content, vec![ContentBlock::text("Writing.")]);
+        assert_eq!(
+            resp.content,
+            vec![
+                ContentBlock::text("Writing."),
+                ContentBlock::ToolUse { id: "c".into(), name: "Write".into(), input: json!({}) }
+            ]
+        );
     }
 
     #[test]

@@ -194,5 +194,5 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
     tools
 }
 
-/// The names of the core tools.
-pub const CORE_TOOL_NAMES: &[&str] = &["Bash", "Edit", "Glob", "Grep", "LS", "Read", "TodoWrite", "Write"];
+/// The names of the core tools, in the tool catalog's order.
+pub const CORE_TOOL_NAMES: &[&str] = &orch_types::tools::CORE_NAMES;
