@@ -33,6 +33,8 @@ pub enum Command {
     Merge(Box<MergeArgs>),
     /// Run one ad-hoc agent on PROMPT and print its final answer.
     Exec(Box<ExecArgs>),
+    /// Finish a run that was killed: commit its agents' work, fetch it, clean up, report.
+    Recover(RecoverArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -448,6 +450,18 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+}
+
+/// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did
+/// not finish.
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The run directory of the killed run.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Author of the commits, `Name <email>` (default: orch).
+    #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
+    pub author: Option<(String, String)>,
 }
 
 /// `orch validate WORKFLOW`.

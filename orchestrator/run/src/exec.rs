@@ -30,6 +30,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
         timeout: args.timeout.map(Into::into),
+        checkpoint_every: None,
     };
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),

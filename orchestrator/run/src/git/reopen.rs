@@ -116,4 +116,14 @@ impl RunClone {
             .map(|_| ())
             .map_err(|source| GitError::Git { action: format!("create the branch {branch} in the run clone"), source })
     }
+
+    /// Whether `commit` can be read through the run clone (its own objects or the
+    /// user's store).
+    pub fn has_commit(&self, commit: Oid) -> Result<()> {
+        let repo = self.inner.open()?;
+        repo.find_commit(commit).map(|_| ()).map_err(|source| GitError::Git {
+            action: format!("find the commit {commit} through the user's repository"),
+            source,
+        })
+    }
 }

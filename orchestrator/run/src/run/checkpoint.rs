@@ -9,7 +9,6 @@
 //! commit waits for the last one ([`Checkpoints::settle`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use orch_agents::Event;
 use tokio::sync::Mutex;
@@ -27,7 +26,6 @@ pub struct Checkpoints {
     every: u32,
     message: String,
     busy: Arc<Mutex<()>>,
-    made: Arc<AtomicU32>,
 }
 
 impl Checkpoints {
@@ -41,7 +39,6 @@ impl Checkpoints {
                 every,
                 message,
                 busy: Arc::new(Mutex::new(())),
-                made: Arc::new(AtomicU32::new(0)),
             })
         })
     }
@@ -56,13 +53,12 @@ impl Checkpoints {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         // One at a time: a checkpoint still being written makes this one redundant.
         let Ok(guard) = self.busy.clone().try_lock_owned() else { return };
-        let (worktree, author, made) = (self.worktree.clone(), self.author.clone(), self.made.clone());
+        let (worktree, author) = (self.worktree.clone(), self.author.clone());
         let message = format!("{} (checkpoint before turn {turn})", self.message);
         handle.spawn(async move {
             let _guard = guard;
             match worktree.commit_all(&message, &author).await {
                 Ok(Some(info)) => {
-                    made.fetch_add(1, Ordering::SeqCst);
                     tracing::debug!(agent = %worktree.agent_id(), commit = %info.commit, "checkpoint committed");
                 }
                 Ok(None) => {}
@@ -74,11 +70,6 @@ impl Checkpoints {
     /// Waits until no checkpoint is being written (before the final commit).
     pub async fn settle(&self) {
         drop(self.busy.lock().await);
-    }
-
-    /// How many checkpoints were committed.
-    pub fn count(&self) -> u32 {
-        self.made.load(Ordering::SeqCst)
     }
 }
 

@@ -71,6 +71,17 @@ pub async fn recover(dir: &Path, author: &Author) -> crate::error::Result<RunRep
     let dir = std::fs::canonicalize(dir).with_context(|| format!("cannot find the run directory {}", dir.display()))?;
     let _lock = hold_lock(&dir)?;
     let prior = report::read(&dir).ok();
+    if let Some(r) = &prior
+        && r.status != RunStatus::Running
+        && !r.partial
+    {
+        return Err(UsageError(format!(
+            "the run in {} finished (its report says `{}`); there is nothing to recover",
+            dir.display(),
+            r.exit_code
+        ))
+        .into());
+    }
     let run_id = match &prior {
         Some(r) => r.run_id.clone(),
         None => run_id_of(&dir)?,
@@ -299,4 +310,25 @@ fn blank_report(dir: &Path, run_id: &str, clone: &RunClone) -> RunReport {
         totals: Totals::default(),
         timings: Default::default(),
     }
+}
+
+/// `orch recover DIR`: recovers, says what it did on stderr, and exits 0 when every
+/// agent's work is committed and fetched, 3 when something could not be.
+pub async fn command(dir: &Path, author: Option<(String, String)>) -> crate::error::Result<crate::exit::Code> {
+    let author = author.map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch);
+    let report = recover(dir, &author).await?;
+    let committed = report.agents.iter().filter(|a| a.commit.is_some()).count();
+    eprintln!(
+        "orch: recovered run {}: {committed} agents' work committed, {} branches in the repository; report: {}",
+        report.run_id,
+        report.integration.fetched.len(),
+        report.run_dir.join("report.md").display()
+    );
+    Ok(match &report.integration.error {
+        Some(problems) => {
+            eprintln!("orch: {problems}");
+            crate::exit::Code::Infrastructure
+        }
+        None => crate::exit::Code::Success,
+    })
 }
