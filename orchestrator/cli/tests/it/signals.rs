@@ -71,7 +71,9 @@ fn start(fx: &Fixture, wrap: Option<&[&str]>) -> Child {
     let quick_done = || {
         std::fs::read_to_string(fx.out.join("report.json")).is_ok_and(|r| {
             serde_json::from_str::<serde_json::Value>(&r).is_ok_and(|r| {
-                r["agents"].as_array().is_some_and(|a| a.iter().any(|a| a["id"] == "quick" && a["status"] == "succeeded"))
+                r["agents"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|a| a["id"] == "quick" && a["status"] == "succeeded"))
             })
         })
     };
@@ -224,6 +226,7 @@ fn sigkill_then_resume_carries_finished_agents_and_restarts_from_checkpoints() {
              - expect: {{contains: \"{a}\"}}\n      text: resumed\n"
         ));
     }
+    script.push_str("  synthesis:\n    - text: all resumed\n");
     let workflow = fx.write("workflow.yaml", WORKFLOW);
     let script = fx.write("script2.yaml", &script);
     let out = orch()

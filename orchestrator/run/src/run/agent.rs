@@ -81,7 +81,8 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         prompt.push_str(RESUMED_NOTE);
     }
     let every = spec.limits.checkpoint_every.unwrap_or(super::checkpoint::DEFAULT_EVERY);
-    let message = format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
+    let message =
+        format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
     let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message);
     let cancel = shared.run_cancel.child_token();
     let driven = drive(&shared, &spec, prompt, &worktree, transcript, checkpoints.clone(), &cancel, &mut report).await;

@@ -32,15 +32,7 @@ impl Checkpoints {
     /// Checkpoints of `worktree` every `every` turns, committed with `message`; `None`
     /// when `every` is 0.
     pub fn new(worktree: Worktree, author: Author, every: u32, message: String) -> Option<Arc<Checkpoints>> {
-        (every > 0).then(|| {
-            Arc::new(Checkpoints {
-                worktree,
-                author,
-                every,
-                message,
-                busy: Arc::new(Mutex::new(())),
-            })
-        })
+        (every > 0).then(|| Arc::new(Checkpoints { worktree, author, every, message, busy: Arc::new(Mutex::new(())) }))
     }
 
     /// Looks at one of the agent's own events (not a sub-agent's) and starts a

@@ -15,10 +15,10 @@ use std::time::SystemTime;
 
 use orch_workflows::PlanNode;
 
+use super::StopReason;
 use super::github;
 use super::recover::KILLED;
 use super::report::{self, AgentReport, AgentStatus, RunReport, RunStatus, Totals};
-use super::StopReason;
 use crate::clock;
 use crate::exit::Code;
 use crate::signals::Interrupts;

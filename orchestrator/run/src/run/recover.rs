@@ -230,8 +230,7 @@ async fn record_branch(clone: &RunClone, worktree: &Worktree, dir: &Path, entry:
     }
     if let Ok(patch) = worktree.patch().await {
         let rel = PathBuf::from("patches").join(format!("{}.patch", worktree.name()));
-        let written =
-            std::fs::create_dir_all(dir.join("patches")).and_then(|()| std::fs::write(dir.join(&rel), patch));
+        let written = std::fs::create_dir_all(dir.join("patches")).and_then(|()| std::fs::write(dir.join(&rel), patch));
         if written.is_ok() {
             entry.patch = Some(rel);
         }
@@ -276,8 +275,10 @@ fn run_id_of(dir: &Path) -> crate::error::Result<String> {
         .filter_map(|e| e.ok().and_then(|e| e.file_name().to_str().map(str::to_owned)));
     match (ids.next(), ids.next()) {
         (Some(id), None) => Ok(id),
-        _ => Err(UsageError(format!("cannot tell the run id of {}: pass the run directory itself", dir.display()))
-            .into()),
+        _ => {
+            Err(UsageError(format!("cannot tell the run id of {}: pass the run directory itself", dir.display()))
+                .into())
+        }
     }
 }
 

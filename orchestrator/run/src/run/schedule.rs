@@ -26,9 +26,9 @@ use tokio::task::JoinSet;
 
 use super::agent::{self, Finished};
 use super::events::{AgentSink, Transcript};
+use super::live_report::{LiveReport, Snapshot};
 use super::report::{AgentReport, AgentStatus, SynthesisReport};
 use super::select::Selection;
-use super::live_report::{LiveReport, Snapshot};
 use super::{Shared, StopReason};
 
 /// Where a node's needs stand.
@@ -187,7 +187,12 @@ fn snapshot<'a>(
     pending: &'a [PlanNode],
     order: &'a [String],
 ) -> Snapshot<'a> {
-    Snapshot { done, running: running.values().map(|(id, key, _)| (id.as_str(), key.as_str())).collect(), pending, order }
+    Snapshot {
+        done,
+        running: running.values().map(|(id, key, _)| (id.as_str(), key.as_str())).collect(),
+        pending,
+        order,
+    }
 }
 
 /// Takes out of `pending` the agents this process does not run: those with a prior

@@ -25,8 +25,8 @@ use orch_workflows::{Plan, PlanNode};
 use git2::Oid;
 
 use super::report::{AgentReport, AgentStatus};
-use crate::git::RunClone;
 use crate::exit::UsageError;
+use crate::git::RunClone;
 
 /// `K/N`, 1-based.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,13 +191,16 @@ impl Selection {
         }
         let mut starts = HashMap::new();
         for (id, commit) in &self.restart {
-            match Oid::from_str(commit).map_err(|e| e.to_string()).and_then(|oid| {
-                clone.has_commit(oid).map(|()| oid).map_err(|e| e.to_string())
-            }) {
+            match Oid::from_str(commit)
+                .map_err(|e| e.to_string())
+                .and_then(|oid| clone.has_commit(oid).map(|()| oid).map_err(|e| e.to_string()))
+            {
                 Ok(oid) => {
                     starts.insert(id.clone(), oid);
                 }
-                Err(e) => tracing::warn!(agent = %id, "starts from the base: the earlier run's work {commit} is not in the repository ({e})"),
+                Err(e) => {
+                    tracing::warn!(agent = %id, "starts from the base: the earlier run's work {commit} is not in the repository ({e})")
+                }
             }
         }
         starts
