@@ -74,7 +74,7 @@ pub fn branch_tip(git_dir: &std::path::Path, branch: &str) -> Option<String> {
 
 /// Whether a checkpoint is due when `turn` (1-based) starts.
 fn due(turn: u32, every: u32) -> bool {
-    every > 0 && turn > 1 && (turn - 1) % every == 0
+    every > 0 && turn > 1 && (turn - 1).is_multiple_of(every)
 }
 
 #[cfg(test)]

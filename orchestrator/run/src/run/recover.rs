@@ -19,6 +19,8 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+
+use nix::fcntl::{Flock, FlockArg};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -34,9 +36,9 @@ pub const LOCK_FILE: &str = "run.lock";
 /// The exit code a run killed by SIGKILL gave its caller (128 + 9).
 pub const KILLED: u8 = 137;
 
-/// Takes the run directory's lock for as long as the returned file lives. Fails when
-/// another process holds it.
-pub fn hold_lock(run_dir: &Path) -> crate::error::Result<File> {
+/// Takes the run directory's lock (`flock`) for as long as the returned value lives.
+/// Fails when another process holds it.
+pub fn hold_lock(run_dir: &Path) -> crate::error::Result<Flock<File>> {
     let path = run_dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -44,15 +46,15 @@ pub fn hold_lock(run_dir: &Path) -> crate::error::Result<File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("cannot open the lock file {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(UsageError(format!(
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(UsageError(format!(
             "the run in {} is still going (another orch holds {}); wait for it or stop it first",
             run_dir.display(),
             path.display()
         ))
         .into()),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+        Err((_, e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
     }
 }
 
