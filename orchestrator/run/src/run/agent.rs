@@ -111,6 +111,18 @@ fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
+/// The workflow's `model_settings` of an agent, as the loop takes them.
+fn model_settings(s: &orch_workflows::ModelSettings) -> orch_agents::model::ModelSettings {
+    orch_agents::model::ModelSettings {
+        first_byte_timeout: s.first_byte_timeout.map(|d| d.as_std()),
+        idle_timeout: s.idle_timeout.map(|d| d.as_std()),
+        retry_budget: s.retry_budget.map(|d| d.as_std()),
+        max_output_tokens: s.max_output_tokens,
+        context_window: s.context_window,
+        thinking: s.thinking.map(|t| orch_agents::model::Thinking { budget_tokens: t.budget_tokens }),
+    }
+}
+
 /// Told to an agent that starts from its work in an earlier, interrupted run.
 const RESUMED_NOTE: &str = "\n\nNote: this task was begun in an earlier run that stopped before it finished. What \
     was done then is already in your working directory (committed on your branch): check it and continue from \
@@ -217,6 +229,7 @@ async fn drive(
             timeout: capped.timeout,
             checkpoint_every: None,
         };
+        config.apply_settings(&model_settings(&spec.model_settings));
         let sink = Arc::new(AgentSink {
             agent: spec.id.clone(),
             transcript: transcript.clone(),
