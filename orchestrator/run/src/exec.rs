@@ -32,6 +32,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         timeout: args.timeout.map(Into::into),
         checkpoint_every: None,
     };
+    config.apply_settings(&args.model_settings);
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,

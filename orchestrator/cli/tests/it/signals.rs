@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-use crate::support::{Fixture, Run, git, orch, processes_left};
+use crate::support::{Fixture, Run, git, git_cmd, orch, processes_left};
 
 const AGENTS: [&str; 4] = ["a1", "a2", "a3", "a4"];
 
@@ -102,7 +102,7 @@ fn all_work_on_branches(repo: &Path, run_id: &str) {
 }
 
 #[track_caller]
-fn interrupted_report(run: &Run, code: i32, signal: &str) {
+fn interrupted_report(run: &Run, code: i32, signal: &str, group: bool) {
     run.expect_code(code);
     assert_eq!(run.report["status"], "interrupted", "{:#}", run.report);
     assert_eq!(run.report["exit_code"], code);
@@ -110,7 +110,10 @@ fn interrupted_report(run: &Run, code: i32, signal: &str) {
     assert!(run.report.get("partial").is_none_or(|p| p == false), "{:#}", run.report);
     assert_eq!(run.agent("quick")["status"], "succeeded");
     for a in AGENTS {
-        assert_eq!(run.agent(a)["status"], "cancelled", "{:#}", run.agent(a));
+        // A signal to the whole group also ends the agents' `sleep`: an agent may then
+        // finish its last turn before it sees the cancellation.
+        let status = run.agent(a)["status"].as_str().unwrap_or_default().to_owned();
+        assert!(status == "cancelled" || (group && status == "succeeded"), "{:#}", run.agent(a));
         assert!(run.agent(a)["commit"].is_string(), "{:#}", run.agent(a));
     }
 }
@@ -128,7 +131,7 @@ fn timeout_signalling_process_and_group_loses_no_commit() {
     signal_at(pid, Signal::SIGTERM);
     killpg(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
     let run = finish(&fx, child);
-    interrupted_report(&run, 143, "SIGTERM");
+    interrupted_report(&run, 143, "SIGTERM", true);
     all_work_on_branches(&fx.repo, &fx.run_id);
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
@@ -153,7 +156,7 @@ fn sigint_then_sigterm_a_tenth_of_a_second_apart_loses_no_commit() {
     std::thread::sleep(Duration::from_millis(100));
     signal_at(child.id(), Signal::SIGTERM);
     let run = finish(&fx, child);
-    interrupted_report(&run, 130, "SIGINT");
+    interrupted_report(&run, 130, "SIGINT", false);
     all_work_on_branches(&fx.repo, &fx.run_id);
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
@@ -167,7 +170,7 @@ fn three_signals_lose_no_commit() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let run = finish(&fx, child);
-    interrupted_report(&run, 143, "SIGTERM");
+    interrupted_report(&run, 143, "SIGTERM", false);
     all_work_on_branches(&fx.repo, &fx.run_id);
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
@@ -176,12 +179,24 @@ fn three_signals_lose_no_commit() {
 /// checkpoints are on the branches of the run clone.
 fn killed(fx: &Fixture) -> Run {
     let child = start(fx, None);
+    // Checkpoints are committed beside the turn that starts: wait for them to land.
+    let clone = fx.out.join("repo.git");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let checkpointed = |a: &str| {
+        git_cmd(&clone)
+            .args(["cat-file", "-e", &format!("orch/{}/{a}:work.txt", fx.run_id)])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    while !AGENTS.iter().all(|a| checkpointed(a)) {
+        assert!(Instant::now() < deadline, "no checkpoint was committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     signal_at(child.id(), Signal::SIGKILL);
     let run = finish(fx, child);
     assert_eq!(run.code, -1, "{}", run.stderr);
     assert_eq!(run.report["status"], "running", "{:#}", run.report);
     assert_eq!(run.report["exit_code"], 137);
-    let clone = fx.out.join("repo.git");
     assert_eq!(run.agent("quick")["status"], "succeeded");
     for a in AGENTS {
         assert_eq!(run.agent(a)["status"], "running");
