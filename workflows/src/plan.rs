@@ -147,6 +147,9 @@ pub struct AgentSpec {
     pub tools: Vec<String>,
     pub sandbox: SandboxSpec,
     pub limits: Limits,
+    /// `model_settings`, the agent's over `defaults.model_settings`.
+    #[serde(skip_serializing_if = "crate::schema::ModelSettings::is_empty")]
+    pub model_settings: crate::schema::ModelSettings,
     pub permissions: PermissionsSpec,
     /// Agent keys that must be done first: every instance of each, for a fan-out.
     pub needs: Vec<String>,
@@ -523,6 +526,7 @@ impl<'w> Planner<'w> {
             tools: unique,
             sandbox,
             limits: agent.limits.or(defaults.limits).or(default_agent_limits()),
+            model_settings: agent.model_settings.or(defaults.model_settings),
             permissions,
             needs: agent.needs.clone(),
             prompt: agent.prompt.as_ref().map(|template| Prompt::Deferred { template: template.clone(), reads }),

@@ -147,6 +147,58 @@ pub struct Defaults {
     /// their system prompt; default true.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<bool>,
+    /// The model calls of every agent (waits, output cap, window, thinking).
+    #[serde(default, skip_serializing_if = "ModelSettings::is_empty")]
+    pub model_settings: ModelSettings,
+}
+
+/// `model_settings:` (in `defaults:` or an agent): how an agent's model calls are made.
+/// Unset fields keep the defaults (waits: 60 s, 60 s, 5 min) or the model's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Longest wait for the first byte of an answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_byte_timeout: Option<crate::Duration>,
+    /// Longest silence between two events of a streamed answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<crate::Duration>,
+    /// Time one request may spend in failed attempts and the waits between them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<crate::Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// Extended thinking: `{ budget_tokens: N }` (at least 1024).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Thinking>,
+}
+
+/// `thinking:` of `model_settings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thinking {
+    pub budget_tokens: u32,
+}
+
+impl ModelSettings {
+    /// `self`, with every unset field taken from `fallback`.
+    pub fn or(self, fallback: ModelSettings) -> ModelSettings {
+        ModelSettings {
+            first_byte_timeout: self.first_byte_timeout.or(fallback.first_byte_timeout),
+            idle_timeout: self.idle_timeout.or(fallback.idle_timeout),
+            retry_budget: self.retry_budget.or(fallback.retry_budget),
+            max_output_tokens: self.max_output_tokens.or(fallback.max_output_tokens),
+            context_window: self.context_window.or(fallback.context_window),
+            thinking: self.thinking.or(fallback.thinking),
+        }
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == ModelSettings::default()
+    }
 }
 
 /// `sandbox:` as written; unset fields come from `defaults.sandbox`.
@@ -221,6 +273,9 @@ pub struct Agent {
     pub sandbox: SandboxConfig,
     #[serde(default)]
     pub limits: Limits,
+    /// Over `defaults.model_settings`, field by field.
+    #[serde(default, skip_serializing_if = "ModelSettings::is_empty")]
+    pub model_settings: ModelSettings,
     #[serde(default)]
     pub permissions: Permissions,
     /// Agents that must finish first (every instance, for a fan-out).

@@ -33,6 +33,8 @@ pub enum Command {
     Merge(Box<MergeArgs>),
     /// Run one ad-hoc agent on PROMPT and print its final answer.
     Exec(Box<ExecArgs>),
+    /// Finish a run that was killed: commit its agents' work, fetch it, clean up, report.
+    Recover(RecoverArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -191,9 +193,47 @@ pub struct ExecArgs {
     #[arg(long, value_name = "FILE")]
     pub transcript: Option<PathBuf>,
     #[command(flatten)]
+    pub model_settings: ModelSettingsArgs,
+    #[command(flatten)]
     pub permissions: PermissionArgs,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+/// How the model is called, as a workflow's `model_settings:` says it.
+#[derive(Debug, Args)]
+pub struct ModelSettingsArgs {
+    /// Longest wait for the first byte of each answer (default 60s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub first_byte_timeout: Option<std::time::Duration>,
+    /// Longest silence between two events of a streamed answer (default 60s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Time one request may spend in failed attempts and waits (default 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_budget: Option<std::time::Duration>,
+    /// Most output tokens per answer (default: the model's).
+    #[arg(long, value_name = "N")]
+    pub max_output_tokens: Option<u32>,
+    /// The context window to plan for (default: the model's).
+    #[arg(long, value_name = "N")]
+    pub context_window: Option<u64>,
+    /// Extended thinking with this many tokens (at least 1024).
+    #[arg(long, value_name = "N")]
+    pub thinking_budget: Option<u32>,
+}
+
+impl ModelSettingsArgs {
+    fn settings(&self) -> orch_agents::model::ModelSettings {
+        orch_agents::model::ModelSettings {
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            retry_budget: self.retry_budget,
+            max_output_tokens: self.max_output_tokens,
+            context_window: self.context_window,
+            thinking: self.thinking_budget.map(|budget_tokens| orch_agents::model::Thinking { budget_tokens }),
+        }
+    }
 }
 
 /// Model selection for commands that run a workflow: as [`ModelArgs`], but the model
@@ -269,6 +309,7 @@ impl ExecArgs {
             record: self.record,
             replay: self.replay,
             transcript: self.transcript,
+            model_settings: self.model_settings.settings(),
             permissions: PermissionSpec {
                 mode: self.permissions.permission_mode,
                 allow: self.permissions.allow,
@@ -448,6 +489,18 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+}
+
+/// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did
+/// not finish.
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The run directory of the killed run.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Author of the commits, `Name <email>` (default: orch).
+    #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
+    pub author: Option<(String, String)>,
 }
 
 /// `orch validate WORKFLOW`.

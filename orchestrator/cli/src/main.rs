@@ -69,6 +69,7 @@ fn main() -> std::process::ExitCode {
             Command::Other(cli::Command::Merge(args)) => {
                 Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?)
             }
+            Command::Other(cli::Command::Recover(args)) => Ok(run::recover::command(&args.dir, args.author).await?),
             Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args),
             Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
             Command::Other(cli::Command::Exec(args)) => Ok(exec::run(args.options()).await?),

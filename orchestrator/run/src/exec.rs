@@ -30,7 +30,9 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
         timeout: args.timeout.map(Into::into),
+        checkpoint_every: None,
     };
+    config.apply_settings(&args.model_settings);
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,

@@ -128,6 +128,8 @@ pub struct ExecOptions {
     pub record: Option<PathBuf>,
     pub replay: Option<PathBuf>,
     pub transcript: Option<PathBuf>,
+    /// Waits, output cap, window and thinking of the model calls.
+    pub model_settings: orch_agents::model::ModelSettings,
     pub permissions: PermissionSpec,
     pub sandbox: SandboxSpec,
 }

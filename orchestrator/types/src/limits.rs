@@ -24,6 +24,12 @@ pub struct Limits {
     /// Wall-clock limit.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     pub timeout: Option<Duration>,
+    /// Commit an agent's worktree on its branch every this many turns while it runs,
+    /// so a run killed outright loses at most that many turns (0: never; unset: the
+    /// coordinator's default of 10). A bound on lost work rather than a stop: the loop
+    /// does not enforce it, the coordinator does.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub checkpoint_every: Option<u32>,
 }
 
 impl Limits {
@@ -34,6 +40,7 @@ impl Limits {
             max_tokens: self.max_tokens.or(fallback.max_tokens),
             max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
             timeout: self.timeout.or(fallback.timeout),
+            checkpoint_every: self.checkpoint_every.or(fallback.checkpoint_every),
         }
     }
 

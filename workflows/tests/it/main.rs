@@ -12,6 +12,7 @@ mod api;
 mod bounded;
 mod diagnostics;
 mod fuzz;
+mod model_settings;
 mod plans;
 mod scale;
 

@@ -558,7 +558,7 @@ agents:
 }
 
 #[test]
-fn a_second_signal_exits_at_once_and_leaves_nothing_running() {
+fn a_second_signal_hurries_but_still_commits_and_leaves_nothing_running() {
     let fx = Fixture::new("t-double", &[("a.txt", "a\n")]);
     let workflow = "version: 1\nname: d\nagents:\n  stuck:\n    prompt: Wait.\n    tools: [Bash]\n";
     // Ignores SIGTERM, so only the grace period's SIGKILL (or the host's cleanup) ends it.
@@ -583,7 +583,10 @@ agents:
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    assert!(signalled.elapsed() < Duration::from_millis(900), "took {:?}", signalled.elapsed());
+    // About a second: no grace periods after the second signal (issue 18: it no longer
+    // exits before the commit).
+    assert!(signalled.elapsed() < Duration::from_secs(10), "took {:?}", signalled.elapsed());
+    assert_eq!(fx.show(&fx.branch("stuck"), "started"), "", "the work was not committed");
     // The tool host notices its pipe closed and kills what it started.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

@@ -19,6 +19,7 @@ fn help_of_every_subcommand() {
         ("plan", &["plan"][..]),
         ("merge", &["merge"][..]),
         ("exec", &["exec"][..]),
+        ("recover", &["recover"][..]),
         ("sandbox", &["sandbox"][..]),
         ("sandbox_run", &["sandbox", "run"][..]),
     ] {

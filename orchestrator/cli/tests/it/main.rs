@@ -11,5 +11,6 @@ mod hooks;
 mod mcp;
 mod run;
 mod sandbox_run;
+mod signals;
 mod subagents;
 mod support;

@@ -65,9 +65,9 @@ pub(super) struct Inner {
     pub(super) borrowed: Vec<PathBuf>,
     pub(super) base: Oid,
     /// Serializes writes into the user's repository.
-    fetch_lock: Mutex<()>,
+    pub(super) fetch_lock: Mutex<()>,
     /// Whether the base tree has a `.gitattributes` anywhere (computed once).
-    has_attributes: OnceLock<bool>,
+    pub(super) has_attributes: OnceLock<bool>,
 }
 
 /// A branch fetched into the user's repository.
@@ -192,6 +192,17 @@ impl RunClone {
 
     /// [`RunClone::add_worktree`], on the calling thread.
     pub fn add_worktree_blocking(&self, agent_id: &str) -> Result<Worktree> {
+        self.add_worktree_at_blocking(agent_id, None)
+    }
+
+    /// [`RunClone::add_worktree`], with the branch at `start` (an earlier run's work on
+    /// this agent, readable through the alternates) instead of the base.
+    pub async fn add_worktree_at(&self, agent_id: &str, start: Oid) -> Result<Worktree> {
+        let (this, agent_id) = (self.clone(), agent_id.to_owned());
+        blocking("add a worktree", move || this.add_worktree_at_blocking(&agent_id, Some(start))).await
+    }
+
+    fn add_worktree_at_blocking(&self, agent_id: &str, start: Option<Oid>) -> Result<Worktree> {
         let name = safe_name(agent_id)?;
         let branch = format!("orch/{}/{name}", self.inner.run_id);
         let checkout = self.inner.checkouts.join(&name);
@@ -202,7 +213,9 @@ impl RunClone {
             }
         }
         let repo = self.inner.open()?;
-        let base = repo.find_commit(self.inner.base).git(|| "find the base commit in the run clone".into())?;
+        let base = repo
+            .find_commit(start.unwrap_or(self.inner.base))
+            .git(|| "find the start commit in the run clone".into())?;
         let branch_ref = repo.branch(&branch, &base, false).git(|| {
             format!("create the branch {branch} for agent `{agent_id}` (agent ids must map to distinct names)")
         })?;
@@ -440,7 +453,7 @@ fn tune_libgit2() {
 
 /// The stores `objects` borrows from through `info/alternates`, recursively (as git
 /// follows them), canonical, without `objects` itself.
-fn alternates(objects: &Path) -> Vec<PathBuf> {
+pub(super) fn alternates(objects: &Path) -> Vec<PathBuf> {
     let mut stores = vec![objects.to_owned()];
     let mut next = 0;
     while let Some(store) = stores.get(next).cloned() {

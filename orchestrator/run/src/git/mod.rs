@@ -44,6 +44,7 @@
 mod clone;
 mod merge;
 mod names;
+mod reopen;
 mod snapshot;
 mod worktree;
 
@@ -52,10 +53,10 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use clone::{Removal, RunClone};
+pub use clone::{CLONE_DIR, Removal, RunClone};
 pub use names::{safe_name, validate_run_id};
 pub use snapshot::snapshot;
-pub use worktree::{ChangeKind, Worktree};
+pub use worktree::{ChangeKind, CommitInfo, Worktree};
 
 /// What failed in a git operation of the coordinator, with what to do about it.
 #[derive(Debug, thiserror::Error)]

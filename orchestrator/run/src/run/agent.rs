@@ -17,11 +17,12 @@ use orch_workflows::AgentSpec;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::checkpoint::Checkpoints;
 use super::events::{AgentSink, Transcript};
 use super::output::{MAX_RETRIES, OutputSchema};
 use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
-use crate::git::{ChangeKind, Worktree, safe_name};
+use crate::git::{ChangeKind, CommitInfo, Worktree, safe_name};
 use crate::host::{self, AgentSandbox, HostExecutor};
 use crate::options::{SandboxSpec, SettingSource};
 
@@ -59,7 +60,12 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         }
     };
     let at = Instant::now();
-    let worktree = match shared.clone.add_worktree(&spec.id).await {
+    let start = shared.resume_from.get(&spec.id).copied();
+    let added = match start {
+        Some(commit) => shared.clone.add_worktree_at(&spec.id, commit).await,
+        None => shared.clone.add_worktree(&spec.id).await,
+    };
+    let worktree = match added {
         Ok(w) => w,
         Err(e) => {
             report.infrastructure = true;
@@ -70,13 +76,25 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     };
     report.timings.worktree_ms = ms(at);
     report.branch = Some(worktree.branch().to_string());
+    if let Some(commit) = start {
+        report.resumed_from = Some(commit.to_string());
+        prompt.push_str(RESUMED_NOTE);
+    }
+    let every = spec.limits.checkpoint_every.unwrap_or(super::checkpoint::DEFAULT_EVERY);
+    let message =
+        format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
+    let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message);
     let cancel = shared.run_cancel.child_token();
-    if let Err(e) = drive(&shared, &spec, prompt, &worktree, transcript, &cancel, &mut report).await {
+    let driven = drive(&shared, &spec, prompt, &worktree, transcript, checkpoints.clone(), &cancel, &mut report).await;
+    if let Err(e) = driven {
         report.status = AgentStatus::Failed;
         report.infrastructure = true;
         report.reason = Some(format!("{e:#}"));
     }
     let at = Instant::now();
+    if let Some(c) = &checkpoints {
+        c.settle().await;
+    }
     commit(&shared, &spec, &worktree, &mut report).await;
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
@@ -93,13 +111,32 @@ fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
+/// The workflow's `model_settings` of an agent, as the loop takes them.
+fn model_settings(s: &orch_workflows::ModelSettings) -> orch_agents::model::ModelSettings {
+    orch_agents::model::ModelSettings {
+        first_byte_timeout: s.first_byte_timeout.map(|d| d.as_std()),
+        idle_timeout: s.idle_timeout.map(|d| d.as_std()),
+        retry_budget: s.retry_budget.map(|d| d.as_std()),
+        max_output_tokens: s.max_output_tokens,
+        context_window: s.context_window,
+        thinking: s.thinking.map(|t| orch_agents::model::Thinking { budget_tokens: t.budget_tokens }),
+    }
+}
+
+/// Told to an agent that starts from its work in an earlier, interrupted run.
+const RESUMED_NOTE: &str = "\n\nNote: this task was begun in an earlier run that stopped before it finished. What \
+    was done then is already in your working directory (committed on your branch): check it and continue from \
+    there rather than starting over.";
+
 /// Sandbox, tool host, loop. An `Err` is an infrastructure failure.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     shared: &Shared,
     spec: &AgentSpec,
     prompt: String,
     worktree: &Worktree,
     transcript: Option<Arc<Transcript>>,
+    checkpoints: Option<Arc<Checkpoints>>,
     cancel: &CancellationToken,
     report: &mut AgentReport,
 ) -> crate::error::Result<()> {
@@ -194,7 +231,9 @@ async fn drive(
             max_tokens: capped.max_tokens,
             max_cost_usd: capped.max_cost_usd,
             timeout: capped.timeout,
+            checkpoint_every: None,
         };
+        config.apply_settings(&model_settings(&spec.model_settings));
         let sink = Arc::new(AgentSink {
             agent: spec.id.clone(),
             transcript: transcript.clone(),
@@ -203,6 +242,7 @@ async fn drive(
             run_cancel: shared.run_cancel.clone(),
             json: shared.json,
             reporter: shared.reporter.clone(),
+            checkpoints,
         });
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
         let pool = if shared.extensions.hooks.is_empty() {
@@ -247,7 +287,9 @@ async fn drive(
     }
     // The pool holds the other reference to the executor; it is gone by now.
     if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
+        // After a second signal, no grace: the commit comes first.
+        let grace = if crate::signals::hurried() { Duration::from_millis(100) } else { Duration::from_secs(2) };
+        executor.shutdown(grace).await;
     }
     if let Some(container) = container
         && let Err(e) = container.stop().await
@@ -355,7 +397,18 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         shared.run_id,
         shared.workflow_name
     );
-    match worktree.commit_all(&message, &shared.author).await {
+    let committed = match worktree.commit_all(&message, &shared.author).await {
+        // Nothing new since its last checkpoint (or since the earlier run's work it
+        // started from, with `--resume`): its branch holds that work.
+        Ok(None) => match super::checkpoint::branch_tip(shared.clone.git_dir(), worktree.branch()) {
+            Some(tip) if tip != shared.clone.base().to_string() => worktree.changed_files().await.map(|files| {
+                Some(CommitInfo { commit: tip, branch: worktree.branch().to_owned(), files, skipped: Vec::new() })
+            }),
+            _ => Ok(None),
+        },
+        other => other,
+    };
+    match committed {
         Ok(Some(info)) => {
             report.commit = Some(info.commit);
             report.changed_files = info

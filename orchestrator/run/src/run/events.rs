@@ -72,6 +72,7 @@ impl Meter {
             max_tokens: min_opt(own.max_tokens, left_tokens, u64::min),
             max_turns: min_opt(own.max_turns, left_turns, u32::min),
             timeout: own.timeout,
+            checkpoint_every: own.checkpoint_every,
         }
     }
 
@@ -136,10 +137,15 @@ pub struct AgentSink {
     pub run_cancel: CancellationToken,
     pub json: bool,
     pub reporter: Arc<dyn super::Reporter>,
+    /// Commits the agent's worktree every N turns (not for synthesis).
+    pub checkpoints: Option<Arc<super::checkpoint::Checkpoints>>,
 }
 
 impl EventSink for AgentSink {
     fn emit(&self, event: Event) {
+        if let Some(c) = &self.checkpoints {
+            c.observe(&event);
+        }
         // Deltas repeat what the whole assistant message says; keep files and pipes lean.
         if matches!(event, Event::TextDelta { .. }) {
             return;

@@ -104,6 +104,7 @@ fn status_name(s: RunStatus) -> &'static str {
         RunStatus::Failed => "failed",
         RunStatus::Partial => "partial",
         RunStatus::Interrupted => "interrupted",
+        RunStatus::Running => "running",
     }
 }
 

@@ -47,7 +47,7 @@ pub fn render(r: &RunReport) -> String {
             AgentStatus::Partial => {
                 let _ = write!(x, "\n      <failure message=\"{reason}\" type=\"partial\">{reason}</failure>");
             }
-            AgentStatus::Skipped | AgentStatus::Cancelled => {
+            AgentStatus::Skipped | AgentStatus::Cancelled | AgentStatus::Running | AgentStatus::Pending => {
                 let _ = write!(x, "\n      <skipped message=\"{reason}\"/>");
             }
         }

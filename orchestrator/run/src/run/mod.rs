@@ -21,11 +21,14 @@
 
 mod agent;
 mod agent_defs;
+mod checkpoint;
 mod events;
 mod github;
 mod junit;
+mod live_report;
 mod merge;
 mod output;
+pub mod recover;
 pub mod report;
 mod reporter;
 mod schedule;
@@ -125,6 +128,8 @@ pub struct Shared {
     pub uses: std::collections::HashMap<String, orch_workflows::subagents::Uses>,
     /// Hooks and MCP servers, from the trusted repository configuration and the workflow.
     pub extensions: Arc<crate::hooks_config::Extensions>,
+    /// `--resume`: agents that run again from their work in the earlier run (by id).
+    pub resume_from: std::collections::HashMap<String, git2::Oid>,
 }
 
 /// `orch run`.
@@ -144,7 +149,14 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         Err(code) => return Ok(code),
     };
     preflight(&plan)?;
-    let selection =
+    let author = args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch);
+    if let Some(dir) = args.resume.as_deref()
+        && recover::needs_recovery(dir)
+    {
+        eprintln!("orch: the run in {} did not finish; recovering it first (as `orch recover` does)", dir.display());
+        recover::recover(dir, &author).await?;
+    }
+    let mut selection =
         select::Selection::new(&plan, &args.only, args.shard, args.from.as_deref(), args.resume.as_deref())?;
     let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
@@ -160,6 +172,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
     let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
+    let run_lock = recover::hold_lock(&run_dir)?;
     let at = Instant::now();
     let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
         GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
@@ -168,6 +181,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
     })?;
     let clone_ms = ms(at);
+    let resume_from = selection.carry_into(&clone);
     // The trust rule: in a pull-request run, the base ref's definitions.
     let agent_files = match repo_config.commit() {
         Some((user_repo, commit)) => agent_defs::load(user_repo, commit),
@@ -204,7 +218,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         prices,
         default_model: model_args.model.clone(),
         fallback_model: model_args.fallback_model.clone(),
-        author: args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch),
+        author: author.clone(),
         meter: Arc::new(events::Meter::new(plan.limits)),
         stop: stop.clone(),
         run_cancel: run_cancel.clone(),
@@ -216,6 +230,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         subagents,
         uses,
         extensions,
+        resume_from,
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,
@@ -228,6 +243,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         status: RunStatus::Failed,
         exit_code: Code::Failed as u8,
         stopped: None,
+        partial: false,
         started_at: clock::rfc3339(started_at),
         finished_at: String::new(),
         duration_ms: 0,
@@ -262,7 +278,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         report.agents =
             plan.nodes().map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, why.into())).collect();
     } else {
-        let partial = PartialReport { report: report.clone(), written: false, github: github.clone() };
+        let live = live_report::LiveReport::new(report.clone(), github.clone(), interrupts.clone());
         let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
         let at = Instant::now();
         let dispatch = schedule::Dispatch {
@@ -270,7 +286,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
             max_fail: args.max_fail.map(|n| n as usize),
             selection,
         };
-        report.agents = schedule::run(shared.clone(), &plan, dispatch, partial).await;
+        report.agents = schedule::run(shared.clone(), &plan, dispatch, live).await;
         report.timings.agents_ms = ms(at);
         if let Some(code) = interrupts.code() {
             stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
@@ -296,6 +312,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
 
     // Emptied as each sandbox was torn down.
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
+    drop(run_lock);
+    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
     shared.reporter.finish();
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
@@ -454,44 +472,17 @@ pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<
     Ok(dir)
 }
 
-/// The report written as soon as an interrupt comes, before teardown.
-pub struct PartialReport {
-    report: RunReport,
-    written: bool,
-    github: Option<github::Actions>,
-}
-
-impl PartialReport {
-    /// Writes the report with the agents known so far (finished, and running ones as
-    /// cancelled), once.
-    pub fn write_once(&mut self, run_dir: &Path, agents: Vec<AgentReport>, stop: Option<StopReason>) {
-        if std::mem::replace(&mut self.written, true) {
-            return;
-        }
-        let mut r = self.report.clone();
-        r.totals = Totals::of(&agents, None);
-        r.agents = agents;
-        r.status = RunStatus::Interrupted;
-        r.exit_code = Code::Interrupted as u8;
-        r.stopped = stop.map(|s| format!("{s} (this report was written before teardown; the final one replaces it)"));
-        r.finished_at = clock::rfc3339(SystemTime::now());
-        if let Err(e) = report::write(run_dir, &r) {
-            tracing::warn!("cannot write the partial report: {e}");
-        }
-        if let Some(g) = &self.github
-            && let Err(e) = g.write_summary(&r)
-        {
-            tracing::warn!("cannot write the partial GitHub step summary: {e}");
-        }
-    }
-}
-
 /// Runs synthesis when there is something to combine: two or more agents that ran, or
 /// a custom `synthesis.prompt`. With a single agent, its answer is the run's answer.
 async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Option<report::SynthesisReport> {
     let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
     if ran == 0 || (agents.len() < 2 && plan.synthesis.prompt.is_none()) {
         return None;
+    }
+    if !agents.iter().any(|a| matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial)) {
+        return Some(report::SynthesisReport::skipped(
+            "every agent failed, so there was nothing to combine; synthesis did not run (see the agents' reasons)",
+        ));
     }
     let task = plan.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", plan.name));
     let prompt = synthesis::prompt(&task, agents, plan.synthesis.prompt.as_deref());
@@ -590,6 +581,7 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
         RunStatus::Partial => "finished with partial agents",
         RunStatus::Failed => "failed",
         RunStatus::Interrupted => "was interrupted",
+        RunStatus::Running => "is running (or was killed)",
     }
 }
 

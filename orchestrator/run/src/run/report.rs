@@ -26,6 +26,11 @@ pub struct RunReport {
     /// Why the run stopped early (a run limit, fail-fast, a signal), if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Written before the run ended (while it runs, or on an interrupt before
+    /// teardown): the final report replaces it. Still there after the process is gone,
+    /// it means the run was killed; `orch recover DIR` finishes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
     pub started_at: String,
     pub finished_at: String,
     pub duration_ms: u64,
@@ -92,6 +97,9 @@ pub enum RunStatus {
     Failed,
     Partial,
     Interrupted,
+    /// The run is going, or its process was killed (SIGKILL, a crash) before it
+    /// finished: `orch recover DIR` completes such a report.
+    Running,
 }
 
 /// How one agent ended.
@@ -108,6 +116,11 @@ pub enum AgentStatus {
     Cancelled,
     /// Never started: a need failed, or the run stopped first.
     Skipped,
+    /// Running (only in the report written while the run goes).
+    Running,
+    /// Not started yet (only in the report written while the run goes or on an
+    /// interrupt, before teardown).
+    Pending,
 }
 
 impl From<orch_agents::event::Status> for AgentStatus {
@@ -130,6 +143,8 @@ impl AgentStatus {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Skipped => "skipped",
+            Self::Running => "running",
+            Self::Pending => "pending",
         }
     }
 }
@@ -196,6 +211,14 @@ pub struct AgentReport {
     /// and cost are already part of this agent's `usage` and `cost_usd`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<orch_agents::subagent::SubagentRecord>,
+    /// `--resume`: it had succeeded in the earlier run and was not run again; its
+    /// branch is the earlier run's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub carried_over: bool,
+    /// `--resume`: it ran again, starting from this commit of the earlier run (its
+    /// work or checkpoint then) instead of the base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
 }
 
 impl AgentReport {
@@ -227,6 +250,8 @@ impl AgentReport {
             timings: AgentTimings::default(),
             uses: None,
             subagents: Vec::new(),
+            carried_over: false,
+            resumed_from: None,
         }
     }
 
@@ -285,6 +310,24 @@ pub struct SynthesisReport {
     pub prompt: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript: Option<PathBuf>,
+}
+
+impl SynthesisReport {
+    /// Synthesis that did not run, and why.
+    pub fn skipped(reason: &str) -> Self {
+        SynthesisReport {
+            status: AgentStatus::Skipped,
+            reason: Some(reason.to_owned()),
+            terminal: None,
+            model: None,
+            turns: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            text: String::new(),
+            prompt: None,
+            transcript: None,
+        }
+    }
 }
 
 /// A file changed by more than one agent.
@@ -346,6 +389,13 @@ pub struct Totals {
     pub failed: usize,
     pub cancelled: usize,
     pub skipped: usize,
+    /// Running or not started yet (only while the run goes or on an interrupt).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Totals {
@@ -361,6 +411,7 @@ impl Totals {
                 AgentStatus::Failed => t.failed += 1,
                 AgentStatus::Cancelled => t.cancelled += 1,
                 AgentStatus::Skipped => t.skipped += 1,
+                AgentStatus::Running | AgentStatus::Pending => t.pending += 1,
             }
         }
         if let Some(s) = synthesis {
@@ -432,7 +483,7 @@ pub fn markdown(r: &RunReport) -> String {
             md,
             "| `{}` | {}{} | {} | ${:.4} | {} | {} |",
             a.id,
-            a.status.as_str(),
+            status_cell(a),
             a.reason.as_deref().map(|r| format!(": {}", one_line(r))).unwrap_or_default(),
             a.turns,
             a.cost_usd,
@@ -478,6 +529,12 @@ pub fn markdown(r: &RunReport) -> String {
         if let Some(w) = &a.worktree {
             let _ = writeln!(md, "Worktree kept at `{}`\n", w.display());
         }
+        if a.carried_over {
+            let _ = writeln!(md, "Carried over from the resumed run: not run again.\n");
+        }
+        if let Some(commit) = &a.resumed_from {
+            let _ = writeln!(md, "Run again from the resumed run's work (commit `{commit}`).\n");
+        }
         for f in &a.changed_files {
             let _ = writeln!(md, "- {} `{}`", f.kind, f.path.display());
         }
@@ -491,12 +548,23 @@ pub fn markdown(r: &RunReport) -> String {
     md
 }
 
+/// An agent's status in the table, saying whether `--resume` carried it over or ran it
+/// again.
+fn status_cell(a: &AgentReport) -> String {
+    match (a.carried_over, &a.resumed_from) {
+        (true, _) => format!("{} (carried over)", a.status.as_str()),
+        (false, Some(_)) => format!("{} (rerun)", a.status.as_str()),
+        _ => a.status.as_str().to_owned(),
+    }
+}
+
 fn status_word(s: RunStatus) -> &'static str {
     match s {
         RunStatus::Succeeded => "Succeeded",
         RunStatus::Failed => "Failed",
         RunStatus::Partial => "Partial",
         RunStatus::Interrupted => "Interrupted",
+        RunStatus::Running => "Running (or killed before it finished)",
     }
 }
 

@@ -26,9 +26,10 @@ use tokio::task::JoinSet;
 
 use super::agent::{self, Finished};
 use super::events::{AgentSink, Transcript};
+use super::live_report::{LiveReport, Snapshot};
 use super::report::{AgentReport, AgentStatus, SynthesisReport};
 use super::select::Selection;
-use super::{PartialReport, Shared, StopReason};
+use super::{Shared, StopReason};
 
 /// Where a node's needs stand.
 enum Needs {
@@ -46,7 +47,7 @@ pub struct Dispatch {
 }
 
 /// Runs every selected agent of `plan`; returns their reports in plan order.
-pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut partial: PartialReport) -> Vec<AgentReport> {
+pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live: LiveReport) -> Vec<AgentReport> {
     let Dispatch { concurrency, max_fail, selection } = dispatch;
     // Prior results that feed this run but do not belong in its report (`--from`).
     let mut hidden: HashSet<String> = HashSet::new();
@@ -61,6 +62,8 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut parti
     let mut running: HashMap<tokio::task::Id, (String, String, Instant)> = HashMap::new();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut stopping = false;
+    // The report on disk is rewritten when dispatch starts and after each agent ends.
+    let mut changed_on_disk = true;
     loop {
         loop {
             let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
@@ -123,8 +126,12 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut parti
             }
             break;
         }
+        if std::mem::take(&mut changed_on_disk) {
+            live.progress(&shared.run_dir, snapshot(&done, &running, &pending, &order));
+        }
         tokio::select! {
             joined = tasks.join_next_with_id() => {
+                changed_on_disk = true;
                 let Some(joined) = joined else { continue };
                 let finished = match joined {
                     Ok((task, finished)) => {
@@ -164,17 +171,28 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut parti
                 stopping = true;
                 if shared.stop.get().is_none() {
                     // An interrupt: write what is known before anything is torn down.
-                    let mut now = done.clone();
-                    now.extend(running.values().map(|(id, key, _)| {
-                        AgentReport::empty(id, key, None, AgentStatus::Cancelled, "interrupted while running".into())
-                    }));
-                    partial.write_once(&shared.run_dir, sorted(now, &order), None);
+                    live.interrupted(&shared.run_dir, snapshot(&done, &running, &pending, &order), None);
                 }
             }
         }
     }
     done.retain(|r| !hidden.contains(&r.id));
     sorted(done, &order)
+}
+
+/// What the dispatcher knows now, for the report on disk.
+fn snapshot<'a>(
+    done: &'a [AgentReport],
+    running: &'a RunningMap,
+    pending: &'a [PlanNode],
+    order: &'a [String],
+) -> Snapshot<'a> {
+    Snapshot {
+        done,
+        running: running.values().map(|(id, key, _)| (id.as_str(), key.as_str())).collect(),
+        pending,
+        order,
+    }
 }
 
 /// Takes out of `pending` the agents this process does not run: those with a prior
@@ -403,6 +421,7 @@ pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) ->
         max_tokens: capped.max_tokens,
         max_cost_usd: capped.max_cost_usd,
         timeout: None,
+        checkpoint_every: None,
     };
     let sink = AgentSink {
         agent: "synthesis".into(),
@@ -412,6 +431,7 @@ pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) ->
         run_cancel: env.run_cancel.clone(),
         json: env.json,
         reporter: env.reporter.clone(),
+        checkpoints: None,
     };
     let cancel = env.run_cancel.child_token();
     let outcome = query(env.provider, &NoTools, &config, vec![Message::user(prompt)], &sink, &cancel).await;

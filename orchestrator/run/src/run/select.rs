@@ -9,7 +9,12 @@
 //!   shard needs must come from `--from DIR` (every shard then sees the same results,
 //!   and a dynamic fan-out the same items), or the run refuses to start.
 //! - A prior agent that succeeded is not run again: its text and output feed templates
-//!   and fan-outs as if it had just run. With `--resume` it also stays in the report.
+//!   and fan-outs as if it had just run. With `--resume` it also stays in the report,
+//!   marked `carried_over`, and its branch (the earlier run's, fetched into the user's
+//!   repository) is carried into the new run clone, so integration finds it there.
+//! - With `--resume`, an agent that did not succeed but left work (committed at its
+//!   end, by a checkpoint, or by `orch recover`) runs again from that commit instead of
+//!   the base (`resumed_from` in its report).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -17,8 +22,11 @@ use std::path::Path;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use orch_workflows::{Plan, PlanNode};
 
+use git2::Oid;
+
 use super::report::{AgentReport, AgentStatus};
 use crate::exit::UsageError;
+use crate::git::RunClone;
 
 /// `K/N`, 1-based.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +76,8 @@ pub struct Selection {
     pub prior: HashMap<String, AgentReport>,
     /// `--resume`: prior agents stay in the new report.
     pub keep_prior: bool,
+    /// `--resume`: the commit each agent that did not succeed had left, by id.
+    pub restart: HashMap<String, String>,
 }
 
 impl Selection {
@@ -81,7 +91,11 @@ impl Selection {
     ) -> Result<Selection, UsageError> {
         let mut selection = Selection { shard, keep_prior: resume.is_some(), ..Selection::default() };
         if let Some(dir) = from.or(resume) {
-            selection.prior = load_prior(dir)?;
+            let (prior, restart) = load_prior(dir)?;
+            selection.prior = prior;
+            if resume.is_some() {
+                selection.restart = restart;
+            }
         }
         if !only.is_empty() {
             let mut builder = GlobSetBuilder::new();
@@ -152,6 +166,47 @@ impl Selection {
     }
 }
 
+impl Selection {
+    /// `--resume`: carries the earlier run's work into the new run clone. Each carried
+    /// over agent's branch is created there at its commit (read from the user's
+    /// repository, where the earlier run fetched it); one that cannot be found there
+    /// keeps its report but loses its branch, with a warning. Returns the commits the
+    /// agents that run again start from.
+    pub fn carry_into(&mut self, clone: &RunClone) -> HashMap<String, Oid> {
+        if !self.keep_prior {
+            return HashMap::new();
+        }
+        for prior in self.prior.values_mut() {
+            prior.carried_over = true;
+            let (Some(branch), Some(commit)) = (&prior.branch, &prior.commit) else { continue };
+            let adopted = Oid::from_str(commit)
+                .map_err(|e| e.to_string())
+                .and_then(|oid| clone.adopt_branch(branch, oid).map_err(|e| e.to_string()));
+            if let Err(e) = adopted {
+                tracing::warn!(agent = %prior.id, "cannot carry over the branch {branch}: {e}");
+                prior.reason = Some(format!("carried over, but its branch {branch} is gone: {e}"));
+                prior.branch = None;
+                prior.commit = None;
+            }
+        }
+        let mut starts = HashMap::new();
+        for (id, commit) in &self.restart {
+            match Oid::from_str(commit)
+                .map_err(|e| e.to_string())
+                .and_then(|oid| clone.has_commit(oid).map(|()| oid).map_err(|e| e.to_string()))
+            {
+                Ok(oid) => {
+                    starts.insert(id.clone(), oid);
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %id, "starts from the base: the earlier run's work {commit} is not in the repository ({e})")
+                }
+            }
+        }
+        starts
+    }
+}
+
 fn key_of(node: &PlanNode) -> &str {
     match node {
         PlanNode::Agent(spec) => &spec.agent,
@@ -167,9 +222,15 @@ fn needs_of(node: &PlanNode) -> &[String] {
 }
 
 /// The succeeded agents of the run in `dir`.
-fn load_prior(dir: &Path) -> Result<HashMap<String, AgentReport>, UsageError> {
+/// The succeeded agents of the run in `dir`, and the commits the others left.
+type Prior = (HashMap<String, AgentReport>, HashMap<String, String>);
+
+fn load_prior(dir: &Path) -> Result<Prior, UsageError> {
     let report = super::report::read(dir)?;
-    Ok(report.agents.into_iter().filter(|a| a.status == AgentStatus::Succeeded).map(|a| (a.id.clone(), a)).collect())
+    let (succeeded, others): (Vec<AgentReport>, Vec<AgentReport>) =
+        report.agents.into_iter().partition(|a| a.status == AgentStatus::Succeeded);
+    let restart = others.into_iter().filter_map(|a| a.commit.map(|c| (a.id, c))).collect();
+    Ok((succeeded.into_iter().map(|a| (a.id.clone(), a)).collect(), restart))
 }
 
 #[cfg(test)]
