@@ -22,6 +22,7 @@ mod duration;
 pub mod extensions;
 mod load;
 pub mod plan;
+pub mod publish;
 mod schema;
 pub mod subagents;
 mod template;

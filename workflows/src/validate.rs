@@ -72,6 +72,7 @@ pub(crate) fn validate(workflow: &Workflow, broken: &HashSet<String>) -> Vec<Dia
         upstream: HashMap::new(),
     };
     checker.run();
+    checker.diagnostics.extend(crate::publish::check(workflow));
     checker.diagnostics
 }
 
