@@ -582,6 +582,10 @@ mod tests {
         assert_eq!(eval_findings("{{ agents.a.output.findings }}", &ctx).unwrap(), serde_json::json!([{"path": "x"}]));
         assert_eq!(render_text("On {{ run.date }}", &ctx).unwrap(), "On 2026-11-30");
         assert!(eval_findings("agents.a", &ctx).is_err());
+        let fan_out =
+            serde_json::json!({"agents": {"r": [{"output": {"findings": [1, 2]}}, {"output": {"findings": [3]}}]}});
+        let all = eval_findings("{{ agents.r | map(attribute='output.findings') | flatten }}", &fan_out).unwrap();
+        assert_eq!(all, serde_json::json!([1, 2, 3]));
     }
 
     #[test]
