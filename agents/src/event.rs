@@ -47,6 +47,10 @@ pub enum Terminal {
         failures: u32,
         message: String,
     },
+    /// A text answer was still cut at the output limit after the last continuation.
+    MaxOutputTokens {
+        continuations: u32,
+    },
 }
 
 impl Terminal {
@@ -62,13 +66,68 @@ impl Terminal {
             Self::ModelError { .. } => "model_error",
             Self::HookStopped { .. } => "hook_stopped",
             Self::CompactionFailed { .. } => "compaction_failed",
+            Self::MaxOutputTokens { .. } => "max_output_tokens",
         }
     }
 
     /// Whether the agent stopped at a limit, keeping partial work.
     pub fn is_limit(&self) -> bool {
-        matches!(self, Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. })
+        matches!(
+            self,
+            Self::MaxTurns { .. } | Self::BudgetExceeded { .. } | Self::Timeout { .. } | Self::MaxOutputTokens { .. }
+        )
     }
+
+    /// How this ending counts: the agent's status and the exit code it asks for. The one
+    /// place that maps terminal reasons; a new reason must be added here.
+    pub fn disposition(&self) -> Disposition {
+        let (status, exit_code) = match self {
+            Self::Completed => (Status::Succeeded, 0),
+            Self::MaxTurns { .. }
+            | Self::BudgetExceeded { .. }
+            | Self::Timeout { .. }
+            | Self::MaxOutputTokens { .. } => (Status::Partial, 4),
+            Self::Aborted { .. } => (Status::Cancelled, 1),
+            Self::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
+                (Status::Failed, 3)
+            }
+            Self::ModelError { .. }
+            | Self::PromptTooLong { .. }
+            | Self::HookStopped { .. }
+            | Self::CompactionFailed { .. } => (Status::Failed, 1),
+        };
+        Disposition { status, exit_code }
+    }
+}
+
+/// What an agent's ending means for its report and for the process: see
+/// [`Terminal::disposition`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disposition {
+    pub status: Status,
+    /// The exit code as DESIGN.md documents it: 0 success, 1 failed, 3 infrastructure
+    /// (the model API's auth, network or configuration), 4 partial.
+    pub exit_code: u8,
+}
+
+impl Disposition {
+    /// Whether the ending is the infrastructure's fault rather than the work's.
+    pub fn infrastructure(self) -> bool {
+        self.exit_code == 3
+    }
+}
+
+/// An agent's status as its ending decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Completed.
+    Succeeded,
+    /// Stopped at a limit, with partial work.
+    Partial,
+    /// Failed.
+    Failed,
+    /// Stopped by cancellation.
+    Cancelled,
 }
 
 impl std::fmt::Display for Terminal {
@@ -87,6 +146,10 @@ impl std::fmt::Display for Terminal {
             Self::CompactionFailed { failures, message } => {
                 write!(f, "stopped after {failures} failed attempts in a row to compact the context: {message}")
             }
+            Self::MaxOutputTokens { continuations } => write!(
+                f,
+                "the answer was still cut at the output token limit after {continuations} continuations; raise model_settings.max_output_tokens"
+            ),
         }
     }
 }
@@ -176,7 +239,7 @@ pub enum Event {
     Compaction {
         before_tokens: u64,
         after_tokens: u64,
-        reason: String,
+        reason: CompactionReason,
     },
     Terminal {
         reason: Terminal,
@@ -194,7 +257,7 @@ pub enum Event {
     /// failed to run properly (a crash, a timeout, an unexpected exit code), which never
     /// stops the agent by itself.
     Hook {
-        event: String,
+        event: orch_types::HookEvent,
         command: String,
         outcome: String,
         is_error: bool,
@@ -205,6 +268,40 @@ pub enum Event {
 impl Event {
     pub(crate) fn retry(attempt: u32, delay: Duration, error: String) -> Self {
         Self::Retry { attempt, delay_ms: delay.as_millis() as u64, error }
+    }
+}
+
+/// Why the context was compacted.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CompactionReason {
+    /// Old results of refetchable tools were cleared, without a summary.
+    Microcompact,
+    /// The context passed its threshold and was summarized.
+    Autocompact,
+    /// The model refused a request as too long, and the context was summarized.
+    PromptTooLong,
+}
+
+impl CompactionReason {
+    /// The reason as events write it: `prompt_too_long`.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
     }
 }
 
@@ -237,5 +334,28 @@ impl EventSink for tokio::sync::mpsc::UnboundedSender<Event> {
 impl<T: EventSink + ?Sized> EventSink for Arc<T> {
     fn emit(&self, event: Event) {
         (**self).emit(event)
+    }
+}
+
+#[cfg(test)]
+mod disposition_tests {
+    use super::*;
+
+    #[test]
+    fn every_terminal_has_a_status_and_a_code() {
+        let model = |kind: &str| Terminal::ModelError { kind: kind.into(), message: String::new() };
+        let cases = [
+            (Terminal::Completed, Status::Succeeded, 0),
+            (Terminal::MaxTurns { limit: 1 }, Status::Partial, 4),
+            (Terminal::Timeout { after_ms: 1 }, Status::Partial, 4),
+            (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, 1),
+            (model("auth"), Status::Failed, 3),
+            (model("network"), Status::Failed, 3),
+            (model("overloaded"), Status::Failed, 1),
+            (Terminal::HookStopped { message: String::new() }, Status::Failed, 1),
+        ];
+        for (terminal, status, code) in cases {
+            assert_eq!(terminal.disposition(), Disposition { status, exit_code: code }, "{terminal:?}");
+        }
     }
 }

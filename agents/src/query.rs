@@ -12,15 +12,23 @@
 //! with no tools; the oldest messages dropped and the request retried when it is itself
 //! too long; the most recently read files restored afterwards). A prompt-too-long error
 //! compacts and retries once; three failed compactions in a row end the loop with
-//! [`Terminal::CompactionFailed`]. An answer cut at the output limit raises the limit
-//! and continues, at most [`MAX_CONTINUATIONS`] times. The size of the context is the
-//! usage the API reported for the last call plus a local estimate of what came since.
+//! [`Terminal::CompactionFailed`]. The size of the context is the usage the API
+//! reported for the last call plus a local estimate of what came since.
+//!
+//! Output limits: a text answer cut at the output limit raises the limit and continues,
+//! at most [`MAX_CONTINUATIONS`] times; still cut after that, the loop ends with
+//! [`Terminal::MaxOutputTokens`]. An answer whose tool call was cut is never run: it is
+//! asked again once with the model's largest output cap, and if it is still cut, the
+//! model is told so and asked to split the work ([`CUT_TOOL_CALL`]). No request is sent
+//! twice unchanged for it. Token and cost budgets reserve the next call's worst case
+//! (the context estimate plus the output cap, which shrinks to fit), so a budget is
+//! overshot by at most the error of one estimate; [`QueryOutcome::overshoot`] says by
+//! how much.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -30,9 +38,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{self, ContextConfig, Restored};
-use crate::event::{Budget, Event, EventSink, Phase, Terminal};
+use crate::event::{Budget, CompactionReason, Event, EventSink, Phase, Terminal};
 use crate::message::{ContentBlock, Message, Role, ToolSpec};
-use crate::model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, SystemPart};
+use crate::model::{
+    ModelError, ModelProvider, ModelRequest, ModelResponse, ModelSettings, StopReason, StreamEvent, SystemPart,
+    Thinking, Timeouts, limits_for,
+};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::usage::{PriceTable, Usage};
 
@@ -45,8 +56,9 @@ pub const OVERLOADS_BEFORE_FALLBACK: u32 = 3;
 /// Continuations of an answer cut at the output limit.
 pub const MAX_CONTINUATIONS: u32 = 3;
 
-/// The highest output limit a continuation raises to.
-pub const ESCALATED_MAX_OUTPUT_TOKENS: u32 = 65_536;
+/// The smallest output cap worth a call when a budget shrinks it; below it, the budget
+/// counts as spent.
+pub const MIN_RESERVED_OUTPUT_TOKENS: u32 = 256;
 
 /// Times a too-long summary request is retried with its oldest messages dropped.
 pub const MAX_HEAD_DROPS: u32 = 3;
@@ -58,17 +70,14 @@ pub const MAX_FAILED_COMPACTIONS: u32 = 3;
 pub const CONTINUE_PROMPT: &str = "Your answer was cut off at the output token limit. Continue exactly where \
                                    it stopped, without repeating anything and without a preamble.";
 
-/// Limits of one loop. `None` means unlimited.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Model calls.
-    pub max_turns: Option<u32>,
-    /// Tokens processed, as [`Usage::total`] counts them.
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    /// Wall-clock time of the whole loop.
-    pub timeout: Option<Duration>,
-}
+/// The result given to a tool call that the output limit cut twice.
+pub const CUT_TOOL_CALL: &str = "Not run: your answer hit the output token limit while you were still writing this \
+                                 tool call, so its input is incomplete. The limit is already at its highest. Do the \
+                                 same work in smaller steps: write a large file in several parts (create it with the \
+                                 first part, then add the rest with edits), and make one call at a time.";
+
+/// Limits of one loop (defined in orch-types). `None` means unlimited.
+pub use orch_types::Limits;
 
 /// How one loop runs.
 #[derive(Debug, Clone)]
@@ -78,7 +87,14 @@ pub struct QueryConfig {
     /// Used after the main model stays overloaded through its retries.
     pub fallback_model: Option<String>,
     pub system: Vec<SystemPart>,
+    /// The output cap of a normal call.
     pub max_output_tokens: u32,
+    /// The highest output cap the loop raises to for a cut answer (the model's limit).
+    pub max_output_ceiling: u32,
+    /// The waits for the model.
+    pub timeouts: Timeouts,
+    /// Extended thinking, when on.
+    pub thinking: Option<Thinking>,
     pub limits: Limits,
     pub prices: Arc<PriceTable>,
     /// The context window and how the loop keeps inside it.
@@ -86,18 +102,55 @@ pub struct QueryConfig {
 }
 
 impl QueryConfig {
+    /// A loop for `model`, with its known output cap and context window (see
+    /// [`limits_for`]) and the default waits.
     pub fn new(agent_id: impl Into<String>, model: impl Into<String>) -> Self {
+        let model = model.into();
+        let known = limits_for(&model);
+        let context = ContextConfig { window: known.context_window, ..ContextConfig::default() };
         Self {
             agent_id: agent_id.into(),
-            model: model.into(),
+            model,
             fallback_model: None,
             system: Vec::new(),
-            max_output_tokens: 8192,
+            max_output_tokens: known.default_output_tokens,
+            max_output_ceiling: known.max_output_tokens,
+            timeouts: Timeouts::default(),
+            thinking: None,
             limits: Limits::default(),
             prices: Arc::new(PriceTable::default()),
-            context: ContextConfig::default(),
+            context,
         }
     }
+
+    /// Applies a workflow's or agent's `model_settings`: what they set replaces the
+    /// model's defaults. An output cap above the model's known ceiling raises the
+    /// ceiling (the workflow knows better than the table).
+    pub fn apply_settings(&mut self, settings: &ModelSettings) {
+        self.timeouts = settings.timeouts();
+        if let Some(cap) = settings.max_output_tokens.filter(|&c| c > 0) {
+            self.max_output_tokens = cap;
+            self.max_output_ceiling = self.max_output_ceiling.max(cap);
+        }
+        if let Some(window) = settings.context_window.filter(|&w| w > 0) {
+            self.context.window = window;
+            // Keep the reserve a fraction of a small window, so autocompact can work.
+            self.context.reserve = self.context.reserve.min(window / 5);
+        }
+        if settings.thinking.is_some() {
+            self.thinking = settings.thinking;
+        }
+    }
+}
+
+/// How far the loop went past a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Overshoot {
+    pub budget: Budget,
+    pub limit: f64,
+    pub used: f64,
+    /// `used - limit`.
+    pub by: f64,
 }
 
 /// How a loop ended and everything it produced.
@@ -114,6 +167,9 @@ pub struct QueryOutcome {
     pub cost_usd: f64,
     /// The model that answered last.
     pub model: String,
+    /// Set when the loop used more than a token or cost budget allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overshoot: Option<Overshoot>,
 }
 
 /// Why a wait ended early.
@@ -155,6 +211,9 @@ struct Loop<'a> {
     fixed_tokens: u64,
     /// Times a Stop hook kept the agent going.
     stop_blocks: u32,
+    /// The current answer's tool calls were cut at the output limit this many times in
+    /// a row (the first time is asked again with a larger cap).
+    cut_calls: u32,
 }
 
 /// Runs one agent until it reaches a terminal state.
@@ -173,7 +232,7 @@ pub async fn query(
         config,
         events,
         cancel,
-        deadline: config.limits.timeout.map(|t| started + t),
+        deadline: config.limits.timeout.map(|t| started + t.as_std()),
         started,
         messages,
         turns: 0,
@@ -190,12 +249,14 @@ pub async fn query(
         anchor: None,
         fixed_tokens: 0,
         stop_blocks: 0,
+        cut_calls: 0,
     };
     let terminal = state.run().await;
     state.absorb_nested();
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
     let last = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
-    let final_text = state.cut_text + &last;
+    let final_text = state.cut_text.clone() + &last;
+    let overshoot = state.overshoot();
     QueryOutcome {
         terminal,
         messages: state.messages,
@@ -204,6 +265,7 @@ pub async fn query(
         usage: state.usage,
         cost_usd: state.cost_usd,
         model: state.model,
+        overshoot,
     }
 }
 
@@ -223,6 +285,10 @@ impl Loop<'_> {
             if let Some(end) = self.manage_context(&specs).await {
                 return end;
             }
+            let max_tokens = match self.reserve() {
+                Ok(cap) => cap,
+                Err(end) => return end,
+            };
             self.turns += 1;
             self.events.emit(Event::TurnStarted { turn: self.turns, model: self.model.clone() });
 
@@ -232,11 +298,13 @@ impl Loop<'_> {
                 system: &self.config.system,
                 messages: &self.messages,
                 tools: &specs,
-                max_tokens: self.max_output,
+                max_tokens,
                 give_up_on_overload_after: match (&self.config.fallback_model, self.fell_back) {
                     (Some(_), false) => Some(OVERLOADS_BEFORE_FALLBACK),
                     _ => None,
                 },
+                timeouts: self.config.timeouts,
+                thinking: self.config.thinking,
             };
             let tools = self.tools;
             let events = self.events;
@@ -297,7 +365,7 @@ impl Loop<'_> {
                         // Compact, then send again, once.
                         self.reactive_retried = true;
                         self.turns -= 1;
-                        match self.compact("prompt_too_long", &specs).await {
+                        match self.compact(CompactionReason::PromptTooLong, &specs).await {
                             Err(end) => return end,
                             Ok(true) => continue,
                             Ok(false) => return Terminal::PromptTooLong { message: message.clone() },
@@ -322,13 +390,21 @@ impl Loop<'_> {
                 return Terminal::Completed;
             }
             let cut = response.stop_reason == StopReason::MaxTokens;
+            if cut && !calls.is_empty() {
+                early.token.cancel();
+                self.cut_tool_calls(response.content, &calls, max_tokens);
+                continue;
+            }
+            self.cut_calls = 0;
             let text = if cut && calls.is_empty() { blocks_text(&response.content) } else { String::new() };
             self.push_assistant(response.content);
             if calls.is_empty() {
-                if cut && self.continuations < MAX_CONTINUATIONS {
+                if cut {
+                    if self.continuations >= MAX_CONTINUATIONS {
+                        return Terminal::MaxOutputTokens { continuations: self.continuations };
+                    }
                     self.continuations += 1;
-                    self.max_output =
-                        self.max_output.saturating_mul(2).min(ESCALATED_MAX_OUTPUT_TOKENS).max(self.max_output);
+                    self.max_output = self.raised_output(max_tokens);
                     tracing::info!(agent = %self.config.agent_id, limit = self.max_output, "answer cut at the output limit; continuing");
                     self.cut_text.push_str(&text);
                     self.messages.push(Message::user(CONTINUE_PROMPT));
@@ -435,6 +511,107 @@ impl Loop<'_> {
         Terminal::Timeout { after_ms: self.started.elapsed().as_millis() as u64 }
     }
 
+    /// The output cap of the next call: the current cap, shrunk so that the call's
+    /// worst case (the context estimate as input, plus the cap as output) fits what is
+    /// left of the token and cost budgets. `Err` when less than
+    /// [`MIN_RESERVED_OUTPUT_TOKENS`] would fit: the budget counts as spent.
+    fn reserve(&self) -> Result<u32, Terminal> {
+        let limits = &self.config.limits;
+        let mut cap = u64::from(self.max_output);
+        if limits.max_tokens.is_none() && limits.max_cost_usd.is_none() {
+            return Ok(self.max_output);
+        }
+        let input = self.context_tokens();
+        let floor = u64::from(MIN_RESERVED_OUTPUT_TOKENS).min(cap);
+        if let Some(limit) = limits.max_tokens {
+            let used = self.usage.total();
+            let room = limit.saturating_sub(used).saturating_sub(input);
+            if room < floor {
+                tracing::info!(agent = %self.config.agent_id, used, input, limit, "the next call would not fit the token budget");
+                return Err(Terminal::BudgetExceeded {
+                    budget: Budget::Tokens,
+                    limit: limit as f64,
+                    used: used as f64,
+                });
+            }
+            cap = cap.min(room);
+        }
+        if let Some(limit) = limits.max_cost_usd {
+            let prices = &self.config.prices;
+            // Worst case for the input: all of it written to the cache.
+            let input_cost =
+                prices.cost(&self.model, &Usage { cache_creation_input_tokens: input, ..Usage::default() });
+            let per_output = prices.cost(&self.model, &Usage { output_tokens: 1, ..Usage::default() });
+            let left = limit - self.cost_usd - input_cost;
+            if per_output > 0.0 {
+                let room = if left > 0.0 { (left / per_output).floor() as u64 } else { 0 };
+                if room < floor {
+                    tracing::info!(agent = %self.config.agent_id, used = self.cost_usd, limit, "the next call would not fit the cost budget");
+                    return Err(Terminal::BudgetExceeded { budget: Budget::CostUsd, limit, used: self.cost_usd });
+                }
+                cap = cap.min(room);
+            }
+        }
+        Ok(u32::try_from(cap).unwrap_or(self.max_output))
+    }
+
+    /// How far the totals went past a budget, if they did.
+    fn overshoot(&self) -> Option<Overshoot> {
+        let limits = &self.config.limits;
+        let tokens = limits.max_tokens.filter(|&l| self.usage.total() > l).map(|l| Overshoot {
+            budget: Budget::Tokens,
+            limit: l as f64,
+            used: self.usage.total() as f64,
+            by: (self.usage.total() - l) as f64,
+        });
+        let cost = limits.max_cost_usd.filter(|&l| self.cost_usd > l).map(|l| Overshoot {
+            budget: Budget::CostUsd,
+            limit: l,
+            used: self.cost_usd,
+            by: self.cost_usd - l,
+        });
+        tokens.or(cost)
+    }
+
+    /// The output cap after an answer cut at `sent`: doubled, up to the ceiling.
+    fn raised_output(&self, sent: u32) -> u32 {
+        sent.max(self.max_output).saturating_mul(2).min(self.config.max_output_ceiling).max(self.max_output)
+    }
+
+    /// An answer whose tool calls the output limit cut. None of them runs. The first
+    /// time, the answer is dropped and asked again with the largest cap (a different
+    /// request: its cap is higher); when the cap cannot grow, or the new answer is cut
+    /// too, the answer is kept and every call gets [`CUT_TOOL_CALL`] as its result.
+    fn cut_tool_calls(&mut self, content: Vec<ContentBlock>, calls: &[ToolCall], sent: u32) {
+        let ceiling = self.config.max_output_ceiling.max(self.max_output);
+        let before = std::mem::replace(&mut self.max_output, ceiling);
+        // A budget may hold the cap where it was: then the same request would go again.
+        let grows = self.reserve().is_ok_and(|cap| cap > sent);
+        if self.cut_calls == 0 && grows {
+            self.cut_calls = 1;
+            tracing::info!(agent = %self.config.agent_id, limit = ceiling, "a tool call was cut at the output limit; asking again with a larger cap");
+            return;
+        }
+        self.max_output = before.max(sent);
+        self.cut_calls += 1;
+        tracing::warn!(agent = %self.config.agent_id, calls = calls.len(), "a tool call was cut at the output limit again; asking the model to split it");
+        self.push_assistant(content);
+        let results = calls
+            .iter()
+            .map(|c| {
+                self.events.emit(Event::ToolUseFinished {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    is_error: true,
+                    duration_ms: 0,
+                    output: CUT_TOOL_CALL.to_string(),
+                });
+                ContentBlock::tool_result(&c.id, CUT_TOOL_CALL, true)
+            })
+            .collect();
+        self.messages.push(Message { role: Role::User, content: results });
+    }
+
     /// Adds a response's usage and cost to the totals and reports them.
     fn account(&mut self, response: &ModelResponse) {
         let cost = self.config.prices.cost(&response.model, &response.usage);
@@ -490,11 +667,11 @@ impl Loop<'_> {
             self.events.emit(Event::Compaction {
                 before_tokens: before,
                 after_tokens: after,
-                reason: "microcompact".to_string(),
+                reason: CompactionReason::Microcompact,
             });
         }
         if self.context_tokens() > threshold {
-            return self.compact("autocompact", specs).await.err();
+            return self.compact(CompactionReason::Autocompact, specs).await.err();
         }
         None
     }
@@ -502,7 +679,7 @@ impl Loop<'_> {
     /// Replaces the history with a summary and the most recently read files. `Ok(false)`
     /// when the compaction failed and the loop may go on; `Err` ends the loop (abort,
     /// timeout, or too many failures in a row).
-    async fn compact(&mut self, reason: &str, specs: &[ToolSpec]) -> Result<bool, Terminal> {
+    async fn compact(&mut self, reason: CompactionReason, specs: &[ToolSpec]) -> Result<bool, Terminal> {
         if let Some(hooks) = self.tools.hooks() {
             tokio::select! {
                 biased;
@@ -529,8 +706,8 @@ impl Loop<'_> {
         self.messages = context::compacted_history(&summary, &restored);
         self.anchor = None;
         let after = self.context_tokens();
-        tracing::info!(agent = %self.config.agent_id, reason, before, after, restored = restored.len(), "context compacted");
-        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason: reason.to_string() });
+        tracing::info!(agent = %self.config.agent_id, reason = reason.as_str(), before, after, restored = restored.len(), "context compacted");
+        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason });
         Ok(true)
     }
 
@@ -551,6 +728,8 @@ impl Loop<'_> {
                 tools: &[],
                 max_tokens: self.config.context.summary_max_tokens,
                 give_up_on_overload_after: None,
+                timeouts: self.config.timeouts,
+                thinking: None,
             };
             let events = self.events;
             let mut sink = |event: StreamEvent| {
@@ -642,7 +821,7 @@ impl Loop<'_> {
                 None
             }
             ModelError::PromptTooLong { message } => Some(Terminal::PromptTooLong { message }),
-            other => Some(Terminal::ModelError { kind: other.kind().to_string(), message: other.to_string() }),
+            other => Some(Terminal::ModelError { kind: other.kind().as_str().to_string(), message: other.to_string() }),
         }
     }
 
@@ -668,7 +847,12 @@ impl Loop<'_> {
                 let results = calls
                     .iter()
                     .map(|c| match done.get(&c.id) {
-                        Some(out) => ContentBlock::tool_result(&c.id, out.content.clone(), out.is_error),
+                        Some(out) => ContentBlock::tool_result_with(
+                            &c.id,
+                            out.content.clone(),
+                            out.is_error,
+                            out.attachments.clone(),
+                        ),
                         None => ContentBlock::tool_result(&c.id, text, true),
                     })
                     .collect();
@@ -727,7 +911,7 @@ impl Loop<'_> {
                     ToolOutput::error(text)
                 }
             };
-            results.push(ContentBlock::tool_result(&call.id, output.content, output.is_error));
+            results.push(ContentBlock::tool_result_with(&call.id, output.content, output.is_error, output.attachments));
         }
         self.messages.push(Message { role: Role::User, content: results });
         self.absorb_nested();

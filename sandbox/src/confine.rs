@@ -8,8 +8,14 @@
 //! 3. rlimits ([`crate::rlimits`]);
 //! 4. root only: drop to the policy's uid with no groups and no capabilities
 //!    ([`crate::identity`]);
-//! 5. Landlock, which also sets no_new_privs ([`crate::landlock`]);
-//! 6. seccomp ([`crate::seccomp`]).
+//! 5. non-dumpable, so its commands (same uid as a normal user) can neither `ptrace`
+//!    the host nor open its `/proc/<pid>` files; `exec` makes commands dumpable again;
+//! 6. Landlock, which also sets no_new_privs and scopes signals ([`crate::landlock`]);
+//! 7. seccomp ([`crate::seccomp`]).
+//!
+//! Each command the host forks then enters a nested domain of its own
+//! ([`crate::scope::enter_command_domain`], in the spawn's `pre_exec`), so it cannot
+//! signal the host either.
 //!
 //! Backend `none`: only the subreaper (the caller warns that nothing is confined).
 //! Backend `container`: the container is the confinement; inside it, the subreaper,
@@ -61,7 +67,7 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
         }
         Backend::Container => {
             subreaper()?;
-            rlimits::apply(&rlimits::plan(&policy.limits, false, false))?;
+            rlimits::apply(&rlimits::plan(&policy.limits, false, rlimits::Nproc::Unset))?;
             not_dumpable()?;
             seccomp::apply(policy.network)?;
             done.seccomp = true;
@@ -119,11 +125,16 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
         }
     }
     subreaper()?;
-    rlimits::apply(&rlimits::plan(&policy.limits, memory_in_cgroup, uid.is_some()))?;
+    let nproc = if uid.is_some() { rlimits::Nproc::OwnUid } else { rlimits::Nproc::SharedUid(rlimits::user_tasks()) };
+    rlimits::apply(&rlimits::plan(&policy.limits, memory_in_cgroup, nproc))?;
     if let Some(uid) = uid {
         identity::drop_to(uid)?;
         done.uid = Some(uid);
     }
+    // After the uid drop, which would reset it: the host's commands share its uid as a
+    // normal user, and must not ptrace it or open its `/proc/<pid>/fd`, `mem` or
+    // `environ` (a forged tool result through `/proc/$PPID/fd/1`).
+    not_dumpable()?;
     let applied = landlock::restrict(&policy.read, &policy.write, policy.network)?;
     done.landlock_abi = Some(applied.abi);
     seccomp::apply(policy.network)?;

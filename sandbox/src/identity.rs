@@ -40,8 +40,9 @@ pub fn is_root() -> bool {
 }
 
 /// Drops every uid and gid to `uid` (same number as gid), clears supplementary groups,
-/// and checks that no capability is left. Stays dumpable, so the host can still open its
-/// own `/proc/self` files (a uid change would otherwise make them root's).
+/// and checks that no capability is left. Sets the process dumpable again (a uid change
+/// clears it) so the check can read `/proc/self/status`; [`crate::confine`] makes the
+/// host non-dumpable right after.
 pub fn drop_to(uid: u32) -> Result<(), SandboxError> {
     let fail = |step: &str, e: nix::Error| SandboxError::Privileges { uid, message: format!("{step}: {}", e.desc()) };
     let (u, g) = (Uid::from_raw(uid), Gid::from_raw(uid));

@@ -21,7 +21,9 @@
 //! Modules: [`policy`] (the data), [`confine`](mod@confine) (the order of steps),
 //! [`landlock`](mod@landlock), [`seccomp`], [`rlimits`], [`identity`] (uid choice,
 //! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
-//! drop), [`reaper`] (killing escaped processes), [`spawn`] (confine-on-exec), [`host`].
+//! drop), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
+//! a nested Landlock domain, so it cannot signal its tool host), [`spawn`]
+//! (confine-on-exec), [`host`].
 
 pub mod cgroup;
 pub mod confine;
@@ -33,6 +35,7 @@ pub mod landlock;
 pub mod policy;
 pub mod reaper;
 pub mod rlimits;
+pub mod scope;
 pub mod seccomp;
 pub mod spawn;
 pub mod traverse;

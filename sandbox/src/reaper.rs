@@ -7,7 +7,13 @@
 //! SIGKILL, and reaps.
 //!
 //! Reaping waits on the specific pids killed (`waitpid(pid)`), never `waitpid(-1)`,
-//! which would steal the exit statuses of children tokio is waiting for.
+//! which would steal the exit statuses of children tokio is waiting for. Adopted
+//! processes that exit while a command still runs (a fork-and-exit chain) are reaped
+//! continuously by [`reap_adopted`], which the tool host runs on every `SIGCHLD`
+//! ([`crate::host::serve_stdio`]): it reaps only zombies that cannot be a child the
+//! host spawned itself (those lead their own process group, or share the host's).
+//! When the host stops, [`kill_descendants`] kills and reaps everything until the host
+//! has no child left at all, so nothing it adopted survives it.
 //!
 //! The common case costs one system call: a process without children has no
 //! descendants at all, and [`has_children`] asks the kernel that directly (`waitid`
@@ -113,9 +119,65 @@ pub fn kill_orphans(exclude_pgids: &[i32]) -> usize {
     kill_tree(std::process::id() as i32, exclude_pgids)
 }
 
-/// Kills every descendant of this process and reaps them: for host shutdown.
+/// How long [`kill_descendants`] keeps killing before it gives up.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(3);
+
+/// For host shutdown: kills every descendant of this process and reaps every child,
+/// until the kernel says there is no child left (ECHILD): since the host is a child
+/// subreaper, a process it started that still lives has the host as an ancestor, so no
+/// child means no survivor. Kills each generation of a fork-and-exit chain as it is
+/// handed over, without sleeping between passes. Uses `waitpid(-1)`: nothing is waited
+/// for elsewhere any more. Returns how many processes were killed.
 pub fn kill_descendants() -> usize {
-    kill_orphans(&[])
+    let me = std::process::id() as i32;
+    let started = Instant::now();
+    let mut killed = BTreeSet::new();
+    loop {
+        reap_all_exited();
+        if !has_children() || started.elapsed() > SHUTDOWN_BUDGET {
+            break;
+        }
+        for p in descendants(me) {
+            if !p.zombie && kill(Pid::from_raw(p.pid), Signal::SIGKILL).is_ok() {
+                killed.insert(p.pid);
+            }
+        }
+        std::thread::yield_now();
+    }
+    killed.len()
+}
+
+/// Reaps every exited child of this process, whoever started it.
+fn reap_all_exited() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == nix::sys::wait::WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// Reaps the exited children of this process that it adopted (the subreaper) rather
+/// than spawned: zombies in another process group than this process's, that do not
+/// lead their group. Commands the host spawns lead their own group (`process_group(0)`)
+/// and other helpers stay in the host's group, so their exit statuses stay for the code
+/// that waits on them. An adopted process that made itself a group leader (`setsid`)
+/// is left to the next [`kill_orphans`] pass; until then it counts against the
+/// sandbox's process limit. Returns how many it reaped.
+pub fn reap_adopted() -> usize {
+    let me = std::process::id() as i32;
+    let my_group = nix::unistd::getpgrp().as_raw();
+    let Some(kids) = children(me) else { return 0 };
+    let mut reaped = 0;
+    for p in kids.into_iter().filter_map(stat) {
+        if p.zombie
+            && p.pid != p.pgid
+            && p.pgid != my_group
+            && matches!(waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG)), Ok(s) if s != nix::sys::wait::WaitStatus::StillAlive)
+        {
+            reaped += 1;
+        }
+    }
+    reaped
 }
 
 /// Kills every descendant of `root` outside `exclude_pgids`; reaps those that are this

@@ -11,9 +11,17 @@
 //!   kernel modules and `kexec`, `swapon`/`swapoff`, `reboot`, `acct`, `quotactl`;
 //! - `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)`, which would push keystrokes into a
 //!   terminal the sandbox inherited;
-//! - `socket`: under `Network::None` entirely (any family, so no Unix socket reaches the
-//!   Docker daemon either; `socketpair` stays), under `Network::Full` only packet
-//!   sockets (`AF_PACKET`) and raw sockets (`SOCK_RAW`).
+//! - `socket`: under `Network::None` entirely (any family), under `Network::Full` Unix
+//!   sockets (`AF_UNIX`), packet sockets (`AF_PACKET`) and raw sockets (`SOCK_RAW`).
+//!   Either way no sandboxed process can `connect` to a path-based Unix socket outside
+//!   the sandbox (the Docker daemon's `/var/run/docker.sock`, the user's ssh-agent or
+//!   D-Bus), which Landlock does not check on connect; `socketpair` stays allowed.
+//!   What this breaks inside the sandbox: anything that opens a Unix socket by path or
+//!   in the abstract namespace, such as the `docker` CLI, `ssh-agent`/`gpg-agent`,
+//!   syslog, `nscd`, systemd's NSS modules (they fall back to files and DNS), Python's
+//!   `multiprocessing` managers and its `forkserver` start method (Python 3.14's
+//!   default on Linux: use `spawn` or `fork`), and git's fsmonitor daemon and
+//!   credential cache. Pipes, `socketpair` and TCP (under `Network::Full`) still work.
 //!
 //! `clone3` fails with ENOSYS, so libc and language runtimes fall back to `clone`, whose
 //! flags a classic BPF filter can see. Other architectures' calls (i386 through
@@ -121,6 +129,9 @@ pub fn programs(network: Network, arch: TargetArch) -> Result<Vec<BpfProgram>, S
         }
         Network::Full => {
             let rules = vec![
+                // No Unix socket of any kind: a path-based one outside the roots (the
+                // Docker daemon's) is out of Landlock's reach on connect.
+                equal(0, libc::AF_UNIX as u64).map_err(build_err)?,
                 equal(0, libc::AF_PACKET as u64).map_err(build_err)?,
                 // The type may carry SOCK_NONBLOCK and SOCK_CLOEXEC; the kind is the low bits.
                 masked(1, 0xf, libc::SOCK_RAW as u64).map_err(build_err)?,
@@ -288,7 +299,10 @@ mod tests {
             assert_eq!(verdict(Network::None, libc::SYS_socket, args), EPERM, "{args:?}");
         }
         assert_eq!(verdict(Network::Full, libc::SYS_socket, inet_stream), Verdict::Allow);
-        assert_eq!(verdict(Network::Full, libc::SYS_socket, unix), Verdict::Allow);
+        assert_eq!(verdict(Network::Full, libc::SYS_socket, unix), EPERM);
+        let unix_dgram = [libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64 | libc::SOCK_CLOEXEC as u64, 0, 0, 0, 0];
+        assert_eq!(verdict(Network::Full, libc::SYS_socket, unix_dgram), EPERM);
+        assert_eq!(verdict(Network::Full, libc::SYS_socketpair, unix), Verdict::Allow);
         assert_eq!(verdict(Network::Full, libc::SYS_socket, packet), EPERM);
         assert_eq!(verdict(Network::Full, libc::SYS_socket, raw), EPERM);
     }

@@ -3,22 +3,22 @@
 //! - [`Subagents`]: the workflow's top-level `subagents:` key, the limits of the
 //!   `Agent` tool (nesting depth, how many run at once, how many start in a run).
 //! - [`parse_agent_file`]: one agent definition in Claude Code's format, Markdown with
-//!   YAML front matter (`name`, `description`, `tools`, `model`, `maxTurns`,
-//!   `permissionMode`; the body is the system prompt). It takes the file's contents, so
-//!   the coordinator decides where they come from (the base commit, or the checked-out
-//!   files when the repository's configuration is trusted). Presentational keys such as
-//!   `color` are ignored; other unknown keys and unknown tool names are warnings, so
-//!   files written for newer Claude Code versions still load.
-//! - [`AgentFiles`]: the definitions of a repository, `.orch/agents/` before
-//!   `.claude/agents/`, and their lookup by name for `uses:`.
-
-use std::collections::BTreeMap;
+//!   YAML front matter (`name`, `description`, `tools`, `disallowedTools`, `model`,
+//!   `maxTurns`, `permissionMode`; the body is the system prompt). It takes the file's
+//!   contents, so the coordinator decides where they come from (the base commit, or the
+//!   checked-out files when the repository's configuration is trusted). It accepts
+//!   exactly what Claude Code accepts (front matter read by [`crate::frontmatter`]; only
+//!   a missing `name` or `description` refuses a file); everything else that is off is a
+//!   warning, so files written for any Claude Code version load.
+//! - [`AgentFiles`]: the definitions of a repository with a defined precedence on name
+//!   clashes (`.orch/agents/`, then `.claude/agents/`, then plugins; see [`Origin`]), and
+//!   their lookup by name for `uses:`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::plan::AgentSpec;
-use crate::schema::{Agent, KNOWN_TOOLS, PermissionMode, is_known_tool};
+use crate::plan::{AgentSpec, Plan, PlanNode};
+use crate::schema::{Agent, KNOWN_TOOLS, PermissionMode, Workflow, is_known_tool};
 
 /// `subagents:` in a workflow: limits of the `Agent` tool for the whole run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +76,60 @@ pub const AGENT_DIRS: [&str; 2] = [".orch/agents", ".claude/agents"];
 /// Front matter keys that only change how Claude Code shows an agent.
 const PRESENTATIONAL: [&str; 2] = ["color", "icon"];
 
-const KNOWN_KEYS: [&str; 6] = ["name", "description", "tools", "model", "maxTurns", "permissionMode"];
+/// Keys orch reads.
+const KNOWN_KEYS: [&str; 7] =
+    ["name", "description", "tools", "disallowedTools", "model", "maxTurns", "permissionMode"];
+
+/// Keys Claude Code documents that orch does not act on (yet); ignored without a warning
+/// each, but listed once so that a user sees they have no effect.
+const CLAUDE_ONLY_KEYS: [&str; 10] = [
+    "skills",
+    "mcpServers",
+    "hooks",
+    "memory",
+    "background",
+    "effort",
+    "isolation",
+    "initialPrompt",
+    "version",
+    "author",
+];
+
+/// Where a definition comes from; on a name clash the earlier kind wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// `.orch/agents/`.
+    Orch,
+    /// `.claude/agents/`.
+    Claude,
+    /// An agent that a plugin ships (`<plugin>/agents/x.md`).
+    Plugin,
+}
+
+impl Origin {
+    /// The kind of definition at `path`: a file under `.orch/agents/` is orch's; one in
+    /// an `agents/` directory elsewhere (`plugins/<plugin>/agents/x.md`) is a plugin's;
+    /// anything else is read as a project agent of Claude Code.
+    pub fn of(path: &str) -> Origin {
+        let path = path.strip_prefix("./").unwrap_or(path);
+        if path.starts_with(".orch/agents/") {
+            Origin::Orch
+        } else if path.starts_with(".claude/agents/") || !path.contains("/agents/") {
+            Origin::Claude
+        } else {
+            Origin::Plugin
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Origin::Orch => ".orch/agents",
+            Origin::Claude => ".claude/agents",
+            Origin::Plugin => "a plugin",
+        }
+    }
+}
 
 /// One agent definition, as read from its file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,6 +138,9 @@ pub struct AgentFile {
     pub description: String,
     /// `None`: every tool of the agent that runs it.
     pub tools: Option<Vec<String>>,
+    /// Tools taken away from the agent's tools (`disallowedTools`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_tools: Vec<String>,
     /// `None`: the model of the agent that runs it (`inherit`, or not given).
     pub model: Option<String>,
     pub max_turns: Option<u32>,
@@ -93,6 +149,7 @@ pub struct AgentFile {
     pub prompt: String,
     /// The file it came from.
     pub source: String,
+    pub origin: Origin,
 }
 
 /// An agent definition file that cannot be used.
@@ -107,10 +164,12 @@ fn bad(source: &str, message: impl Into<String>) -> AgentFileError {
     AgentFileError { file: source.to_string(), message: message.into() }
 }
 
-/// Claude Code's model aliases, as model ids.
-fn model_id(model: &str) -> Option<String> {
+/// Claude Code's model aliases, as model ids; `None` for `inherit`.
+pub(crate) fn model_id(model: &str) -> Option<String> {
+    if model.eq_ignore_ascii_case("inherit") {
+        return None;
+    }
     let id = match model {
-        "inherit" => return None,
         "sonnet" => "claude-sonnet-4-5",
         "opus" => "claude-opus-4-1",
         "haiku" => "claude-haiku-4-5",
@@ -120,154 +179,214 @@ fn model_id(model: &str) -> Option<String> {
 }
 
 fn permission_mode(text: &str) -> Option<PermissionMode> {
-    Some(match text {
-        "default" => PermissionMode::Default,
-        "acceptEdits" | "accept-edits" => PermissionMode::AcceptEdits,
-        "plan" => PermissionMode::Plan,
-        "bypassPermissions" | "bypass" => PermissionMode::Bypass,
-        _ => return None,
-    })
+    text.parse().ok()
 }
 
-/// Parses one agent definition file; `source` names it in errors and warnings. The
-/// warnings say what was ignored.
+/// The file name without directories and `.md`.
+fn stem(source: &str) -> &str {
+    let name = source.rsplit('/').next().unwrap_or(source);
+    name.strip_suffix(".md").unwrap_or(name)
+}
+
+/// Tool names as orch knows them: `Task` becomes `Agent`, `*` means every tool (`None`),
+/// and names orch does not have are left out with a warning.
+fn known_tools(list: Vec<String>, key: &str, source: &str, warnings: &mut Vec<String>) -> Option<Vec<String>> {
+    if list.iter().any(|t| t == "*") {
+        return None;
+    }
+    let mut kept = Vec::new();
+    for tool in list {
+        // Claude Code's older name for the Agent tool.
+        let tool = if tool == "Task" { "Agent".to_string() } else { tool };
+        if is_known_tool(&tool) {
+            if !kept.contains(&tool) {
+                kept.push(tool);
+            }
+        } else {
+            warnings.push(format!(
+                "{source}: `{key}` names `{tool}`, which is not a tool orch has ({}); it is left out",
+                KNOWN_TOOLS.join(", ")
+            ));
+        }
+    }
+    Some(kept)
+}
+
+/// Parses one agent definition file; `source` is its path in the repository (it names
+/// the file in errors and warnings, and decides its [`Origin`]). The warnings say what
+/// was ignored.
+///
+/// What is accepted is what Claude Code accepts: the front matter is read with its
+/// leniency ([`crate::frontmatter`]), and a file is refused only when it has no `name`
+/// or no `description` as text (which includes front matter that does not parse even
+/// after re-quoting). Everything else that is wrong is a warning. A plugin's file is
+/// treated as Claude Code treats plugin agents: the name falls back to the file name,
+/// the description to a placeholder, and `permissionMode` is ignored.
 pub fn parse_agent_file(text: &str, source: &str) -> Result<(AgentFile, Vec<String>), AgentFileError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text.split_inclusive('\n');
-    if lines.next().map(str::trim_end) != Some("---") {
-        return Err(bad(source, "no front matter; start the file with a `---` line, then `name:` and `description:`"));
-    }
-    let mut front = String::new();
-    let mut body = None;
-    let mut consumed = 0;
-    for line in lines {
-        consumed += 1;
-        if line.trim_end() == "---" {
-            body = Some(text.split_inclusive('\n').skip(consumed + 1).collect::<String>());
-            break;
-        }
-        front.push_str(line);
-    }
-    let Some(body) = body else {
-        return Err(bad(source, "the front matter never ends; close it with a `---` line"));
-    };
-    let node = match crate::yaml::parse(&front) {
-        Ok((Some(node), _)) => node,
-        Ok((None, _)) => {
-            return Err(bad(source, "the front matter is empty; give at least `name:` and `description:`"));
-        }
-        Err(errors) => {
-            let first = errors.first().map(|e| e.message.clone()).unwrap_or_default();
-            return Err(bad(source, format!("the front matter is not valid YAML: {first}")));
-        }
-    };
-    let map: BTreeMap<String, Value> = crate::de::from_node(&node, Vec::new(), None)
-        .map_err(|e| bad(source, format!("the front matter must be a mapping of keys to values: {e}")))?;
+    let origin = Origin::of(source);
+    let front = crate::frontmatter::parse(text);
     let mut warnings = Vec::new();
-    let text_of = |key: &str| -> Result<Option<String>, AgentFileError> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(bad(source, format!("`{key}` must be text, not {other}"))),
+    let map = &front.fields;
+    let plugin = origin == Origin::Plugin;
+    if let Some(problem) = &front.problem {
+        if !plugin {
+            return Err(bad(
+                source,
+                format!(
+                    "{problem}, so it has no `name` (Claude Code does not load it either); put the `description` \
+                     on one line or in quotes, or indent its continuation lines"
+                ),
+            ));
+        }
+        warnings.push(format!("{source}: {problem}; the agent is loaded with its file name and no settings"));
+    }
+    let name = match map.get("name") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ if plugin => stem(source).to_string(),
+        _ if !front.found && text.starts_with("---") => {
+            return Err(bad(source, "the front matter never ends; close it with a `---` line"));
+        }
+        _ if !front.found => {
+            return Err(bad(
+                source,
+                "no front matter; start the file with a `---` line, then `name:` and `description:`",
+            ));
+        }
+        _ => return Err(bad(source, "`name` is missing or is not text; give the agent's name, e.g. `name: reviewer`")),
+    };
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)) {
+        warnings.push(format!(
+            "{source}: the agent name `{name}` has characters other than letters, digits, `-` and `_`; refer to it \
+             exactly as written"
+        ));
+    }
+    let description = match map.get("description") {
+        // Claude Code turns the two characters `\n` into a line break.
+        Some(Value::String(s)) if !s.is_empty() => s.replace("\\n", "\n"),
+        _ if plugin => format!("Agent from the plugin of {source}"),
+        _ => {
+            return Err(bad(source, "`description` is missing or is not text; say when this agent should be used"));
         }
     };
-    let name = text_of("name")?.filter(|n| !n.trim().is_empty()).ok_or_else(|| bad(source, "`name` is missing"))?;
-    let name = name.trim().to_string();
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        return Err(bad(source, format!("`name: {name}` may hold only letters, digits, `-` and `_`")));
-    }
-    let description = text_of("description")?
-        .filter(|d| !d.trim().is_empty())
-        .ok_or_else(|| bad(source, "`description` is missing; say when this agent should be used"))?;
     let tools = match map.get("tools") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()),
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|v| v.as_str().map(|s| s.trim().to_string()))
-                .collect::<Option<Vec<String>>>()
-                .ok_or_else(|| bad(source, "`tools` must list tool names"))?,
-        ),
+        Some(Value::String(_) | Value::Array(_)) => crate::frontmatter::name_list(map, "tools")
+            .and_then(|list| known_tools(list, "tools", source, &mut warnings)),
         Some(other) => {
-            return Err(bad(source, format!("`tools` must be a comma-separated list or a list, not {other}")));
+            warnings.push(format!(
+                "{source}: `tools: {other}` is neither a comma-separated list nor a list; the agent gets no tools"
+            ));
+            Some(Vec::new())
         }
     };
-    let tools = tools.map(|list: Vec<String>| {
-        let mut kept = Vec::new();
-        for tool in list {
-            // Claude Code's older name for the Agent tool.
-            let tool = if tool == "Task" { "Agent".to_string() } else { tool };
-            if is_known_tool(&tool) {
-                if !kept.contains(&tool) {
-                    kept.push(tool);
-                }
-            } else {
-                warnings.push(format!(
-                    "{source}: the tool `{tool}` is not one orch has ({}); it is left out",
-                    KNOWN_TOOLS.join(", ")
-                ));
-            }
+    let disallowed_tools = crate::frontmatter::name_list(map, "disallowedTools")
+        .map(|list| list.into_iter().map(|t| if t == "Task" { "Agent".to_string() } else { t }).collect())
+        .unwrap_or_default();
+    let model = match map.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => model_id(m.trim()),
+        Some(other) => {
+            warnings.push(format!("{source}: `model: {other}` is not a model name; the caller's model applies"));
+            None
         }
-        kept
-    });
-    let model = text_of("model")?.and_then(|m| model_id(m.trim()));
+    };
     let max_turns = match map.get("maxTurns") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0) {
-            Some(n) => Some(n),
-            None => return Err(bad(source, format!("`maxTurns` must be a whole number above 0, not {v}"))),
-        },
+        Some(v) => {
+            let n = match v {
+                Value::String(s) => s.trim().parse::<u64>().ok(),
+                other => other.as_u64(),
+            };
+            match n.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > 0) {
+                Some(n) => Some(n),
+                None => {
+                    warnings.push(format!("{source}: `maxTurns: {v}` is not a whole number above 0; it is ignored"));
+                    None
+                }
+            }
+        }
     };
-    let permission_mode = match text_of("permissionMode")? {
+    let permission_mode = match crate::frontmatter::text(map, "permissionMode") {
         None => None,
+        Some(_) if plugin => {
+            warnings.push(format!(
+                "{source}: a plugin's agent cannot set `permissionMode` (as in Claude Code); the caller's mode applies"
+            ));
+            None
+        }
         Some(text) => match permission_mode(text.trim()) {
             Some(mode) => Some(mode),
             None => {
                 warnings.push(format!(
                     "{source}: `permissionMode: {text}` is not one orch knows (default, acceptEdits, plan, \
-                     bypassPermissions); the caller's mode applies"
+                     dontAsk, bypassPermissions); the caller's mode applies"
                 ));
                 None
             }
         },
     };
-    for key in map.keys() {
-        if !KNOWN_KEYS.contains(&key.as_str()) && !PRESENTATIONAL.contains(&key.as_str()) {
+    let ignored: Vec<&str> =
+        map.keys().map(String::as_str).filter(|k| !KNOWN_KEYS.contains(k) && !PRESENTATIONAL.contains(k)).collect();
+    if !ignored.is_empty() {
+        let (claude, other): (Vec<&str>, Vec<&str>) = ignored.into_iter().partition(|k| CLAUDE_ONLY_KEYS.contains(k));
+        if !claude.is_empty() {
+            warnings.push(format!("{source}: orch does not act on `{}` in agent files; ignored", claude.join("`, `")));
+        }
+        for key in other {
             warnings.push(format!("{source}: the front matter key `{key}` is not one orch uses; it is ignored"));
         }
     }
-    let prompt = body.trim().to_string();
+    let prompt = front.body.trim().to_string();
     if prompt.is_empty() {
-        return Err(bad(source, "the body is empty; write the agent's system prompt below the front matter"));
+        warnings.push(format!("{source}: the body is empty, so the agent runs with no instructions of its own"));
     }
     let file = AgentFile {
         name,
         description: description.trim().to_string(),
         tools,
+        disallowed_tools,
         model,
         max_turns,
         permission_mode,
         prompt,
         source: source.to_string(),
+        origin,
     };
     Ok((file, warnings))
+}
+
+/// Two definitions with one name: which one is used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Clash {
+    pub name: String,
+    /// The file whose definition is used.
+    pub used: String,
+    /// The file whose definition is not.
+    pub ignored: String,
 }
 
 /// The agent definitions of a repository.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct AgentFiles {
+    /// The definitions in use, one per name.
     pub agents: Vec<AgentFile>,
+    /// Names defined more than once, and which file won.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clashes: Vec<Clash>,
     /// What was ignored or could not be read, one line each.
     pub warnings: Vec<String>,
 }
 
 impl AgentFiles {
-    /// Reads `files` (path and contents, `.orch/agents/` first, then `.claude/agents/`,
-    /// each sorted by path). Only `*.md` files count. A file that does not parse is a
-    /// warning; of two definitions with the same name, the first one wins.
+    /// Reads `files` (path and contents). Only `*.md` files count. A file that does
+    /// not parse is a warning. Of two definitions with the same name, the one from the
+    /// stronger [`Origin`] wins (`.orch/agents` over `.claude/agents` over a plugin);
+    /// between two of the same origin, the one that comes first in `files` (callers
+    /// pass each directory sorted by path). Every clash is recorded in `clashes` and
+    /// warned about.
     pub fn from_files(files: &[(String, String)]) -> AgentFiles {
         let mut out = AgentFiles::default();
+        let mut parsed = Vec::new();
         for (path, text) in files {
             if !path.ends_with(".md") {
                 continue;
@@ -275,16 +394,27 @@ impl AgentFiles {
             match parse_agent_file(text, path) {
                 Ok((file, warnings)) => {
                     out.warnings.extend(warnings);
-                    if let Some(first) = out.agents.iter().find(|a| a.name == file.name) {
-                        out.warnings.push(format!(
-                            "{path}: the agent `{}` is already defined in {}; this one is ignored",
-                            file.name, first.source
-                        ));
-                    } else {
-                        out.agents.push(file);
-                    }
+                    parsed.push(file);
                 }
                 Err(e) => out.warnings.push(format!("{e}; the file is ignored")),
+            }
+        }
+        // Stable: within one origin, the callers' order stands.
+        parsed.sort_by_key(|f| f.origin);
+        for file in parsed {
+            if let Some(used) = out.agents.iter().find(|a| a.name == file.name) {
+                let rule = if used.origin == file.origin {
+                    "the first by path wins".to_string()
+                } else {
+                    format!("{} wins over {}", used.origin.label(), file.origin.label())
+                };
+                out.warnings.push(format!(
+                    "{}: the agent `{}` is also defined in {}, which is used ({rule}); this one is ignored",
+                    file.source, file.name, used.source
+                ));
+                out.clashes.push(Clash { name: file.name, used: used.source.clone(), ignored: file.source });
+            } else {
+                out.agents.push(file);
             }
         }
         out
@@ -292,6 +422,28 @@ impl AgentFiles {
 
     pub fn get(&self, name: &str) -> Option<&AgentFile> {
         self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// Resolves every `uses:` of `plan` (made from `workflow`) against these definitions,
+    /// so that the plan shows each agent's effective tools and model and the file they
+    /// come from (what `orch plan` prints). Returns the ids of the agents whose `uses:`
+    /// names no definition; their specs are left as they are.
+    pub fn apply_to_plan(&self, workflow: &Workflow, plan: &mut Plan) -> Vec<String> {
+        let mut missing = Vec::new();
+        for node in plan.stages.iter_mut().flat_map(|s| s.agents.iter_mut()) {
+            let PlanNode::Agent(spec) = node else { continue };
+            let Some(agent) = workflow.agents.iter().find(|a| a.id == spec.agent) else { continue };
+            let Some(name) = &agent.uses else { continue };
+            match self.get(name) {
+                Some(file) => Uses::resolve(agent, file).apply(spec),
+                None => {
+                    if !missing.contains(&agent.id) {
+                        missing.push(agent.id.clone());
+                    }
+                }
+            }
+        }
+        missing
     }
 }
 
@@ -308,6 +460,11 @@ pub struct Uses {
     pub model: Option<String>,
     pub max_turns: Option<u32>,
     pub permission_mode: Option<PermissionMode>,
+    /// Tools the definition takes away (`disallowedTools`), when it decides the tools.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_tools: Vec<String>,
+    /// The file of the definition.
+    pub source: String,
 }
 
 impl Uses {
@@ -322,6 +479,8 @@ impl Uses {
                 file.description
             ),
             tools: if agent.tools.is_some() { None } else { file.tools.clone() },
+            disallowed_tools: if agent.tools.is_some() { Vec::new() } else { file.disallowed_tools.clone() },
+            source: file.source.clone(),
             model: if agent.model.is_some() { None } else { file.model.clone() },
             max_turns: if agent.limits.max_turns.is_some() { None } else { file.max_turns },
             permission_mode: if agent.permissions.mode.is_some() { None } else { file.permission_mode },
@@ -333,6 +492,8 @@ impl Uses {
         if let Some(tools) = &self.tools {
             spec.tools = tools.clone();
         }
+        spec.tools.retain(|t| !self.disallowed_tools.contains(t));
+        spec.uses_source = Some(self.source.clone());
         if let Some(model) = &self.model {
             spec.model = Some(model.clone());
         }
@@ -384,10 +545,29 @@ futureKey: 1\n---\n\nYou review code.\n\nBe brief.\n";
         assert!(err("no front matter").contains("no front matter"));
         assert!(err("---\nname: a\n").contains("never ends"));
         assert!(err("---\ndescription: d\n---\nbody").contains("`name` is missing"));
+        assert!(err("---\nname: 7\ndescription: d\n---\nbody").contains("`name` is missing or is not text"));
         assert!(err("---\nname: a\n---\nbody").contains("`description` is missing"));
-        assert!(err("---\nname: a\ndescription: d\nmaxTurns: 0\n---\nbody").contains("maxTurns"));
-        assert!(err("---\nname: a b\ndescription: d\n---\nbody").contains("may hold only"));
-        assert!(err("---\nname: a\ndescription: d\n---\n").contains("body is empty"));
+        assert!(err("---\nname: a\ndescription: d\n<b>\nc: d\n---\nbody").contains("not valid YAML"));
+    }
+
+    #[test]
+    fn what_claude_code_tolerates_is_a_warning() {
+        let warned = |t: &str| {
+            let (file, warnings) = parse_agent_file(t, "x.md").unwrap();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            (file, warnings[0].clone())
+        };
+        let (file, w) = warned("---\nname: a\ndescription: d\nmaxTurns: 0\n---\nbody");
+        assert_eq!((file.max_turns, w.contains("maxTurns")), (None, true));
+        let (file, w) = warned("---\nname: a b\ndescription: d\n---\nbody");
+        assert_eq!((file.name.as_str(), w.contains("exactly as written")), ("a b", true));
+        let (file, w) = warned("---\nname: a\ndescription: d\n---\n");
+        assert_eq!((file.prompt.as_str(), w.contains("body is empty")), ("", true));
+        let (file, w) = warned("---\nname: a\ndescription: d\ntools: 3\n---\nb");
+        assert_eq!((file.tools, w.contains("no tools")), (Some(vec![]), true));
+        let (file, _) =
+            parse_agent_file("---\nname: a\ndescription: d\nmaxTurns: \"5\"\nmodel: Inherit\n---\nb", "x.md").unwrap();
+        assert_eq!((file.max_turns, file.model), (Some(5), None));
     }
 
     #[test]

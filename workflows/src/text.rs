@@ -104,10 +104,16 @@ fn settings(out: &mut String, spec: &AgentSpec) {
         field(out, 4, "needs", &spec.needs.join(", "));
     }
     if let Some(uses) = &spec.uses {
-        field(out, 4, "uses", uses);
+        match &spec.uses_source {
+            Some(source) => field(out, 4, "uses", &format!("{uses} (from {source})")),
+            None => field(out, 4, "uses", uses),
+        }
     }
     field(out, 4, "model", spec.model.as_deref().unwrap_or("(orch's default)"));
     field(out, 4, "tools", &if spec.tools.is_empty() { "(none)".to_string() } else { spec.tools.join(", ") });
+    if let Some(skills) = &spec.skills {
+        field(out, 4, "skills", &if skills.is_empty() { "(none)".to_string() } else { skills.join(", ") });
+    }
     let sandbox = &spec.sandbox;
     let mut text = format!(
         "{}, network {}",

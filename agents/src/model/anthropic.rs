@@ -9,8 +9,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::retry::{Attempt, AttemptError, Limiter, RetryPolicy, with_retries};
+use super::settings::MIN_THINKING_BUDGET;
 use super::sse::{self, cut_short, protocol};
-use super::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink};
+use super::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink, Timeouts};
 use crate::message::ContentBlock;
 use crate::usage::Usage;
 
@@ -98,14 +99,18 @@ struct Call<'a> {
     provider: &'a AnthropicProvider,
     body: Value,
     model: &'a str,
+    timeouts: Timeouts,
 }
 
 #[async_trait]
 impl Attempt for Call<'_> {
     async fn attempt(&self, sink: StreamSink<'_>) -> Result<ModelResponse, AttemptError> {
         let p = self.provider;
-        let response = sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body).await?;
-        let mut events = std::pin::pin!(sse::events(response));
+        let started = tokio::time::Instant::now();
+        let response =
+            sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body, self.timeouts.first_byte).await?;
+        let first = self.timeouts.first_byte.saturating_sub(started.elapsed());
+        let mut events = std::pin::pin!(sse::events(response, first, self.timeouts.idle));
         let mut acc = Accumulator::new(self.model);
         while let Some(event) = events.next().await {
             let event = event?;
@@ -132,8 +137,10 @@ impl ModelProvider for AnthropicProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call = Call { provider: self, body: request_body(request), model: request.model };
-        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, sink, &call).await
+        let call =
+            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let budget = request.timeouts.retry_budget;
+        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
 }
 
@@ -189,6 +196,13 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
     }
+    if let Some(thinking) = request.thinking {
+        // The API wants 1024 <= budget < max_tokens.
+        let budget = thinking.budget_tokens.max(MIN_THINKING_BUDGET);
+        let max_tokens = request.max_tokens.max(budget.saturating_add(1));
+        body["max_tokens"] = json!(max_tokens);
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+    }
     body
 }
 
@@ -201,9 +215,19 @@ fn cacheable(block: &Value) -> bool {
 #[derive(Debug)]
 enum Partial {
     Text(String),
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Redacted(String),
-    ToolUse { id: String, name: String, json: String },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    /// A block type this version of orch does not know (e.g. `server_tool_use`): its
+    /// events are read and the block is dropped, with a warning.
+    Unknown,
 }
 
 /// Builds a response from stream events. Plain data in, plain data out, so it is tested
@@ -215,6 +239,9 @@ pub(crate) struct Accumulator {
     done: BTreeMap<usize, ContentBlock>,
     usage: Usage,
     stop_reason: Option<StopReason>,
+    /// Tool calls whose input is not valid json: fine when the output limit cut the
+    /// answer, an error otherwise. Decided at the end, when the stop reason is known.
+    broken_inputs: Vec<(String, String)>,
 }
 
 impl Accumulator {
@@ -225,6 +252,7 @@ impl Accumulator {
             done: BTreeMap::new(),
             usage: Usage::default(),
             stop_reason: None,
+            broken_inputs: Vec::new(),
         }
     }
 
@@ -247,7 +275,7 @@ impl Accumulator {
             }
             "content_block_start" => {
                 let index = index_of(&v)?;
-                let block = v.get("content_block").ok_or_else(|| protocol("content_block_start without a block"))?;
+                let block = v.get("content_block").ok_or_else(|| schema("content_block_start without a block"))?;
                 let partial = match block.get("type").and_then(Value::as_str) {
                     Some("text") => Partial::Text(str_at(block, "text")),
                     Some("thinking") => {
@@ -257,17 +285,21 @@ impl Accumulator {
                     Some("tool_use") => {
                         Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() }
                     }
-                    other => return Err(protocol(format!("unknown content block type {other:?}"))),
+                    other => {
+                        let kind = other.unwrap_or("(none)");
+                        tracing::warn!(block = %kind, index, "dropping a content block of a type orch does not know");
+                        Partial::Unknown
+                    }
                 };
                 self.open.insert(index, partial);
             }
             "content_block_delta" => {
                 let index = index_of(&v)?;
-                let delta = v.get("delta").ok_or_else(|| protocol("content_block_delta without a delta"))?;
+                let delta = v.get("delta").ok_or_else(|| schema("content_block_delta without a delta"))?;
                 let partial = self
                     .open
                     .get_mut(&index)
-                    .ok_or_else(|| protocol(format!("delta for block {index}, which never started")))?;
+                    .ok_or_else(|| schema(format!("delta for block {index}, which never started")))?;
                 match (delta.get("type").and_then(Value::as_str), partial) {
                     (Some("text_delta"), Partial::Text(t)) => {
                         let piece = str_at(delta, "text");
@@ -285,8 +317,11 @@ impl Accumulator {
                     (Some("signature_delta"), Partial::Thinking { signature, .. }) => {
                         signature.push_str(&str_at(delta, "signature"))
                     }
-                    (Some("citations_delta"), _) => {}
-                    (t, _) => return Err(protocol(format!("delta {t:?} does not fit block {index}"))),
+                    (Some("citations_delta"), _) | (_, Partial::Unknown) => {}
+                    (Some(t @ ("text_delta" | "input_json_delta" | "thinking_delta" | "signature_delta")), _) => {
+                        return Err(schema(format!("delta {t:?} does not fit block {index}")));
+                    }
+                    (t, _) => tracing::debug!(delta = ?t, index, "ignoring a delta type orch does not know"),
                 }
             }
             "content_block_stop" => {
@@ -294,9 +329,15 @@ impl Accumulator {
                 let partial = self
                     .open
                     .remove(&index)
-                    .ok_or_else(|| protocol(format!("stop for block {index}, which never started")))?;
-                let block = finish_block(partial)?;
-                sink(StreamEvent::BlockComplete { index, block: block.clone() });
+                    .ok_or_else(|| schema(format!("stop for block {index}, which never started")))?;
+                let broken = self.broken_inputs.len();
+                let Some(block) = self.finish_block(partial) else {
+                    return Ok(false);
+                };
+                // A call with a broken input must not start early.
+                if self.broken_inputs.len() == broken {
+                    sink(StreamEvent::BlockComplete { index, block: block.clone() });
+                }
                 self.done.insert(index, block);
             }
             "message_delta" => {
@@ -335,6 +376,11 @@ impl Accumulator {
         if !self.open.is_empty() {
             return Err(cut_short());
         }
+        if let Some((name, error)) = self.broken_inputs.first()
+            && self.stop_reason != Some(StopReason::MaxTokens)
+        {
+            return Err(protocol(format!("the input of tool call `{name}` is not valid json: {error}")));
+        }
         let content: Vec<ContentBlock> = self.done.into_values().collect();
         let has_tools = content.iter().any(|b| matches!(b, ContentBlock::ToolUse { .. }));
         let stop_reason = self.stop_reason.unwrap_or(if has_tools { StopReason::ToolUse } else { StopReason::EndTurn });
@@ -342,21 +388,37 @@ impl Accumulator {
     }
 }
 
-fn finish_block(partial: Partial) -> Result<ContentBlock, AttemptError> {
-    Ok(match partial {
-        Partial::Text(text) => ContentBlock::Text { text },
-        Partial::Thinking { thinking, signature } => ContentBlock::Thinking { thinking, signature },
-        Partial::Redacted(data) => ContentBlock::RedactedThinking { data },
-        Partial::ToolUse { id, name, json } => {
-            let input = if json.trim().is_empty() {
-                Value::Object(Default::default())
-            } else {
-                serde_json::from_str(&json)
-                    .map_err(|e| protocol(format!("the input of tool call `{name}` is not valid json: {e}")))?
-            };
-            ContentBlock::ToolUse { id, name, input }
-        }
-    })
+impl Accumulator {
+    /// The finished block; `None` for a dropped one. A tool input that is not valid json
+    /// becomes `{}` and is judged in [`Accumulator::finish`].
+    fn finish_block(&mut self, partial: Partial) -> Option<ContentBlock> {
+        Some(match partial {
+            Partial::Text(text) => ContentBlock::Text { text },
+            Partial::Thinking { thinking, signature } => ContentBlock::Thinking { thinking, signature },
+            Partial::Redacted(data) => ContentBlock::RedactedThinking { data },
+            Partial::ToolUse { id, name, json } => {
+                let input = if json.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    match serde_json::from_str(&json) {
+                        Ok(input) => input,
+                        Err(e) => {
+                            self.broken_inputs.push((name.clone(), e.to_string()));
+                            Value::Object(Default::default())
+                        }
+                    }
+                };
+                ContentBlock::ToolUse { id, name, input }
+            }
+            Partial::Unknown => return None,
+        })
+    }
+}
+
+/// A response that breaks the event schema: the same request would break it again, so
+/// it is not retried.
+fn schema(message: impl Into<String>) -> AttemptError {
+    AttemptError::fatal(ModelError::Protocol { message: message.into() })
 }
 
 /// An `error` event inside a stream. Overload and server errors are worth a retry.
@@ -370,7 +432,8 @@ fn stream_error(v: &Value) -> AttemptError {
             overloaded: true,
             retry_after: None,
         },
-        "api_error" | "rate_limit_error" | "timeout_error" => AttemptError::retryable(ModelError::Server {
+        "rate_limit_error" => AttemptError::retryable(ModelError::RateLimited { status: 429, attempts: 1, message }),
+        "api_error" | "timeout_error" => AttemptError::retryable(ModelError::Server {
             status: 500,
             attempts: 1,
             message: format!("{kind}: {message}"),
@@ -381,7 +444,7 @@ fn stream_error(v: &Value) -> AttemptError {
 }
 
 fn index_of(v: &Value) -> Result<usize, AttemptError> {
-    v.get("index").and_then(Value::as_u64).map(|i| i as usize).ok_or_else(|| protocol("event without an index"))
+    v.get("index").and_then(Value::as_u64).map(|i| i as usize).ok_or_else(|| schema("event without an index"))
 }
 
 fn str_at(v: &Value, key: &str) -> String {
@@ -508,6 +571,82 @@ mod tests {
     }
 
     #[test]
+    fn unknown_blocks_are_dropped_and_schema_errors_are_not_retried() {
+        let (resp, _) = feed(&[
+            ("message_start", json!({"type":"message_start","message":{}})),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"s","name":"web_search","input":{}}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}),
+            ),
+            ("content_block_stop", json!({"type":"content_block_stop","index":0})),
+            (
+                "content_block_start",
+                json!({"type":"content_block_start","index":1,"content_block":{"type":"text","text":"hi"}}),
+            ),
+            ("content_block_stop", json!({"type":"content_block_stop","index":1})),
+            ("message_stop", json!({"type":"message_stop"})),
+        ]);
+        assert_eq!(resp.unwrap().content, vec![ContentBlock::text("hi")]);
+        let (r, _) = feed(&[(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":7,"delta":{"type":"text_delta","text":"x"}}),
+        )]);
+        let e = r.unwrap_err();
+        assert!(!e.retryable && matches!(e.error, ModelError::Protocol { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_tool_input_cut_at_max_tokens_is_kept_empty_and_elsewhere_is_an_error() {
+        let events = |stop: &str| {
+            vec![
+                (
+                    "content_block_start",
+                    json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"Write","input":{}}}),
+                ),
+                (
+                    "content_block_delta",
+                    json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"content\": \"abc"}}),
+                ),
+                ("content_block_stop", json!({"type":"content_block_stop","index":0})),
+                ("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop}})),
+                ("message_stop", json!({"type":"message_stop"})),
+            ]
+        };
+        let (resp, _) = feed(&events("max_tokens"));
+        let resp = resp.unwrap();
+        assert_eq!(resp.stop_reason, StopReason::MaxTokens);
+        assert_eq!(
+            resp.content,
+            vec![ContentBlock::ToolUse { id: "t".into(), name: "Write".into(), input: json!({}) }]
+        );
+        let (r, _) = feed(&events("tool_use"));
+        assert!(matches!(r.unwrap_err().error, ModelError::Protocol { .. }));
+    }
+
+    #[test]
+    fn thinking_is_sent_with_a_cap_above_its_budget() {
+        let messages = [Message::user("hi")];
+        let req = ModelRequest {
+            agent_id: "a",
+            model: "m",
+            system: &[],
+            messages: &messages,
+            tools: &[],
+            max_tokens: 2_000,
+            give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: Some(crate::model::Thinking { budget_tokens: 3_000 }),
+        };
+        let body = request_body(&req);
+        assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 3_000}));
+        assert_eq!(body["max_tokens"], json!(3_001));
+    }
+
+    #[test]
     fn body_has_cache_breakpoints_on_stable_prefix_and_newest_message() {
         let system =
             [SystemPart { text: "static".into(), cache: true }, SystemPart { text: "dynamic".into(), cache: false }];
@@ -524,6 +663,8 @@ mod tests {
             tools: &tools,
             max_tokens: 100,
             give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: None,
         };
         let body = request_body(&req);
         assert_eq!(body["stream"], json!(true));

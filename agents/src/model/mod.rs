@@ -3,9 +3,11 @@
 //! knows none of that.
 
 pub mod anthropic;
+pub mod limits;
 pub mod openai;
 pub mod retry;
 pub mod scripted;
+pub mod settings;
 mod sse;
 
 use std::time::Duration;
@@ -17,7 +19,9 @@ use serde_json::Value;
 use crate::message::{ContentBlock, Message, ToolSpec};
 use crate::usage::Usage;
 
+pub use limits::{ModelLimits, limits_for};
 pub use retry::{Limiter, RetryPolicy};
+pub use settings::{ModelSettings, Thinking, Timeouts};
 
 /// Everything a provider needs for one model call. It borrows the loop's state, so a
 /// long history is never copied per turn.
@@ -34,6 +38,11 @@ pub struct ModelRequest<'a> {
     /// Stop retrying after this many overloaded answers in a row (set when a fallback
     /// model is waiting); `None` retries as the policy allows.
     pub give_up_on_overload_after: Option<u32>,
+    /// How long the provider waits for the first byte, between stream events, and in
+    /// all for retries of this request.
+    pub timeouts: Timeouts,
+    /// Extended thinking, when on. A provider without it ignores it.
+    pub thinking: Option<Thinking>,
 }
 
 /// One part of the system prompt.
@@ -117,6 +126,8 @@ pub enum ModelError {
     PromptTooLong { message: String },
     #[error("model api rejected the request (http {status}): {message}")]
     InvalidRequest { status: u16, message: String },
+    #[error("model api kept rate-limiting the requests (http {status}) after {attempts} attempts: {message}")]
+    RateLimited { status: u16, attempts: u32, message: String },
     #[error("model api is overloaded (http {status}) after {attempts} attempts: {message}")]
     Overloaded { status: u16, attempts: u32, message: String },
     #[error("model api failed (http {status}) after {attempts} attempts: {message}")]
@@ -131,19 +142,66 @@ pub enum ModelError {
     Config { message: String },
 }
 
-impl ModelError {
-    /// Short machine-readable name of the error kind.
-    pub fn kind(&self) -> &'static str {
+/// The kind of a [`ModelError`], as reports and exit codes name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    Auth,
+    PromptTooLong,
+    InvalidRequest,
+    RateLimit,
+    Overloaded,
+    Server,
+    Network,
+    Protocol,
+    Script,
+    Config,
+}
+
+impl ModelErrorKind {
+    /// The stable name used in reports and JSON.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Self::Auth { .. } => "auth",
-            Self::PromptTooLong { .. } => "prompt_too_long",
-            Self::InvalidRequest { .. } => "invalid_request",
-            Self::Overloaded { .. } => "overloaded",
-            Self::Server { .. } => "server",
-            Self::Network { .. } => "network",
-            Self::Protocol { .. } => "protocol",
-            Self::Script { .. } => "script",
-            Self::Config { .. } => "config",
+            Self::Auth => "auth",
+            Self::PromptTooLong => "prompt_too_long",
+            Self::InvalidRequest => "invalid_request",
+            Self::RateLimit => "rate_limit",
+            Self::Overloaded => "overloaded",
+            Self::Server => "server",
+            Self::Network => "network",
+            Self::Protocol => "protocol",
+            Self::Script => "script",
+            Self::Config => "config",
+        }
+    }
+
+    /// Errors of the environment (credentials, reachability, setup) rather than of the
+    /// agent's work.
+    pub fn is_infrastructure(self) -> bool {
+        matches!(self, Self::Auth | Self::Network | Self::Config)
+    }
+}
+
+impl std::fmt::Display for ModelErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ModelError {
+    /// The kind of the error.
+    pub fn kind(&self) -> ModelErrorKind {
+        match self {
+            Self::Auth { .. } => ModelErrorKind::Auth,
+            Self::PromptTooLong { .. } => ModelErrorKind::PromptTooLong,
+            Self::InvalidRequest { .. } => ModelErrorKind::InvalidRequest,
+            Self::RateLimited { .. } => ModelErrorKind::RateLimit,
+            Self::Overloaded { .. } => ModelErrorKind::Overloaded,
+            Self::Server { .. } => ModelErrorKind::Server,
+            Self::Network { .. } => ModelErrorKind::Network,
+            Self::Protocol { .. } => ModelErrorKind::Protocol,
+            Self::Script { .. } => ModelErrorKind::Script,
+            Self::Config { .. } => ModelErrorKind::Config,
         }
     }
 }

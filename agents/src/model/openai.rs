@@ -17,7 +17,9 @@ use serde_json::{Map, Value, json};
 
 use super::retry::{Attempt, AttemptError, Limiter, RetryPolicy, with_retries};
 use super::sse::{self, cut_short, protocol};
-use super::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink, SystemPart};
+use super::{
+    ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, StreamSink, SystemPart, Timeouts,
+};
 use crate::message::{ContentBlock, Message, Role};
 use crate::usage::Usage;
 
@@ -148,6 +150,7 @@ struct Call<'a> {
     provider: &'a OpenAiProvider,
     body: Value,
     model: &'a str,
+    timeouts: Timeouts,
 }
 
 #[async_trait]
@@ -161,15 +164,19 @@ impl Attempt for Call<'_> {
         } else {
             &self.body
         };
-        let response = sse::post_json(&p.client, &p.url, p.headers.clone(), body).await.map_err(|e| p.adapt(e))?;
+        let started = tokio::time::Instant::now();
+        let t = self.timeouts;
+        let response =
+            sse::post_json(&p.client, &p.url, p.headers.clone(), body, t.first_byte).await.map_err(|e| p.adapt(e))?;
+        let first = t.first_byte.saturating_sub(started.elapsed());
         let mut acc = Accumulator::new(self.model);
         if is_json(response.headers()) {
             // A server that ignores `stream: true` answers with one whole completion.
-            let text = response.text().await.map_err(|e| super::retry::classify_transport(&e))?;
+            let text = sse::read_whole(response, first.max(t.idle)).await?;
             acc.push_whole(&text, sink)?;
             return acc.finish();
         }
-        let mut events = std::pin::pin!(sse::events(response));
+        let mut events = std::pin::pin!(sse::events(response, first, t.idle));
         while let Some(event) = events.next().await {
             if acc.push_data(&event?.data, sink)? {
                 break;
@@ -203,8 +210,10 @@ impl ModelProvider for OpenAiProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call = Call { provider: self, body: request_body(request), model: request.model };
-        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, sink, &call).await
+        let call =
+            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let budget = request.timeouts.retry_budget;
+        with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
 }
 
@@ -239,6 +248,21 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
 /// `tool` message per `tool_result` (in order), then a `user` message with its text.
 /// An assistant message becomes one `assistant` message with its text and its
 /// `tool_calls`. Thinking blocks are not sent.
+/// An image or document block as a Chat Completions content part (a data URL).
+fn media_part(block: &ContentBlock) -> Option<Value> {
+    match block {
+        ContentBlock::Image { source } => Some(json!({
+            "type": "image_url",
+            "image_url": {"url": format!("data:{};base64,{}", source.media_type, source.data)},
+        })),
+        ContentBlock::Document { source } => Some(json!({
+            "type": "file",
+            "file": {"filename": "document.pdf", "file_data": format!("data:{};base64,{}", source.media_type, source.data)},
+        })),
+        _ => None,
+    }
+}
+
 pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len() + 1);
     let system_text =
@@ -250,17 +274,27 @@ pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<V
         let mut texts = Vec::new();
         match message.role {
             Role::User => {
+                // Tool messages carry text only: images and documents of tool results
+                // follow in one user message, as content parts.
+                let mut media = Vec::new();
                 for block in &message.content {
                     match block {
                         ContentBlock::Text { text } => texts.push(text.as_str()),
-                        ContentBlock::ToolResult { tool_use_id, content, is_error } => {
+                        ContentBlock::ToolResult { tool_use_id, content, is_error, attachments } => {
                             let content = if *is_error { format!("Error: {content}") } else { content.clone() };
                             out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                            media.extend(attachments.iter().filter_map(media_part));
                         }
+                        ContentBlock::Image { .. } | ContentBlock::Document { .. } => media.extend(media_part(block)),
                         ContentBlock::Thinking { .. }
                         | ContentBlock::RedactedThinking { .. }
                         | ContentBlock::ToolUse { .. } => {}
                     }
+                }
+                if !media.is_empty() {
+                    let mut parts = vec![json!({"type": "text", "text": "The files the tool results above refer to:"})];
+                    parts.extend(media);
+                    out.push(json!({"role": "user", "content": parts}));
                 }
                 if !texts.is_empty() {
                     out.push(json!({"role": "user", "content": texts.join("\n\n")}));
@@ -278,7 +312,9 @@ pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<V
                         })),
                         ContentBlock::Thinking { .. }
                         | ContentBlock::RedactedThinking { .. }
-                        | ContentBlock::ToolResult { .. } => {}
+                        | ContentBlock::ToolResult { .. }
+                        | ContentBlock::Image { .. }
+                        | ContentBlock::Document { .. } => {}
                     }
                 }
                 let mut m = json!({"role": "assistant"});
@@ -477,12 +513,15 @@ impl Accumulator {
                 }
                 return Err(protocol(format!("tool call {n} of the response has no function name")));
             }
+            let mut whole = true;
             let input = match parse_arguments(&call.arguments) {
                 Ok(input) => input,
-                // The output limit cut this call short; it cannot run, so it is dropped.
+                // The output limit cut this call short. It is kept with an empty input,
+                // so the loop sees a cut call (it never runs one) and can recover.
                 Err(_) if cut_at_limit => {
-                    tracing::warn!(tool = %call.name, "dropping a tool call cut short by the output token limit");
-                    break;
+                    tracing::warn!(tool = %call.name, "a tool call was cut short by the output token limit");
+                    whole = false;
+                    Value::Object(Default::default())
                 }
                 Err(e) => {
                     return Err(protocol(format!(
@@ -496,7 +535,10 @@ impl Accumulator {
                 None => format!("call_{}", NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed)),
             };
             let block = ContentBlock::ToolUse { id, name: call.name.clone(), input };
-            sink(StreamEvent::BlockComplete { index: first + tools.len(), block: block.clone() });
+            // A call with a broken input must not start early.
+            if whole {
+                sink(StreamEvent::BlockComplete { index: first + tools.len(), block: block.clone() });
+            }
             tools.push(block);
         }
         let mut blocks = Vec::with_capacity(first + tools.len());
@@ -757,6 +799,8 @@ mod tests {
             tools: &tools,
             max_tokens: 123,
             give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: None,
         };
         let body = request_body(&req);
         assert_eq!(body["model"], json!("gpt-x"));
@@ -942,7 +986,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_cut_by_the_token_limit_is_dropped() {
+    fn a_tool_call_cut_by_the_token_limit_is_kept_without_its_input() {
         let (resp, _) = feed(
             &[
                 chunk(json!({"content": "Writing."}), None),
@@ -955,7 +999,13 @@ mod tests {
         );
         let resp = resp.unwrap();
         assert_eq!(resp.stop_reason, StopReason::MaxTokens);
-        assert_eq!(resp.content, vec![ContentBlock::text("Writing.")]);
+        assert_eq!(
+            resp.content,
+            vec![
+                ContentBlock::text("Writing."),
+                ContentBlock::ToolUse { id: "c".into(), name: "Write".into(), input: json!({}) }
+            ]
+        );
     }
 
     #[test]

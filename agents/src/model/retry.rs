@@ -142,17 +142,20 @@ pub trait Attempt: Send + Sync {
     async fn attempt(&self, sink: StreamSink<'_>) -> Result<ModelResponse, AttemptError>;
 }
 
-/// Runs `attempt` until it succeeds, fails for good, or runs out of tries.
+/// Runs `attempt` until it succeeds, fails for good, or runs out of tries or of time.
 ///
 /// `give_up_on_overload_after` ends early after that many overloaded answers in a row,
-/// so the caller can switch to a fallback model.
+/// so the caller can switch to a fallback model. `budget` bounds the time spent in
+/// attempts and waits: a retry whose wait would end past it is not made.
 pub async fn with_retries(
     policy: &RetryPolicy,
     limiter: &Limiter,
     give_up_on_overload_after: Option<u32>,
+    budget: Duration,
     sink: StreamSink<'_>,
     attempt: &dyn Attempt,
 ) -> Result<ModelResponse, ModelError> {
+    let started = Instant::now();
     let mut overloaded_in_a_row = 0u32;
     let mut n = 0u32;
     loop {
@@ -173,6 +176,10 @@ pub async fn with_retries(
             return Err(with_attempts(failure.error, n));
         }
         let delay = policy.delay(n, failure.retry_after);
+        if started.elapsed() + delay > budget {
+            tracing::debug!(attempt = n, ?budget, "model call failed; the retry budget is spent");
+            return Err(out_of_budget(with_attempts(failure.error, n), budget));
+        }
         if failure.retry_after.is_some() {
             limiter.pause(delay);
         }
@@ -184,9 +191,34 @@ pub async fn with_retries(
 
 fn with_attempts(error: ModelError, n: u32) -> ModelError {
     match error {
+        ModelError::RateLimited { status, message, .. } => ModelError::RateLimited { status, attempts: n, message },
         ModelError::Overloaded { status, message, .. } => ModelError::Overloaded { status, attempts: n, message },
         ModelError::Server { status, message, .. } => ModelError::Server { status, attempts: n, message },
         ModelError::Network { message, .. } => ModelError::Network { attempts: n, message },
+        other => other,
+    }
+}
+
+/// Notes in the error's message that the retry budget ran out.
+fn out_of_budget(error: ModelError, budget: Duration) -> ModelError {
+    let note = |message: String| {
+        format!(
+            "{message} (gave up: the retry budget of {}s is spent; raise model_settings.retry_budget to wait longer)",
+            budget.as_secs_f64()
+        )
+    };
+    match error {
+        ModelError::RateLimited { status, attempts, message } => {
+            ModelError::RateLimited { status, attempts, message: note(message) }
+        }
+        ModelError::Overloaded { status, attempts, message } => {
+            ModelError::Overloaded { status, attempts, message: note(message) }
+        }
+        ModelError::Server { status, attempts, message } => {
+            ModelError::Server { status, attempts, message: note(message) }
+        }
+        ModelError::Network { attempts, message } => ModelError::Network { attempts, message: note(message) },
+        ModelError::Protocol { message } => ModelError::Protocol { message: note(message) },
         other => other,
     }
 }
@@ -200,6 +232,7 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> AttemptE
         413 => ModelError::PromptTooLong { message },
         400 if super::looks_like_prompt_too_long(&message) => ModelError::PromptTooLong { message },
         529 => ModelError::Overloaded { status, attempts: 1, message },
+        429 => ModelError::RateLimited { status, attempts: 1, message },
         s if is_retryable_status(s) => ModelError::Server { status, attempts: 1, message },
         _ => ModelError::InvalidRequest { status, message },
     };

@@ -283,6 +283,8 @@ agents:
             tools: &[],
             max_tokens: 10,
             give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! HTTP plumbing shared by the HTTP providers: posting a JSON body, classifying the
-//! answer, and reading a server-sent-event stream with an idle timeout.
+//! answer, and reading a server-sent-event stream, with a first-byte timeout on the
+//! answer and an idle timeout between its events.
 
 use std::time::Duration;
 
@@ -10,44 +11,72 @@ use reqwest::header::HeaderMap;
 use super::ModelError;
 use super::retry::{AttemptError, classify_status, classify_transport};
 
-/// How long a stream may stay silent before it counts as broken. Servers send pings
-/// far more often than this.
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Posts `body` to `url`; any non-2xx answer becomes a classified [`AttemptError`].
+/// Posts `body` to `url` and waits at most `first_byte` for the answer's headers; any
+/// non-2xx answer becomes a classified [`AttemptError`], and silence a retryable one.
 pub(crate) async fn post_json(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
     body: &serde_json::Value,
+    first_byte: Duration,
 ) -> Result<reqwest::Response, AttemptError> {
-    let response = client.post(url).headers(headers).json(body).send().await.map_err(|e| classify_transport(&e))?;
+    let send = client.post(url).headers(headers).json(body).send();
+    let response = match tokio::time::timeout(first_byte, send).await {
+        Err(_) => return Err(silent(format!("the model api sent no answer within {}", secs(first_byte)))),
+        Ok(r) => r.map_err(|e| classify_transport(&e))?,
+    };
     let status = response.status().as_u16();
     if (200..300).contains(&status) {
         return Ok(response);
     }
     let headers = response.headers().clone();
-    let text = response.text().await.unwrap_or_default();
+    let text = tokio::time::timeout(first_byte, response.text()).await.ok().and_then(Result::ok).unwrap_or_default();
     Err(classify_status(status, &headers, &text))
 }
 
-/// The events of a streaming response. Transport failures and silence past
-/// [`IDLE_TIMEOUT`] are retryable; undecodable bytes are a retryable protocol error.
-pub(crate) fn events(response: reqwest::Response) -> impl Stream<Item = Result<Event, AttemptError>> + Send {
-    let inner = response.bytes_stream().eventsource();
-    futures::stream::unfold(Box::pin(inner), |mut inner| async move {
-        let next = match tokio::time::timeout(IDLE_TIMEOUT, inner.next()).await {
-            Err(_) => Some(Err(AttemptError::retryable(ModelError::Network {
-                attempts: 1,
-                message: format!("the stream sent nothing for {}s", IDLE_TIMEOUT.as_secs()),
-            }))),
+/// The events of a streaming response: the first must come within `first`, each next
+/// one within `idle` of the one before. Transport failures and silence are retryable;
+/// undecodable bytes are a retryable protocol error.
+pub(crate) fn events(
+    response: reqwest::Response,
+    first: Duration,
+    idle: Duration,
+) -> impl Stream<Item = Result<Event, AttemptError>> + Send {
+    let inner = Box::pin(response.bytes_stream().eventsource());
+    futures::stream::unfold((inner, true), move |(mut inner, is_first)| async move {
+        let wait = if is_first { first } else { idle };
+        let next = match tokio::time::timeout(wait, inner.next()).await {
+            Err(_) if is_first => {
+                Some(Err(silent(format!("the model api sent headers, then nothing for {}", secs(wait)))))
+            }
+            Err(_) => Some(Err(silent(format!("the stream sent nothing for {}", secs(wait))))),
             Ok(None) => None,
             Ok(Some(Ok(event))) => Some(Ok(event)),
             Ok(Some(Err(EventStreamError::Transport(e)))) => Some(Err(classify_transport(&e))),
             Ok(Some(Err(e))) => Some(Err(protocol(format!("unreadable event stream: {e}")))),
         };
-        next.map(|item| (item, inner))
+        next.map(|item| (item, (inner, false)))
     })
+}
+
+/// Waits at most `wait` for `body`; silence is a retryable network error.
+pub(crate) async fn read_whole(response: reqwest::Response, wait: Duration) -> Result<String, AttemptError> {
+    match tokio::time::timeout(wait, response.text()).await {
+        Err(_) => Err(silent(format!("the response body did not arrive within {}", secs(wait)))),
+        Ok(r) => r.map_err(|e| classify_transport(&e)),
+    }
+}
+
+/// A wait for the model that timed out: retryable, as a network fault.
+fn silent(message: String) -> AttemptError {
+    AttemptError::retryable(ModelError::Network {
+        attempts: 1,
+        message: format!("{message}; the timeouts are set by model_settings (first_byte_timeout, idle_timeout)"),
+    })
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
 }
 
 /// A retryable protocol error: a corrupt stream is usually a transient proxy fault.

@@ -5,6 +5,7 @@
 //! path is shown to the model.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, normalize};
+use crate::permissions::PathFilter;
 
 /// At most this many paths are returned.
 const MAX_RESULTS: usize = 100;
@@ -77,7 +79,8 @@ impl Tool for Glob {
         let cwd = normalize(ctx.session.cwd());
         let absolute = input.pattern.starts_with('/');
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || find(&root, &cwd, &matcher, absolute, &ctx))
+        let hidden = super::host::hidden_paths();
+        tokio::task::spawn_blocking(move || find(&root, &cwd, &matcher, absolute, &hidden, &ctx))
             .await
             .map_err(|e| ToolError(format!("Glob failed: {e}")))?
     }
@@ -101,10 +104,11 @@ fn find(
     cwd: &Path,
     matcher: &GlobMatcher,
     absolute: bool,
+    hidden: &Arc<PathFilter>,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
     let mut found: Vec<(Option<SystemTime>, PathBuf)> = Vec::new();
-    for entry in walker(root).build() {
+    for entry in walker(root, hidden).build() {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled());
         }
@@ -183,13 +187,18 @@ pub(super) fn existing_dir(ctx: &ToolContext, path: Option<&str>) -> Result<Path
 /// everywhere; `.gitignore`, `.git/info/exclude` and git's global excludes inside a git
 /// repository (a `.git` directory or file), including those of parent directories up to
 /// the repository root but not beyond it; hidden entries skipped; symbolic links never
-/// followed; `.git` never entered. The root itself is always visited.
-pub(super) fn walker(root: &Path) -> WalkBuilder {
+/// followed; `.git` never entered; what `denied` covers (paths the agent's permission
+/// rules deny reading) neither shown nor entered. The root itself is always visited.
+pub(super) fn walker(root: &Path, denied: &Arc<PathFilter>) -> WalkBuilder {
     let mut builder = WalkBuilder::new(root);
     // `require_git` stays on: without it the crate applies the .gitignore of every
     // ancestor up to `/`, so the rules of an enclosing repository (or a stray
     // ~/.gitignore) would hide files of a worktree nested inside it.
-    builder.hidden(true).follow_links(false).filter_entry(|entry| entry.file_name() != ".git");
+    let denied = denied.clone();
+    builder.hidden(true).follow_links(false).filter_entry(move |entry| {
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        entry.file_name() != ".git" && !denied.hides(entry.path(), is_dir)
+    });
     builder
 }
 

@@ -8,8 +8,8 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::glob::{cancelled, display, existing_path, subject, walker};
 use super::{Tool, ToolContext, ToolError, normalize};
+use crate::permissions::PathFilter;
 
 /// Lines longer than this many characters are cut.
 const MAX_LINE_CHARS: usize = 500;
@@ -141,7 +142,8 @@ impl Tool for Grep {
         let overrides = plan.overrides(&root).map_err(ToolError)?;
         let cwd = normalize(ctx.session.cwd());
         let cancel = ctx.cancel.clone();
-        tokio::task::spawn_blocking(move || plan.run(&root, &cwd, overrides, &cancel))
+        let hidden = super::host::hidden_paths();
+        tokio::task::spawn_blocking(move || plan.run(&root, &cwd, overrides, &hidden, &cancel))
             .await
             .map_err(|e| ToolError(format!("Grep failed: {e}")))?
     }
@@ -211,9 +213,10 @@ impl Plan {
         root: &Path,
         cwd: &Path,
         overrides: Option<Override>,
+        hidden: &Arc<PathFilter>,
         cancel: &CancellationToken,
     ) -> Result<String, ToolError> {
-        let mut walk = walker(root);
+        let mut walk = walker(root, hidden);
         if let Some(types) = self.types.clone() {
             walk.types(types);
         }

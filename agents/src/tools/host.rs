@@ -1,6 +1,9 @@
 //! The two ends of a tool call that crosses into the tool host: the request and reply
 //! shapes, the coordinator-side [`ToolExecutor`] interface, and the host-side
 //! [`HostTools`] that runs the call against the agent's [`Session`].
+//!
+//! A request also carries the path patterns the agent's permission rules deny reading;
+//! the search tools leave what they cover out of their results ([`hidden_paths`]).
 
 use std::sync::Arc;
 
@@ -10,7 +13,18 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{DynTool, Session, ToolContext};
+use crate::permissions::{PathFilter, PathPattern};
 use crate::tool::ToolOutput;
+
+tokio::task_local! {
+    static HIDDEN: Arc<PathFilter>;
+}
+
+/// The paths the current call must not show, set by [`HostTools::run`] for the duration
+/// of the call (empty outside one).
+pub fn hidden_paths() -> Arc<PathFilter> {
+    HIDDEN.try_with(Arc::clone).unwrap_or_default()
+}
 
 /// A call as it travels to the tool host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +32,20 @@ use crate::tool::ToolOutput;
 pub struct HostRequest {
     pub tool: String,
     pub input: Value,
+    /// The sub-agent the call is made for (`None`: the agent the host was started for).
+    /// Each scope has its own read stamps and todo list; see [`Session::scoped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// Paths the call must not show in its results (denied for reading).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathPattern>,
+}
+
+impl HostRequest {
+    /// A request of the host's own agent that hides nothing.
+    pub fn new(tool: impl Into<String>, input: Value) -> Self {
+        Self { tool: tool.into(), input, scope: None, hidden: Vec::new() }
+    }
 }
 
 /// Runs calls where the agent's tools live. The product's executor talks to the
@@ -32,6 +60,8 @@ pub trait ToolExecutor: Send + Sync {
 pub struct HostTools {
     tools: Vec<Arc<dyn DynTool>>,
     session: Arc<Session>,
+    /// The sessions of the sub-agents that called through this host, by scope.
+    scoped: std::sync::Mutex<std::collections::HashMap<String, Arc<Session>>>,
 }
 
 impl std::fmt::Debug for dyn DynTool {
@@ -42,7 +72,28 @@ impl std::fmt::Debug for dyn DynTool {
 
 impl HostTools {
     pub fn new(tools: Vec<Arc<dyn DynTool>>, session: Arc<Session>) -> Self {
-        Self { tools, session }
+        Self { tools, session, scoped: Default::default() }
+    }
+
+    /// The session of `scope`: the host's own for `None`, else one per sub-agent that
+    /// shares the working directory and background shells but not the read stamps.
+    fn session(&self, scope: Option<&str>) -> Arc<Session> {
+        match scope {
+            None => self.session.clone(),
+            Some(scope) => self
+                .scoped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(scope.to_string())
+                .or_insert_with(|| Arc::new(self.session.scoped()))
+                .clone(),
+        }
+    }
+
+    /// Kills the background shells of this host's agent and its sub-agents. Call it when
+    /// the agent ends; dropping the host does the same.
+    pub fn shutdown(&self) -> usize {
+        self.session.shells().kill_all()
     }
 
     /// Runs one request. Unknown tools and bad input are error results, not failures.
@@ -63,9 +114,13 @@ impl HostTools {
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
-        let ctx = ToolContext { session: self.session.clone(), cancel };
-        match tool.call(request.input, &ctx).await {
-            Ok(content) => ToolOutput::ok(content),
+        let hidden = match PathFilter::new(&request.hidden) {
+            Ok(filter) => Arc::new(filter),
+            Err(e) => return ToolOutput::error(format!("cannot build the filter of denied paths for this call: {e}")),
+        };
+        let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
+        match HIDDEN.scope(hidden, tool.call_with_attachments(request.input, &ctx)).await {
+            Ok(rich) => ToolOutput::ok(rich.text).with_attachments(rich.attachments),
             Err(e) => ToolOutput::error(e.0),
         }
     }

@@ -1,6 +1,7 @@
 //! `LS`: a directory listed as an indented tree.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use ignore::overrides::{Override, OverrideBuilder};
@@ -9,6 +10,7 @@ use serde::Deserialize;
 
 use super::glob::{cancelled, display, existing_path};
 use super::{Tool, ToolContext, ToolError, normalize};
+use crate::permissions::PathFilter;
 
 /// The listing stops after this many entries.
 const MAX_ENTRIES: usize = 1000;
@@ -79,7 +81,8 @@ impl Tool for Ls {
         let ignore = overrides(&root, input.ignore.as_deref().unwrap_or(&[])).map_err(ToolError)?;
         let cwd = normalize(ctx.session.cwd());
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || list(&root, &cwd, ignore, &ctx))
+        let hidden = super::host::hidden_paths();
+        tokio::task::spawn_blocking(move || list(&root, &cwd, ignore, &hidden, &ctx))
             .await
             .map_err(|e| ToolError(format!("LS failed: {e}")))?
     }
@@ -98,8 +101,14 @@ fn overrides(root: &Path, patterns: &[String]) -> Result<Override, String> {
     builder.build().map_err(|e| format!("invalid ignore patterns: {e}"))
 }
 
-fn list(root: &Path, cwd: &Path, ignore: Override, ctx: &ToolContext) -> Result<String, ToolError> {
-    let mut walk = super::glob::walker(root);
+fn list(
+    root: &Path,
+    cwd: &Path,
+    ignore: Override,
+    hidden: &Arc<PathFilter>,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    let mut walk = super::glob::walker(root, hidden);
     walk.hidden(false).overrides(ignore).sort_by_file_name(|a, b| a.cmp(b));
 
     let shown = display(cwd, root);

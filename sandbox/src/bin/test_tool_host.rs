@@ -11,10 +11,15 @@
 //! - `{"print": text}` writes `text` to stdout, breaking the protocol.
 //! - `{"run": [argv...]}` runs a command (stdin null, output captured) and answers
 //!   `{"code": c, "stdout": s, "stderr": e}` (`code` is null when killed by a signal);
-//!   the container tests use it to look around inside a container.
+//!   the container tests use it to look around inside a container. With
+//!   `"scoped": true` the command first enters its own Landlock domain
+//!   ([`orch_sandbox::scope::enter_command_domain`]), as orch's Bash commands do; with
+//!   `"group": true` it leads its own process group, as they do too.
 //!
 //! Flags: `--exit-before-ready CODE`, `--garbage-before-ready`, `--never-ready`,
-//! `--max-frame BYTES`, `--linger-ms MS` (stay alive that long after serving ends).
+//! `--max-frame BYTES`, `--linger-ms MS` (stay alive that long after serving ends),
+//! `--subreaper` (become a child subreaper first, and kill every descendant when
+//! serving ends, as orch's tool host does), `--not-dumpable` (as orch's tool host is).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -66,13 +71,19 @@ impl Handler for TestOps {
         if let Some(argv) = payload.get("run").and_then(Value::as_array) {
             let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
             let (program, args) = argv.split_first().ok_or("run needs a program")?;
-            let output = tokio::process::Command::new(program)
-                .args(args)
-                .stdin(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .output()
-                .await
-                .map_err(|e| format!("cannot run {program}: {e}"))?;
+            let mut command = tokio::process::Command::new(program);
+            command.args(args).stdin(std::process::Stdio::null()).kill_on_drop(true);
+            if payload.get("group").and_then(Value::as_bool) == Some(true) {
+                command.process_group(0);
+            }
+            if payload.get("scoped").and_then(Value::as_bool) == Some(true) {
+                #[allow(unsafe_code)]
+                // SAFETY: the hook only makes raw system calls (async-signal-safe).
+                unsafe {
+                    command.pre_exec(orch_sandbox::scope::enter_command_domain);
+                }
+            }
+            let output = command.output().await.map_err(|e| format!("cannot run {program}: {e}"))?;
             return Ok(json!({
                 "code": output.status.code(),
                 "stdout": String::from_utf8_lossy(&output.stdout),
@@ -111,6 +122,17 @@ fn main() -> ExitCode {
         options.max_frame_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
     }
 
+    let subreaper = flag("--subreaper");
+    if subreaper && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("test host: cannot become a child subreaper: {e}");
+        return ExitCode::FAILURE;
+    }
+    if flag("--not-dumpable")
+        && let Err(e) = nix::sys::prctl::set_dumpable(false)
+    {
+        eprintln!("test host: cannot make itself non-dumpable: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -121,6 +143,9 @@ fn main() -> ExitCode {
     let served = runtime.block_on(serve_stdio(options, Arc::new(TestOps::default())));
     if let Err(e) = &served {
         eprintln!("test host: serving failed: {e}");
+    }
+    if subreaper {
+        orch_sandbox::reaper::kill_descendants();
     }
     if let Some(ms) = number("--linger-ms") {
         std::thread::sleep(Duration::from_millis(ms));

@@ -72,8 +72,29 @@ pub async fn serve(
 /// otherwise tokio's stdout is used. Either way, commands the host starts must not
 /// inherit its stdin or stdout (give them `Stdio::null()` or their own pipes): those
 /// carry the protocol, and both are switched to non-blocking mode.
+///
+/// While it serves, it reaps the exited processes it adopted as a child subreaper
+/// ([`crate::reaper::reap_adopted`]) on every `SIGCHLD`, so a fork-and-exit chain in a
+/// command leaves no zombies behind.
 pub async fn serve_stdio(options: ServeOptions, handler: Arc<dyn Handler>) -> io::Result<()> {
-    serve_with(options, handler, stdin_reader(), stdout_writer()).await
+    let reaper = tokio::spawn(reap_on_sigchld());
+    let served = serve_with(options, handler, stdin_reader(), stdout_writer()).await;
+    reaper.abort();
+    served
+}
+
+async fn reap_on_sigchld() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigchld = match signal(SignalKind::child()) {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::warn!("tool host: cannot watch SIGCHLD ({e}); adopted zombies are reaped only between commands");
+            return;
+        }
+    };
+    while sigchld.recv().await.is_some() {
+        crate::reaper::reap_adopted();
+    }
 }
 
 fn stdout_writer() -> Box<dyn AsyncWrite + Unpin + Send> {

@@ -42,6 +42,7 @@ pub(crate) fn message(turn: &Turn, ctx: &Ctx) -> Value {
     if let Some(text) = &turn.text {
         content.push(json!({"type": "text", "text": text}));
     }
+    content.extend(turn.raw_blocks.iter().cloned());
     for call in &turn.tool_calls {
         content.push(json!({
             "type": "tool_use",
@@ -99,6 +100,9 @@ pub(crate) fn events(turn: &Turn, ctx: &Ctx) -> Vec<SseEvent> {
         let deltas =
             split_chunks(text, 3).into_iter().map(|chunk| json!({"type": "text_delta", "text": chunk})).collect();
         blocks.push(json!({"type": "text", "text": ""}), deltas);
+    }
+    for block in &turn.raw_blocks {
+        blocks.push(block.clone(), Vec::new());
     }
     for call in &turn.tool_calls {
         let start = json!({

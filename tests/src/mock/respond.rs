@@ -136,6 +136,23 @@ impl Reply {
                 tokio::time::sleep(delay).await;
                 Box::pin(self.respond(*inner)).await
             }
+            Step::StallAfter { turn, events } => {
+                let turn = self.assign_ids(turn);
+                if self.stream {
+                    let mut all = self.wire.events(&turn, &self.ctx);
+                    all.truncate(events.min(all.len().saturating_sub(1)));
+                    self.sse(all, Ending::Hang)
+                } else {
+                    self.streamed(StatusCode::OK, "application/json", Vec::new(), Ending::Hang)
+                }
+            }
+            Step::NoReply => {
+                self.shared.shutdown().cancelled().await;
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &serde_json::json!({"error": "mock model server stopped"}),
+                )
+            }
             Step::Stall => {
                 if self.stream {
                     let mut opening = self.wire.events(&Turn::default(), &self.ctx);

@@ -13,7 +13,7 @@ use serde_json::Value;
 /// Serde form (externally tagged, snake_case): `reply: {..turn..}`,
 /// `status: {code, retry_after?, body?}`, `cut_after: {turn, events}`,
 /// `malformed: {turn?}`, `stream_error: {error_type?, message?}`, `prompt_too_long`,
-/// `delay: {ms, step}`, `stall`.
+/// `delay: {ms, step}`, `stall`, `stall_after: {turn, events}`, `no_reply`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
@@ -52,6 +52,11 @@ pub enum Step {
     /// Send the headers and the opening event, then nothing more, keeping the connection
     /// open until the client goes away (or the server is dropped).
     Stall,
+    /// Stream the turn's first `events` SSE events, then nothing more, keeping the
+    /// connection open (a stall mid-stream). A non-streaming request stalls at once.
+    StallAfter { turn: Turn, events: usize },
+    /// Accept the request and never answer: no status line, no headers.
+    NoReply,
 }
 
 impl Step {
@@ -110,6 +115,10 @@ pub struct Turn {
     /// Defaults to [`MockUsage::default`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<MockUsage>,
+    /// Content blocks sent as they are, after the text and before the tool calls
+    /// (Anthropic wire only), e.g. a `server_tool_use` block orch does not know.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub raw_blocks: Vec<Value>,
 }
 
 impl Turn {
@@ -143,6 +152,12 @@ impl Turn {
     /// Appends a tool call.
     pub fn with_tool(mut self, name: impl Into<String>, input: Value) -> Turn {
         self.tool_calls.push(ToolCall::new(name, input));
+        self
+    }
+
+    /// Appends a content block sent as it is (Anthropic wire only).
+    pub fn with_raw_block(mut self, block: Value) -> Turn {
+        self.raw_blocks.push(block);
         self
     }
 

@@ -332,6 +332,26 @@ async fn stall_keeps_the_stream_open_until_the_server_goes() {
 }
 
 #[tokio::test]
+async fn no_reply_sends_no_headers_and_stall_after_stops_mid_stream() {
+    let server = MockServer::start().await;
+    server.push(Step::NoReply);
+    let waited =
+        tokio::time::timeout(Duration::from_millis(300), post(&server, "/v1/messages", &anthropic_request(true))).await;
+    assert!(waited.is_err(), "no_reply answered");
+    assert_eq!(server.requests().len(), 1, "the request was read and recorded");
+
+    server.push(Step::StallAfter { turn: Turn::text("abcdefghijkl"), events: 3 });
+    let mut resp = post(&server, "/v1/messages", &anthropic_request(true)).await;
+    assert_eq!(resp.status(), 200);
+    let mut seen = String::new();
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout(Duration::from_millis(300), resp.chunk()).await {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert_eq!(seen.matches("event: ").count(), 3, "{seen}");
+    assert!(!seen.contains("message_stop"));
+}
+
+#[tokio::test]
 async fn malformed_event_after_valid_ones() {
     let server = MockServer::start().await;
     server.push(Step::Malformed { turn: Turn::text("hello world") });

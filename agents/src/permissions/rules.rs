@@ -1,0 +1,231 @@
+//! One permission rule: `Tool` or `Tool(specifier)` in Claude Code's grammar, where it
+//! came from, and which tool calls it names.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::bash::CommandPattern;
+use super::paths::{Bases, PathMatcher, PathPattern};
+
+/// Which list a rule is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Deny,
+    Ask,
+}
+
+impl Verdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Ask => "ask",
+        }
+    }
+}
+
+/// Where a rule was written: a settings file (with its line) or another origin such as
+/// `workflow` or `--allow`, and the directory its `/path` rules are relative to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleSource {
+    /// The file, or a name for a rule that comes from no file.
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The settings file's directory; `None` means the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_dir: Option<PathBuf>,
+}
+
+impl RuleSource {
+    /// A source that is no file (`workflow`, `--deny`).
+    pub fn named(name: impl Into<String>) -> RuleSource {
+        RuleSource { file: name.into(), line: None, settings_dir: None }
+    }
+}
+
+impl fmt::Display for RuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}", self.file),
+            None => f.write_str(&self.file),
+        }
+    }
+}
+
+/// A rule as a caller hands it over: its list, its text and its source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcedRule {
+    pub verdict: Verdict,
+    pub rule: String,
+    pub source: RuleSource,
+}
+
+/// A rule that cannot be used, with where it was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad permission rule `{rule}`{place}: {reason}", place = .at.as_ref().map(|s| format!(" in {s}")).unwrap_or_default())]
+pub struct RuleError {
+    pub rule: String,
+    pub reason: String,
+    /// Where the rule was written, when the caller said.
+    pub at: Option<Box<RuleSource>>,
+}
+
+/// Tools whose rules take a path specifier.
+const PATH_TOOLS: &[&str] =
+    &["Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead", "Glob", "Grep", "LS"];
+/// Rules on these name every writing tool (Claude Code's `Edit` rules do).
+pub(crate) const EDIT_FAMILY: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
+/// Tools known by name whose specifier is free text (a domain, a skill, an agent type).
+const NAMED_TOOLS: &[&str] = &["Agent", "Task", "WebFetch", "WebSearch", "Skill", "SlashCommand"];
+/// Tools whose rules take no specifier.
+const PLAIN_TOOLS: &[&str] =
+    &["TodoWrite", "BashOutput", "KillShell", "KillBash", "ExitPlanMode", "ListMcpResources", "ReadMcpResource"];
+
+/// One parsed rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    text: String,
+    tool: String,
+    spec: Spec,
+    source: Option<RuleSource>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Spec {
+    /// No specifier, `*` or `**`: every call of the tool.
+    Any,
+    Command(CommandPattern),
+    Paths(PathPattern, PathMatcher),
+    /// `Agent(name)`, `WebFetch(domain:x)`: the call's subject, where `*` is a wildcard.
+    Name(String),
+}
+
+impl Rule {
+    /// Parses a rule whose `/path` specifiers are relative to `cwd` too.
+    pub fn parse(text: &str, cwd: &Path, home: Option<&Path>) -> Result<Rule, RuleError> {
+        Rule::parse_in(text, Bases { cwd, home, settings_dir: cwd }, None)
+    }
+
+    /// Parses a rule written in `source`.
+    pub fn parse_in(text: &str, bases: Bases<'_>, source: Option<RuleSource>) -> Result<Rule, RuleError> {
+        let err = |reason: String| RuleError { rule: text.to_string(), reason, at: source.clone().map(Box::new) };
+        let trimmed = text.trim();
+        let (tool, inner) = match trimmed.find('(') {
+            None => (trimmed, None),
+            Some(open) => {
+                let inner = trimmed[open + 1..]
+                    .strip_suffix(')')
+                    .ok_or_else(|| err("a specifier must end with `)`, as in `Bash(git diff:*)`".into()))?;
+                (trimmed[..open].trim(), Some(inner.trim()))
+            }
+        };
+        if tool.is_empty() || !tool.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*')) {
+            return Err(err("start with a tool name such as Bash, Read, Edit or mcp__server".into()));
+        }
+        if let Some(server) = tool.strip_prefix("mcp__") {
+            if server.is_empty() || server.starts_with('*') {
+                return Err(err("name the MCP server, as in `mcp__github` or `mcp__github__get_issue`".into()));
+            }
+            if inner.is_some_and(|i| !i.is_empty()) {
+                return Err(
+                    err("MCP rules take no specifier; name the tool instead, as in `mcp__server__tool`".into()),
+                );
+            }
+        } else if tool.contains('*') {
+            return Err(err("a wildcard in a tool name only works for MCP tools (`mcp__server__*`)".into()));
+        } else if !PATH_TOOLS.contains(&tool)
+            && !NAMED_TOOLS.contains(&tool)
+            && !PLAIN_TOOLS.contains(&tool)
+            && tool != "Bash"
+        {
+            return Err(err(format!(
+                "there is no tool named `{tool}`, so the rule would never match; the tools are Bash, {}, {}, {} and mcp__server__tool",
+                PATH_TOOLS.join(", "),
+                NAMED_TOOLS.join(", "),
+                PLAIN_TOOLS.join(", ")
+            )));
+        }
+        let spec = match inner {
+            None | Some("") | Some("*") | Some("**") => Spec::Any,
+            Some(p) if tool == "Bash" => Spec::Command(CommandPattern::parse(p).map_err(err)?),
+            Some(p) if PATH_TOOLS.contains(&tool) => {
+                let pattern = PathPattern::from_specifier(p, bases).map_err(err)?;
+                let matcher = pattern.compile().map_err(err)?;
+                Spec::Paths(pattern, matcher)
+            }
+            Some(p) if NAMED_TOOLS.contains(&tool) => Spec::Name(p.to_string()),
+            Some(_) => {
+                return Err(err(format!(
+                    "`{tool}` has no paths or commands, so a specifier cannot match; write `{tool}`"
+                )));
+            }
+        };
+        Ok(Rule { text: trimmed.to_string(), tool: tool.to_string(), spec, source })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn source(&self) -> Option<&RuleSource> {
+        self.source.as_ref()
+    }
+
+    pub(crate) fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    pub(crate) fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// Whether this rule's tool part names `tool` (before looking at the specifier).
+    /// `Read` names every tool that reads paths, an `Edit`-family name every tool that
+    /// writes, `Agent` and `Task` the same tool, `mcp__s` every tool of server `s`.
+    pub(crate) fn names(&self, tool: &str, reads_paths: bool, writes_paths: bool) -> bool {
+        let rule = self.tool.as_str();
+        if let Some(prefix) = rule.strip_suffix('*') {
+            return tool.starts_with(prefix);
+        }
+        if rule.starts_with("mcp__") && !rule["mcp__".len()..].contains("__") {
+            return tool == rule || tool.strip_prefix(rule).is_some_and(|rest| rest.starts_with("__"));
+        }
+        rule == tool
+            || (rule == "Read" && reads_paths)
+            || (EDIT_FAMILY.contains(&rule) && writes_paths)
+            || (matches!(rule, "Agent" | "Task") && matches!(tool, "Agent" | "Task"))
+    }
+
+    /// Whether the rule is for reading tools as a family (a `Read` rule).
+    pub(crate) fn is_read_family(&self) -> bool {
+        self.tool == "Read"
+    }
+
+    pub(crate) fn is_edit_family(&self) -> bool {
+        EDIT_FAMILY.contains(&self.tool.as_str())
+    }
+}
+
+/// `*` in a name specifier matches any run of characters.
+pub(crate) fn name_matches(pattern: &str, subject: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == subject;
+    }
+    let Some(mut rest) = subject.strip_prefix(parts[0]) else { return false };
+    for (i, part) in parts.iter().enumerate().skip(1) {
+        if i + 1 == parts.len() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(pos) => rest = &rest[pos + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}

@@ -1,0 +1,585 @@
+//! The command-line grammar of `orch`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use orch_run::options::{
+    ExecOptions, HostOptions, MergeOptions, ModelSpec, PermissionSpec, Provider, RunOptions, SandboxSpec,
+    SettingSource, WorkflowModelSpec,
+};
+use orch_run::run::Reporter;
+use orch_sandbox::policy::{Backend, Network};
+
+#[derive(Debug, Parser)]
+#[command(name = "orch", version, about = "A sandboxed multi-agent orchestrator for CI.")]
+pub struct Cli {
+    /// More logs on stderr (-v debug, -vv trace). `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a workflow: its agents in parallel worktrees, then synthesis and reports.
+    Run(Box<RunArgs>),
+    /// Check a workflow file and report every error with its line and column.
+    Validate(ValidateArgs),
+    /// Show what a workflow will run: agents, prompts, tools, sandbox, model, limits.
+    Plan(PlanArgs),
+    /// Join run directories (shards, resumed runs) into one report, with one synthesis.
+    Merge(Box<MergeArgs>),
+    /// Run one ad-hoc agent on PROMPT and print its final answer.
+    Exec(Box<ExecArgs>),
+    /// The tool host of one agent (started by orch itself, not by hand).
+    #[command(name = "__tool-host", hide = true)]
+    ToolHost(HostArgs),
+    /// Run commands in a sandbox by hand.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+/// Only `orch sandbox ...`: parsed without building the rest of the grammar, because
+/// `orch sandbox run` start-up time counts. Same arguments as through [`Cli`].
+#[derive(Debug, Parser)]
+#[command(name = "orch sandbox", bin_name = "orch sandbox", about = "Run commands in a sandbox by hand.")]
+pub struct SandboxCli {
+    /// More logs on stderr (-v debug, -vv trace). `RUST_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: SandboxCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Run CMD under a sandbox policy and exit with its status (124 on timeout, 125 when
+    /// the sandbox failed, 126 when CMD cannot run, 127 when it is not found).
+    Run(SandboxRunArgs),
+}
+
+/// Which sandbox backend confines the tools, and the network access inside it.
+pub use orch_types::{Backend as BackendKind, Network as NetworkKind};
+
+/// The sandbox policy flags shared by `orch exec` and `orch sandbox run`.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// The sandbox backend.
+    #[arg(long, value_enum, default_value = "landlock")]
+    pub backend: BackendKind,
+    /// Network access.
+    #[arg(long, value_enum, default_value = "none")]
+    pub network: NetworkKind,
+    /// An extra readable (and executable) path. Repeatable.
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// An extra writable path. Repeatable.
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// The container image (container backend).
+    #[arg(long)]
+    pub image: Option<String>,
+}
+
+impl SandboxArgs {
+    /// The typed sandbox settings these flags ask for.
+    pub fn spec(&self) -> SandboxSpec {
+        SandboxSpec {
+            backend: match self.backend {
+                BackendKind::Landlock => Backend::Landlock,
+                BackendKind::Container => Backend::Container,
+                BackendKind::None => Backend::None,
+            },
+            network: match self.network {
+                NetworkKind::None => Network::None,
+                NetworkKind::Full => Network::Full,
+            },
+            read: self.read.clone(),
+            write: self.write.clone(),
+            image: self.image.clone(),
+            source: SettingSource::Flags,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxRunArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Kill CMD and everything it started after this long: `90s`, `10m`, `1h`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Which model API to talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// The Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL).
+    Anthropic,
+    /// An OpenAI-compatible chat-completions API (OPENAI_API_KEY, OPENAI_BASE_URL).
+    Openai,
+    /// Deterministic turns from a script file (--script); runs offline.
+    Scripted,
+}
+
+/// Model selection shared by every command that runs agents.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// The model API.
+    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
+    pub provider: ProviderKind,
+    /// The model name.
+    #[arg(long, env = "ORCH_MODEL", default_value = "claude-sonnet-4-5")]
+    pub model: String,
+    /// A model to switch to when the main one stays overloaded.
+    #[arg(long)]
+    pub fallback_model: Option<String>,
+    /// The turn script for `--provider scripted`.
+    #[arg(long, env = "ORCH_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table (model name to {input, output, cache_write, cache_read}
+    /// in USD per million tokens) that overrides the built-in prices.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// What the agent should do.
+    pub prompt: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The agent id (selects its turns in a script).
+    #[arg(long, default_value = "main")]
+    pub agent_id: String,
+    /// Most model calls before the agent stops.
+    #[arg(long, default_value_t = 40)]
+    pub max_turns: u32,
+    /// Most tokens (input, cache and output) before the agent stops.
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+    /// Most spend in US dollars before the agent stops.
+    #[arg(long)]
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock limit, such as `90s`, `10m` or `1h`.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Stream events as JSON lines on stdout (the final answer is in the last event).
+    #[arg(long)]
+    pub json: bool,
+    /// The tools the agent may use, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite")]
+    pub tools: Vec<String>,
+    /// The agent's working directory (default: the current one).
+    #[arg(short = 'C', long)]
+    pub cwd: Option<PathBuf>,
+    /// Leave the project's instruction files (AGENTS.md, CLAUDE.md) out of the prompt.
+    #[arg(long)]
+    pub no_instructions: bool,
+    /// Save every model exchange into DIR (as a turn script), as `orch run --record`.
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer every model call from a directory written by --record: offline, no API key.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
+    /// Also write the agent's events, one JSON line each, to FILE as they happen.
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<PathBuf>,
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// Model selection for commands that run a workflow: as [`ModelArgs`], but the model
+/// may also come from the workflow file.
+#[derive(Debug, Clone, Args)]
+pub struct WorkflowModelArgs {
+    /// The model API.
+    #[arg(long, value_enum, env = "ORCH_PROVIDER", default_value = "anthropic")]
+    pub provider: ProviderKind,
+    /// The model of every agent that names none (replaces the workflow's `model:`).
+    #[arg(long, env = "ORCH_MODEL")]
+    pub model: Option<String>,
+    /// A model to switch to when the main one stays overloaded.
+    #[arg(long)]
+    pub fallback_model: Option<String>,
+    /// The turn script for `--provider scripted`.
+    #[arg(long, env = "ORCH_SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table that overrides the built-in prices.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
+}
+
+impl WorkflowModelArgs {
+    fn spec(self) -> WorkflowModelSpec {
+        WorkflowModelSpec {
+            provider: self.provider.into(),
+            model: self.model,
+            fallback_model: self.fallback_model,
+            script: self.script,
+            prices: self.prices,
+        }
+    }
+}
+
+impl From<ProviderKind> for Provider {
+    fn from(kind: ProviderKind) -> Provider {
+        match kind {
+            ProviderKind::Anthropic => Provider::Anthropic,
+            ProviderKind::Openai => Provider::Openai,
+            ProviderKind::Scripted => Provider::Scripted,
+        }
+    }
+}
+
+impl ModelArgs {
+    fn spec(self) -> ModelSpec {
+        ModelSpec {
+            provider: self.provider.into(),
+            model: self.model,
+            fallback_model: self.fallback_model,
+            script: self.script,
+            prices: self.prices,
+        }
+    }
+}
+
+impl ExecArgs {
+    /// The typed options of `orch exec`.
+    pub fn options(self) -> ExecOptions {
+        ExecOptions {
+            prompt: self.prompt,
+            model: self.model.spec(),
+            agent_id: self.agent_id,
+            max_turns: self.max_turns,
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost_usd,
+            timeout: self.timeout,
+            json: self.json,
+            tools: self.tools,
+            cwd: self.cwd,
+            no_instructions: self.no_instructions,
+            record: self.record,
+            replay: self.replay,
+            transcript: self.transcript,
+            permissions: PermissionSpec {
+                mode: self.permissions.permission_mode,
+                allow: self.permissions.allow,
+                deny: self.permissions.deny,
+                ask: self.permissions.ask,
+            },
+            sandbox: self.sandbox.spec(),
+        }
+    }
+}
+
+impl RunArgs {
+    /// The typed options of `orch run`, reporting progress to `reporter`.
+    pub fn options(self, reporter: Arc<dyn Reporter>) -> RunOptions {
+        RunOptions {
+            workflow: self.workflow,
+            inputs: self.inputs,
+            models: self.models.spec(),
+            concurrency: self.concurrency,
+            out: self.out,
+            json: self.json,
+            keep_worktrees: self.keep_worktrees,
+            trust_repo_config: self.trust_repo_config,
+            config_ref: self.config_ref,
+            repo: self.repo,
+            base: self.base,
+            run_id: self.run_id,
+            author: self.author,
+            only: self.only,
+            shard: self.shard,
+            from: self.from,
+            resume: self.resume,
+            max_fail: self.max_fail,
+            junit: self.junit,
+            record: self.record,
+            replay: self.replay,
+            reporter,
+        }
+    }
+}
+
+impl MergeArgs {
+    /// The typed options of `orch merge`, reporting progress to `reporter`.
+    pub fn options(self, reporter: Arc<dyn Reporter>) -> MergeOptions {
+        MergeOptions {
+            dirs: self.dirs,
+            out: self.out,
+            workflow: self.workflow,
+            inputs: self.inputs,
+            models: self.models.spec(),
+            json: self.json,
+            junit: self.junit,
+            reporter,
+        }
+    }
+}
+
+/// Arguments of the hidden tool-host mode (`orch_run::host::SUBCOMMAND`).
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The agent's working directory.
+    #[arg(long)]
+    pub cwd: PathBuf,
+    /// The tools this host serves, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
+    #[arg(long)]
+    pub policy: String,
+    /// The stdio MCP servers this host starts on request, as JSON (name -> server).
+    #[arg(long)]
+    pub mcp: Option<String>,
+}
+
+impl HostArgs {
+    /// The typed options of the tool host.
+    pub fn options(self) -> HostOptions {
+        HostOptions { cwd: self.cwd, tools: self.tools, policy: self.policy, mcp: self.mcp }
+    }
+}
+
+/// `orch run WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+    /// A workflow input, `name=value` (the value is parsed as YAML: `n=3` is a number).
+    /// Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    #[command(flatten)]
+    pub models: WorkflowModelArgs,
+    /// Most agents running at once (replaces the workflow's `concurrency:`).
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+    /// The run directory (default: $ORCH_RUNS_DIR/<run-id>, else
+    /// $XDG_STATE_HOME/orch/runs/<run-id>, else ~/.local/state/orch/runs/<run-id>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Stream every agent's events as JSON lines on stdout, then the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep every agent's worktree (failed agents' worktrees are always kept).
+    #[arg(long)]
+    pub keep_worktrees: bool,
+    /// Read hooks, `.mcp.json` and agent files from the checked-out files even in a
+    /// pull-request run (by default they come from the base ref there).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// Treat this as a pull-request run and read hooks, `.mcp.json` and agent files
+    /// from REF (a branch, tag or commit of the repository) instead of the checkout.
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
+    /// The git repository the agents work on (default: the one containing the current
+    /// directory).
+    #[arg(long, value_name = "PATH")]
+    pub repo: Option<PathBuf>,
+    /// The commit the agents start from: a branch, tag, sha or `HEAD`.
+    #[arg(long, default_value = "HEAD", value_name = "REF")]
+    pub base: String,
+    /// The run id, used in branch names `orch/<run-id>/<agent>` (default: the time and
+    /// a random suffix).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Author of the commits orch makes, `Name <email>`.
+    #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
+    pub author: Option<(String, String)>,
+    /// Run only the agents whose id or key matches this glob (`fix/*`), and what they
+    /// need. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub only: Vec<String>,
+    /// Run only this share of the agents, `K/N` (by a stable hash of the agent id).
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<orch_run::run::Shard>,
+    /// Take the results of agents that succeeded in an earlier run directory instead of
+    /// running them (upstream agents of a shard, the source of a fan-out).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub from: Option<PathBuf>,
+    /// Rerun only the agents of an earlier run directory that did not succeed; the
+    /// others' results are kept in the new report.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Start no new agent after N agents failed (running ones finish).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_fail: Option<u32>,
+    /// Also write a JUnit XML report: one test case per agent.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Save every model exchange, per agent, into DIR (as a turn script).
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer every model call from a directory written by --record: offline, no API key.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
+}
+
+/// `orch merge DIR...`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The run directories to join, in order.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Where the merged report goes (default as for `orch run`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The workflow the runs came from: agent order, and the synthesis prompt and model.
+    #[arg(long, value_name = "FILE")]
+    pub workflow: Option<PathBuf>,
+    /// A workflow input, `name=value` (with --workflow). Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    #[command(flatten)]
+    pub models: WorkflowModelArgs,
+    /// Stream synthesis events as JSON lines on stdout, then the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a JUnit XML report.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+/// `orch validate WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+}
+
+/// `orch plan WORKFLOW`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The workflow file.
+    pub workflow: PathBuf,
+    /// A workflow input, `name=value`. Repeatable.
+    #[arg(long = "input", value_name = "K=V", value_parser = parse_input)]
+    pub inputs: Vec<(String, serde_json::Value)>,
+    /// How to print the plan.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: PlanFormat,
+    /// Split the agents into N shards (`orch run --shard K/N`); with
+    /// `--format github-matrix`, one matrix entry per shard.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub shards: Option<u32>,
+}
+
+/// `orch plan --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanFormat {
+    /// For people.
+    Text,
+    /// The plan as one JSON document.
+    Json,
+    /// A GitHub Actions job matrix, `{"include": [{"shard": "1/N", ...}]}` (needs
+    /// `--shards N`).
+    GithubMatrix,
+}
+
+/// Parses `name=value`; the value is YAML (`3` is a number, `[a, b]` a list), and text
+/// that is not valid YAML stays text.
+fn parse_input(text: &str) -> Result<(String, serde_json::Value), String> {
+    let (name, value) =
+        text.split_once('=').ok_or_else(|| format!("`{text}` is not an input; write it as name=value"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{text}` has no input name; write it as name=value"));
+    }
+    let value = serde_yaml::from_str::<serde_json::Value>(value)
+        .ok()
+        .filter(|v| !v.is_null() || value.trim() == "null")
+        .unwrap_or_else(|| serde_json::Value::String(value.to_string()));
+    Ok((name.to_string(), value))
+}
+
+/// Parses `Name <email>`.
+fn parse_author(text: &str) -> Result<(String, String), String> {
+    let bad = || format!("`{text}` is not an author; write it as `Name <email>`");
+    let (name, rest) = text.split_once('<').ok_or_else(bad)?;
+    let email = rest.strip_suffix('>').ok_or_else(bad)?.trim();
+    let name = name.trim();
+    if name.is_empty() || email.is_empty() {
+        return Err(bad());
+    }
+    Ok((name.to_string(), email.to_string()))
+}
+
+/// Permission rules and mode.
+#[derive(Debug, Args)]
+pub struct PermissionArgs {
+    /// default, acceptEdits, plan (read-only tools only), dontAsk or bypassPermissions;
+    /// unset, tools run unless a rule says otherwise and allow-lists hold.
+    #[arg(long, value_parser = parse_mode)]
+    pub permission_mode: Option<orch_agents::permissions::Mode>,
+    /// A rule that allows calls, such as `Bash(git diff *)`. Repeatable.
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+    /// A rule that denies calls, such as `Read(~/.ssh/**)`. Repeatable; deny wins.
+    #[arg(long = "deny", value_name = "RULE")]
+    pub deny: Vec<String>,
+    /// A rule that asks for approval; in an unattended run that means deny. Repeatable.
+    #[arg(long = "ask", value_name = "RULE")]
+    pub ask: Vec<String>,
+}
+
+fn parse_mode(text: &str) -> Result<orch_agents::permissions::Mode, String> {
+    text.parse().map_err(|_| {
+        format!("unknown permission mode `{text}`; use default, acceptEdits, plan, dontAsk or bypassPermissions")
+    })
+}
+
+/// Parses a duration in orch's one grammar (`500ms`, `90s`, `1.5h`, `1h30m`, or a bare
+/// number of seconds) and keeps it between zero and a week.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let duration = orch_types::Duration::parse(text).map_err(|e| format!("{e}; write it like 90s, 10m or 1.5h"))?;
+    let duration = duration.as_std();
+    if duration.is_zero() || duration > std::time::Duration::from_secs(7 * 24 * 3600) {
+        return Err(format!("`{}` is out of range; give a positive duration of at most a week", text.trim()));
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn inputs_are_yaml_values() {
+        assert_eq!(parse_input("n=3"), Ok(("n".into(), serde_json::json!(3))));
+        assert_eq!(parse_input("xs=[a, b]"), Ok(("xs".into(), serde_json::json!(["a", "b"]))));
+        assert_eq!(parse_input("s=a: b: c"), Ok(("s".into(), serde_json::json!("a: b: c"))));
+        assert_eq!(parse_input("e="), Ok(("e".into(), serde_json::json!(""))));
+        assert!(parse_input("novalue").is_err());
+        assert!(parse_input("=x").is_err());
+    }
+
+    #[test]
+    fn authors() {
+        assert_eq!(parse_author("A B <a@b>"), Ok(("A B".into(), "a@b".into())));
+        assert!(parse_author("nobody").is_err());
+        assert!(parse_author("<a@b>").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

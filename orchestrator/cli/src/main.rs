@@ -1,0 +1,92 @@
+//! The `orch` binary: a thin layer over `orch-run`. It parses the command line,
+//! converts it once into typed options, picks the terminal's reporter, and maps
+//! outcomes to exit codes.
+
+mod cli;
+mod exit;
+mod logging;
+mod plan_cmd;
+mod progress;
+mod sandbox_cmd;
+
+use std::sync::Arc;
+
+use clap::Parser;
+use orch_run::{exec, host, run};
+
+fn main() -> std::process::ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "sandbox") {
+        // Like `env`, usage errors exit 125, so they never look like CMD's own status.
+        let cli = match cli::SandboxCli::try_parse_from(std::env::args_os().skip(1)) {
+            Ok(cli) => cli,
+            Err(e) => {
+                let _ = e.print();
+                return std::process::ExitCode::from(if e.use_stderr() { sandbox_cmd::EXIT_SANDBOX } else { 0 });
+            }
+        };
+        logging::init(cli.verbose);
+        let cli::SandboxCommand::Run(args) = cli.command;
+        return sandbox_cmd::run(args);
+    }
+    let cli = cli::Cli::parse();
+    logging::init(cli.verbose);
+    // Both of these run while the process has a single thread: `sandbox run` never
+    // builds the async runtime, and the tool host confines itself before it does.
+    let command = match cli.command {
+        cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
+        cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
+        other => other,
+    };
+    let command = match command {
+        cli::Command::ToolHost(args) => Command::ToolHost(args.options()),
+        other => Command::Other(other),
+    };
+    if let Command::ToolHost(options) = &command
+        && let Err(e) = host::confine_self(options)
+    {
+        eprintln!("error: the tool host could not confine itself: {e:#}");
+        return exit::Code::Infrastructure.into();
+    }
+    // A tool host serves one agent: one thread is plenty (blocking work such as a search
+    // walk still goes to tokio's blocking pool), and 64 agents mean 64 hosts.
+    let mut builder = match command {
+        Command::ToolHost(_) => tokio::runtime::Builder::new_current_thread(),
+        Command::Other(_) => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::Code::Infrastructure.into();
+        }
+    };
+    let code: anyhow::Result<exit::Code> = runtime.block_on(async {
+        match command {
+            Command::ToolHost(options) => Ok(host::serve(options).await.map(|()| exit::Code::Success)?),
+            Command::Other(cli::Command::Run(args)) => {
+                Ok(run::run(args.options(Arc::from(progress::for_terminal()))).await?)
+            }
+            Command::Other(cli::Command::Merge(args)) => {
+                Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?)
+            }
+            Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args),
+            Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
+            Command::Other(cli::Command::Exec(args)) => Ok(exec::run(args.options()).await?),
+            Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
+        }
+    });
+    match code {
+        Ok(code) => code.into(),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::for_error(&e).into()
+        }
+    }
+}
+
+/// A command after the tool host's arguments were converted (it confines itself before
+/// the runtime exists).
+enum Command {
+    ToolHost(orch_run::options::HostOptions),
+    Other(cli::Command),
+}

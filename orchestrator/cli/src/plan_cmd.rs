@@ -1,0 +1,84 @@
+//! `orch validate` and `orch plan`: load a workflow, report every diagnostic with its
+//! position, and print what a run would do. Neither touches git, the network or a
+//! sandbox.
+
+use std::io::Write;
+
+use orch_run::workflow::{load, plan};
+use orch_workflows::Plan;
+
+use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
+use crate::exit::{Code, UsageError};
+
+/// `orch validate`: exit 0 and one line on stderr when the file is valid.
+pub fn validate(args: &ValidateArgs) -> Code {
+    match load(&args.workflow) {
+        Ok(workflow) => {
+            let agents = workflow.agents.len();
+            eprintln!(
+                "orch: {} is valid: workflow `{}`, {agents} agent{}",
+                args.workflow.display(),
+                workflow.name,
+                if agents == 1 { "" } else { "s" }
+            );
+            Code::Success
+        }
+        Err(code) => code,
+    }
+}
+
+/// One entry per shard: `shard` (`K/N`, for `orch run --shard`) and the `agents` it runs
+/// that are known now (a dynamic fan-out's instances are assigned when it expands, by the
+/// same hash).
+fn matrix(plan: &Plan, shards: u32) -> serde_json::Value {
+    let include: Vec<serde_json::Value> = (1..=shards)
+        .map(|k| {
+            let agents: Vec<&str> = plan
+                .nodes()
+                .filter_map(|n| match n {
+                    orch_workflows::PlanNode::Agent(spec) => Some(spec.id.as_str()),
+                    orch_workflows::PlanNode::DynamicFanOut(_) => None,
+                })
+                .filter(|id| orch_run::run::shard_of(id, shards) == k)
+                .collect();
+            serde_json::json!({ "shard": format!("{k}/{shards}"), "agents": agents.join(" ") })
+        })
+        .collect();
+    serde_json::json!({ "include": include })
+}
+
+/// `orch plan`: the plan on stdout, as text or JSON.
+pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
+    let workflow = match load(&args.workflow) {
+        Ok(w) => w,
+        Err(code) => return Ok(code),
+    };
+    let plan = match plan(&workflow, &args.inputs) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let mut out = std::io::stdout().lock();
+    match (args.format, args.shards) {
+        (PlanFormat::GithubMatrix, None) => {
+            return Err(UsageError("--format github-matrix needs --shards N".into()).into());
+        }
+        (PlanFormat::GithubMatrix, Some(n)) => {
+            serde_json::to_writer(&mut out, &matrix(&plan, n))?;
+            writeln!(out)?;
+        }
+        (PlanFormat::Text, shards) => {
+            out.write_all(orch_workflows::render_text(&plan).as_bytes())?;
+            if let Some(n) = shards {
+                for entry in matrix(&plan, n)["include"].as_array().into_iter().flatten() {
+                    writeln!(out, "shard {}: {}", entry["shard"].as_str().unwrap_or_default(), entry["agents"])?;
+                }
+            }
+        }
+        (PlanFormat::Json, _) => {
+            serde_json::to_writer_pretty(&mut out, &plan)?;
+            writeln!(out)?;
+        }
+    }
+    out.flush()?;
+    Ok(Code::Success)
+}

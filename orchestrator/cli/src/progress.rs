@@ -1,0 +1,285 @@
+//! Progress on stderr while a run goes: what a person or a CI log sees. Reporters only
+//! observe events; none reaches back into the loop.
+//!
+//! - [`Live`]: an attended terminal outside CI: an indicatif multi-progress view, one
+//!   line per running agent (state, turn, current tool, tokens, cost) under an overall
+//!   line (counts, spend, elapsed time).
+//! - [`Plain`]: in CI or when stderr is not a terminal: one plain line per event worth
+//!   seeing. Under GitHub Actions, each agent's lines are held back and printed inside a
+//!   `::group::` when it finishes, so parallel agents do not interleave.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal as _, Write as _};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use orch_agents::Event;
+use orch_run::run::Reporter;
+use orch_run::run::report::{AgentReport, AgentStatus};
+
+/// Picks the reporter for this process: live on an attended terminal outside CI,
+/// plain otherwise (grouped under GitHub Actions).
+pub fn for_terminal() -> Box<dyn Reporter> {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+    if std::io::stderr().is_terminal() && !ci && !dumb {
+        Box::new(Live::new())
+    } else {
+        Box::new(Plain::new(std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")))
+    }
+}
+
+/// The line an event is worth, if any.
+fn describe(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::ToolUseStarted { name, input, .. } => format!("{name} {}", short_input(input)),
+        Event::ToolUseFinished { name, is_error: true, output, .. } => {
+            format!("{name} failed: {}", output.lines().next().unwrap_or_default())
+        }
+        Event::Retry { attempt, delay_ms, error } => {
+            format!("model call failed (attempt {attempt}), retrying in {delay_ms} ms: {error}")
+        }
+        Event::Fallback { from, to, .. } => format!("model {from} overloaded; switching to {to}"),
+        Event::Compaction { before_tokens, after_tokens, reason } => {
+            format!("context compacted ({reason}): {before_tokens} -> {after_tokens} tokens")
+        }
+        // A sub-agent's lines, under its id; its end, with how it ended.
+        Event::Subagent { agent, event } => match event.as_ref() {
+            Event::Terminal { reason, turns } => format!("{agent} {reason} ({turns} turns)"),
+            inner => format!("{agent}: {}", describe(inner)?),
+        },
+        _ => return None,
+    })
+}
+
+/// The most telling field of a tool input, cut to one short line.
+fn short_input(input: &serde_json::Value) -> String {
+    let field = ["command", "file_path", "pattern", "path", "description", "prompt"]
+        .iter()
+        .find_map(|k| input.get(k).and_then(|v| v.as_str()))
+        .unwrap_or_default();
+    let line = field.lines().next().unwrap_or_default();
+    if line.chars().count() > 80 { format!("{}…", line.chars().take(80).collect::<String>()) } else { line.into() }
+}
+
+fn finished_line(r: &AgentReport) -> String {
+    let reason = r.reason.as_deref().map(|w| format!(": {}", w.lines().next().unwrap_or_default())).unwrap_or_default();
+    format!(
+        "{} {}{reason} ({:.1}s, {} turns, {} tokens, ${:.4}, {} files changed)",
+        r.id,
+        r.status.as_str(),
+        r.duration_ms as f64 / 1000.0,
+        r.turns,
+        r.usage.total(),
+        r.cost_usd,
+        r.changed_files.len()
+    )
+}
+
+/// One plain line per event worth seeing.
+pub struct Plain {
+    github: bool,
+    held: Mutex<HashMap<String, Vec<String>>>,
+}
+
+impl Plain {
+    pub fn new(github: bool) -> Self {
+        Self { github, held: Mutex::new(HashMap::new()) }
+    }
+
+    fn line(&self, text: &str) {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "orch: {text}");
+    }
+}
+
+impl Reporter for Plain {
+    fn agent_started(&self, id: &str) {
+        self.line(&format!("{id} started"));
+    }
+
+    fn event(&self, agent: &str, event: &Event) {
+        let Some(text) = describe(event) else { return };
+        if self.github {
+            self.held.lock().unwrap_or_else(|p| p.into_inner()).entry(agent.to_string()).or_default().push(text);
+        } else {
+            self.line(&format!("{agent}: {text}"));
+        }
+    }
+
+    fn agent_finished(&self, report: &AgentReport) {
+        if !self.github {
+            self.line(&finished_line(report));
+            return;
+        }
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&report.id).unwrap_or_default();
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "::group::{}", finished_line(report));
+        for line in held {
+            let _ = writeln!(err, "{line}");
+        }
+        if !report.text.trim().is_empty() {
+            let _ = writeln!(err, "final answer:\n{}", report.text.trim());
+        }
+        let _ = writeln!(err, "::endgroup::");
+    }
+
+    fn note(&self, line: &str) {
+        self.line(line);
+    }
+}
+
+/// The multi-progress view of an attended terminal.
+pub struct Live {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    agents: Mutex<HashMap<String, AgentLine>>,
+    counts: Mutex<Counts>,
+}
+
+struct AgentLine {
+    bar: ProgressBar,
+    turn: u32,
+    tool: Option<String>,
+    tokens: u64,
+    cost: f64,
+}
+
+#[derive(Default)]
+struct Counts {
+    running: usize,
+    done: usize,
+    failed: usize,
+    cost: f64,
+}
+
+impl Live {
+    pub fn new() -> Self {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+        let overall = multi.add(ProgressBar::new_spinner());
+        overall.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        overall.enable_steady_tick(Duration::from_millis(100));
+        let live = Self { multi, overall, agents: Mutex::new(HashMap::new()), counts: Mutex::new(Counts::default()) };
+        live.update_overall();
+        live
+    }
+
+    fn update_overall(&self) {
+        let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        self.overall
+            .set_message(format!("{} running · {} done · {} failed · ${:.4}", c.running, c.done, c.failed, c.cost));
+    }
+
+    fn render(line: &AgentLine, id: &str) {
+        let tool = line.tool.as_deref().map(|t| format!(" · {t}")).unwrap_or_default();
+        line.bar.set_message(format!("{id} · turn {}{tool} · {} tokens · ${:.4}", line.turn, line.tokens, line.cost));
+    }
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Reporter for Live {
+    fn agent_started(&self, id: &str) {
+        let bar = self.multi.add(ProgressBar::new_spinner());
+        bar.set_style(
+            ProgressStyle::with_template("  {spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        let line = AgentLine { bar, turn: 0, tool: None, tokens: 0, cost: 0.0 };
+        Self::render(&line, id);
+        self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), line);
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
+        self.update_overall();
+    }
+
+    fn event(&self, agent: &str, event: &Event) {
+        let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(line) = agents.get_mut(agent) else { return };
+        match event {
+            Event::TurnStarted { turn, .. } => {
+                line.turn = *turn;
+                line.tool = None;
+            }
+            Event::ToolUseStarted { name, input, .. } => line.tool = Some(format!("{name} {}", short_input(input))),
+            Event::ToolUseFinished { .. } => line.tool = None,
+            Event::Usage { total, total_cost_usd, cost_usd, .. } => {
+                line.tokens = total.total();
+                line.cost = *total_cost_usd;
+                self.counts.lock().unwrap_or_else(|p| p.into_inner()).cost += cost_usd;
+            }
+            // A sub-agent's spend shows in the run's total as it happens.
+            Event::Subagent { event: inner, .. } if matches!(**inner, Event::Usage { .. }) => {
+                if let Event::Usage { cost_usd, .. } = **inner {
+                    self.counts.lock().unwrap_or_else(|p| p.into_inner()).cost += cost_usd;
+                }
+                drop(agents);
+                self.update_overall();
+                return;
+            }
+            _ => {
+                if let Some(text) = describe(event) {
+                    self.multi.suspend(|| eprintln!("orch: {agent}: {text}"));
+                }
+                return;
+            }
+        }
+        Self::render(line, agent);
+        drop(agents);
+        self.update_overall();
+    }
+
+    fn agent_finished(&self, report: &AgentReport) {
+        if let Some(line) = self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(&report.id) {
+            line.bar.finish_and_clear();
+            self.multi.remove(&line.bar);
+        }
+        {
+            let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+            c.running = c.running.saturating_sub(1);
+            c.done += 1;
+            if matches!(report.status, AgentStatus::Failed) {
+                c.failed += 1;
+            }
+        }
+        let mark = if report.status == AgentStatus::Succeeded { "✓" } else { "✗" };
+        let _ = self.multi.println(format!("{mark} {}", finished_line(report)));
+        self.update_overall();
+    }
+
+    fn note(&self, line: &str) {
+        let _ = self.multi.println(format!("orch: {line}"));
+    }
+
+    fn finish(&self) {
+        self.overall.finish_and_clear();
+        let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn tool_calls_are_described_in_one_short_line() {
+        let event = Event::ToolUseStarted {
+            id: "t".into(),
+            name: "Bash".into(),
+            input: json!({"command": format!("echo {}\nsecond line", "x".repeat(100))}),
+        };
+        let line = describe(&event).unwrap();
+        assert!(line.starts_with("Bash echo xxx"), "{line}");
+        assert!(line.ends_with('…') && !line.contains("second"), "{line}");
+        assert!(describe(&Event::TextDelta { text: "x".into() }).is_none());
+    }
+}

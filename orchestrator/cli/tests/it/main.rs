@@ -1,0 +1,15 @@
+//! The one integration-test binary of the `orch` binary crate: suites that drive the
+//! real `orch` executable (they need `CARGO_BIN_EXE_orch`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod ci;
+mod cli_output;
+mod containment;
+mod examples;
+mod exec;
+mod hooks;
+mod mcp;
+mod run;
+mod sandbox_run;
+mod subagents;
+mod support;

@@ -1,0 +1,162 @@
+//! Git layout of a run: the private run clone, one linked worktree per agent, commits,
+//! patches, fetching results into the user's repository, integration merges and the
+//! overlap report.
+//!
+//! Layout under the run directory:
+//!
+//! ```text
+//! <run_dir>/repo.git/              the run clone: a bare repository written by hand
+//!     HEAD                         detached at the base commit
+//!     config                       clean: core settings only, no remote, no include
+//!     objects/info/alternates      -> the user's object store (shared, never copied)
+//!     refs/heads/orch/<run>/...    one branch per agent, plus `integration`
+//!     worktrees/<name>/            admin dir of each linked worktree (HEAD, index)
+//! <run_dir>/worktrees/<name>/      the agent's checkout (the only writable git-related path)
+//! ```
+//!
+//! The run clone is bare because nothing ever works in a main checkout of it: every
+//! agent (and `setup:`, if it wants a checkout) gets a linked worktree.
+//!
+//! Invariants:
+//! - The user's repository is only ever read, except for writing the objects and refs
+//!   of the `orch/...` branches fetched into it at the end ([`RunClone::fetch_into_user`]).
+//!   Its HEAD, index, working tree, config and other refs are never touched.
+//! - Nothing of the user's configuration reaches the run clone: no remote, credential,
+//!   `http.*.extraheader`, `include`/`includeIf`, `core.hooksPath`, `core.fsmonitor`, and
+//!   no hooks directory at all.
+//! - The coordinator never trusts a file the agent could write: it finds a worktree's
+//!   git metadata from its own records, never through the checkout's `.git` file, and
+//!   restores that file before it commits.
+//! - Every git2 [`git2::Repository`] handle is opened on the thread that uses it
+//!   (handles are not `Sync`); async callers go through `spawn_blocking`. Parallel
+//!   worktree creation touches only per-agent paths (see `Worktree::link_and_checkout`).
+//! - libgit2's process-wide strict hash verification is turned off on first use (git
+//!   does not re-hash objects on read either; see BENCHMARKS.md, "Worktree creation").
+//!
+//! Where the sandbox comes in: [`Worktree::git_paths`] lists what an agent's sandbox
+//! must expose read-only (the run clone's git dir, the worktree's admin dir, the user's
+//! object store) and writable (the checkout only), and the environment its git needs.
+//! Enforcing that is the sandbox's job; the tests emulate it with file modes and a uid.
+//! What that exposure allows: reading, never writing, what the run clone holds, which
+//! includes the branches of agents the coordinator has already committed and the admin
+//! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
+
+mod clone;
+mod merge;
+mod names;
+mod snapshot;
+mod worktree;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+
+pub use clone::{Removal, RunClone};
+pub use names::{safe_name, validate_run_id};
+pub use snapshot::snapshot;
+pub use worktree::{ChangeKind, Worktree};
+
+/// What failed in a git operation of the coordinator, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// The user's repository cannot be opened.
+    #[error("cannot open the git repository at {path}: {source}; run orch inside a git checkout or pass its path")]
+    OpenUser { path: PathBuf, source: git2::Error },
+    /// The base ref does not name a commit of the user's repository.
+    #[error(
+        "cannot resolve the base ref `{base}` in {repo}: {source}; give a branch, tag, sha or HEAD that exists there"
+    )]
+    BaseRef { base: String, repo: PathBuf, source: git2::Error },
+    /// A run id is not usable in a branch name.
+    #[error("invalid run id `{0}`: use 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `.` or `-`")]
+    RunId(String),
+    /// An agent id is empty.
+    #[error("invalid agent id `{0}`: an agent id must not be empty")]
+    AgentId(String),
+    /// A path the run clone wants to create is already there.
+    #[error("{0} already exists; use a fresh run directory or remove it")]
+    Exists(PathBuf),
+    /// The user's repository already has an `orch/...` branch that is not ours.
+    #[error(
+        "the branch {branch} already exists in the user's repository at another commit; \
+         use another run id or delete that branch"
+    )]
+    BranchExists { branch: String },
+    /// A filesystem operation failed.
+    #[error("cannot {action} {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    /// A libgit2 operation failed.
+    #[error("git: cannot {action}: {source}")]
+    Git { action: String, source: git2::Error },
+    /// The blocking task running a git operation did not finish.
+    #[error("a git task did not finish ({0}); this is a bug in orch, please report it")]
+    Task(String),
+}
+
+/// The result type of this module.
+pub type Result<T, E = GitError> = std::result::Result<T, E>;
+
+/// Attaches what was being done to a libgit2 error.
+pub(crate) trait Context<T> {
+    fn git(self, action: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, git2::Error> {
+    fn git(self, action: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| GitError::Git { action: action(), source })
+    }
+}
+
+/// Attaches the path and what was being done to an I/O error.
+pub(crate) fn io_err(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> GitError {
+    let path = path.into();
+    move |source| GitError::Io { action, path, source }
+}
+
+/// Author and committer of the commits orch makes (agent results and merges).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+impl Author {
+    /// The author used when the workflow does not configure one.
+    pub fn orch() -> Self {
+        Self { name: "orch".into(), email: "orch@localhost".into() }
+    }
+
+    fn signature(&self) -> Result<git2::Signature<'static>> {
+        git2::Signature::now(&self.name, &self.email)
+            .git(|| format!("use `{} <{}>` as the commit author", self.name, self.email))
+    }
+}
+
+/// Files changed by more than one agent: each path once, sorted, with the agents that
+/// changed it in the order they were given. `changed` is `(agent id, paths)`.
+pub fn overlaps(changed: &[(String, Vec<PathBuf>)]) -> Vec<(PathBuf, Vec<String>)> {
+    let mut by_path: std::collections::BTreeMap<&PathBuf, Vec<&String>> = std::collections::BTreeMap::new();
+    for (agent, paths) in changed {
+        for path in paths {
+            let agents = by_path.entry(path).or_default();
+            if !agents.contains(&agent) {
+                agents.push(agent);
+            }
+        }
+    }
+    by_path
+        .into_iter()
+        .filter(|(_, agents)| agents.len() > 1)
+        .map(|(path, agents)| (path.clone(), agents.into_iter().cloned().collect()))
+        .collect()
+}
+
+/// Runs a blocking git operation on tokio's blocking pool.
+async fn blocking<T, F>(what: &'static str, f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(|e| GitError::Task(format!("{what}: {e}")))?
+}

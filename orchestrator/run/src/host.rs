@@ -1,0 +1,306 @@
+//! The agent's tool host: the hidden `orch __tool-host` mode that serves an agent's
+//! tools over stdin/stdout, and the coordinator-side executor that sends calls to it.
+//!
+//! Every tool call of every agent crosses this process boundary; nothing opens a file
+//! on an agent's behalf in the coordinator.
+//!
+//! Sandboxing: the coordinator builds the agent's [`Policy`] and prepares for it
+//! ([`AgentSandbox::prepare`]: private tmp and home, writable roots handed to the
+//! sandbox uid when root), then starts the host with `--policy <JSON>`, an environment
+//! of exactly `policy.env`, and the worktree as working directory. `main` calls
+//! [`confine_self`] before any runtime thread exists; then [`serve`] runs the tools,
+//! with the Bash orphan hook set to `orch_sandbox::reaper::kill_orphans` (the host is a
+//! child subreaper), and kills every remaining descendant when it stops.
+//! [`AgentSandbox::teardown`] kills the agent's cgroup, hands the roots back and
+//! removes the private directories.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Context as _;
+use async_trait::async_trait;
+use orch_agents::ToolOutput;
+use orch_agents::tools::host::{HostRequest, HostTools, ToolExecutor};
+use orch_agents::tools::{DynTool, Session, core_tools};
+use orch_sandbox::Handover;
+use orch_sandbox::container::{ContainerHost, ContainerOptions};
+use orch_sandbox::host::{Handler, HostClient, HostError, ServeOptions, serve_stdio};
+use orch_sandbox::policy::{Backend, Policy};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::UsageError;
+use crate::options::{HostOptions, SandboxSpec};
+use crate::sandbox::{self, PolicyInput, PrivateDirs};
+
+/// The hidden subcommand name.
+pub const SUBCOMMAND: &str = "__tool-host";
+
+/// Confines this process under the policy of `args`. Runs before the async runtime
+/// exists (see `main`).
+pub fn confine_self(args: &HostOptions) -> crate::error::Result<()> {
+    let policy: Policy = serde_json::from_str(&args.policy).context("the tool host got a malformed --policy")?;
+    let done = orch_sandbox::confine(&policy)?;
+    tracing::debug!(?done, "tool host confined");
+    Ok(())
+}
+
+/// One agent's sandbox, on the coordinator side: its policy and what was prepared for
+/// it.
+#[derive(Debug)]
+pub struct AgentSandbox {
+    pub policy: Policy,
+    dirs: PrivateDirs,
+    handover: Option<Handover>,
+    done: bool,
+}
+
+impl AgentSandbox {
+    /// Builds the policy of an agent named `name` working in `cwd` with the flags
+    /// `args`, creates its private tmp and home under `base`, and, as root, hands the
+    /// writable roots to its sandbox uid. `cwd` is writable when `writable_cwd` (the
+    /// agent has a tool that writes), readable otherwise; `read` are extra readable
+    /// roots (such as the directory of results too large to send inline). Warns when
+    /// the backend is `none`.
+    pub fn prepare(
+        args: &SandboxSpec,
+        cwd: &Path,
+        writable_cwd: bool,
+        read: Vec<PathBuf>,
+        name: &str,
+        base: PathBuf,
+    ) -> crate::error::Result<AgentSandbox> {
+        match args.backend {
+            Backend::Container if args.image.is_none() => {
+                let (key, hint) = (args.source.backend_key(), args.source.image_hint());
+                return Err(UsageError(format!("{key} container needs an image: {hint}")).into());
+            }
+            Backend::None => sandbox::warn_unconfined(args.source),
+            Backend::Landlock | Backend::Container => {}
+        }
+        let dirs = PrivateDirs::create(base).context("cannot create the agent's private tmp and home")?;
+        let input = PolicyInput {
+            cwd,
+            write: if writable_cwd { vec![cwd.to_path_buf()] } else { vec![] },
+            read: if writable_cwd { read } else { read.into_iter().chain([cwd.to_path_buf()]).collect() },
+            dirs: &dirs,
+            name: name.to_string(),
+            wall_time: None,
+        };
+        let prepared = sandbox::build_policy(args, input)
+            .map_err(|e| crate::error::Error::from(UsageError(e.to_string())))
+            .and_then(|policy| {
+                // The container backend hands the writable roots over itself.
+                let handover = match policy.backend {
+                    Backend::Container => None,
+                    _ => Some(orch_sandbox::prepare_writable(&policy)?),
+                };
+                Ok((handover, policy))
+            });
+        match prepared {
+            Ok((handover, policy)) => Ok(AgentSandbox { policy, dirs, handover, done: false }),
+            Err(e) => {
+                dirs.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// After the tool host stopped: kills what is left in the agent's cgroup, hands the
+    /// writable roots back, removes the private directories. Dropping the sandbox does
+    /// the same, so an early return cannot leave a worktree with the sandbox uid.
+    pub fn teardown(mut self) {
+        self.tear_down();
+    }
+
+    fn tear_down(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        if let Some(handover) = self.handover.take() {
+            if let Some(name) = &self.policy.name
+                && orch_sandbox::identity::is_root()
+            {
+                orch_sandbox::cgroup::kill_and_remove(name);
+            }
+            handover.restore();
+        }
+        self.dirs.remove();
+    }
+}
+
+impl Drop for AgentSandbox {
+    fn drop(&mut self) {
+        self.tear_down();
+    }
+}
+
+struct Serve(HostTools, Option<crate::mcp::HostMcp>);
+
+#[async_trait]
+impl Handler for Serve {
+    async fn handle(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+        // MCP requests (the listing, `mcp__` calls) go to this host's stdio servers.
+        if let Some(mcp) = &self.1
+            && let Ok(request) = serde_json::from_value::<HostRequest>(payload.clone())
+            && let Some(output) = mcp.handle(&request, cancel.clone()).await
+        {
+            return serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"));
+        }
+        self.0.handle_json(payload, cancel).await
+    }
+}
+
+/// The tools named in `names`, from the core set.
+pub fn select_tools(names: &[String]) -> crate::error::Result<Vec<Arc<dyn DynTool>>> {
+    let all = core_tools();
+    names
+        .iter()
+        .map(|n| {
+            all.iter().find(|t| t.name() == n).cloned().ok_or_else(|| {
+                let known: Vec<_> = all.iter().map(|t| t.name()).collect();
+                crate::error::Error::from(UsageError(format!(
+                    "unknown tool `{n}`; the tools are: {}",
+                    known.join(", ")
+                )))
+            })
+        })
+        .collect()
+}
+
+/// Runs the tool host until the coordinator closes its stdin or says shutdown.
+pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
+    // An agent with `tools: []` is spawned with `--tools ""`, which clap reads as one
+    // empty name.
+    let names: Vec<String> = args.tools.iter().filter(|t| !t.is_empty()).cloned().collect();
+    let tools = select_tools(&names)?;
+    let session = Arc::new(Session::new(&args.cwd));
+    let mcp = match &args.mcp {
+        Some(json) => {
+            let servers = serde_json::from_str(json).context("the tool host got a malformed --mcp")?;
+            Some(crate::mcp::HostMcp::new(servers, &args.cwd))
+        }
+        None => None,
+    };
+    let handler = Arc::new(Serve(HostTools::new(tools, session), mcp));
+    orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
+    // Every command enters its own Landlock domain that scopes signals and abstract
+    // sockets, so nothing it starts can signal, ptrace or read /proc of this host.
+    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command_domain);
+    let served = serve_stdio(ServeOptions::default(), handler.clone()).await;
+    if let Some(mcp) = Arc::into_inner(handler).and_then(|h| h.1) {
+        mcp.shutdown().await;
+    }
+    let killed = orch_sandbox::reaper::kill_descendants();
+    if killed > 0 {
+        tracing::debug!(killed, "tool host: killed the processes still running at shutdown");
+    }
+    served.context("the tool host lost its pipe to the coordinator")
+}
+
+/// A started tool host: its client, and its container when the backend is `container`
+/// (stop it with [`ContainerHost::stop`] after the client shut down).
+pub struct Started {
+    pub client: HostClient,
+    pub container: Option<ContainerHost>,
+}
+
+/// `id` as a name for a sandbox (cgroup, container): letters, digits, `-`, `_` and `.`.
+pub fn sandbox_name(id: &str) -> String {
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+/// Starts a tool host for an agent `agent` of the run `run` working in `cwd` with
+/// `tools`, confined by `policy`: a child process, or for the container backend a
+/// container (labelled with the run and agent) whose long-lived process is this orch
+/// binary.
+pub async fn spawn(
+    run: &str,
+    agent: &str,
+    cwd: &Path,
+    tools: &[String],
+    policy: &Policy,
+) -> crate::error::Result<Started> {
+    spawn_with_mcp(run, agent, cwd, tools, policy, None).await
+}
+
+/// [`spawn`], with the stdio MCP servers the host starts on request (`--mcp`, JSON).
+pub async fn spawn_with_mcp(
+    run: &str,
+    agent: &str,
+    cwd: &Path,
+    tools: &[String],
+    policy: &Policy,
+    mcp: Option<&str>,
+) -> crate::error::Result<Started> {
+    let mcp_args: Vec<String> = mcp.map(|m| vec!["--mcp".to_string(), m.to_string()]).unwrap_or_default();
+    let exe = std::env::current_exe().context("cannot find the orch binary to start a tool host")?;
+    if policy.backend == Backend::Container {
+        let docker = orch_sandbox::container::connect().await?;
+        let args: Vec<String> = vec![
+            SUBCOMMAND.into(),
+            "--cwd".into(),
+            cwd.display().to_string(),
+            "--tools".into(),
+            tools.join(","),
+            "--policy".into(),
+            serde_json::to_string(policy)?,
+        ]
+        .into_iter()
+        .chain(mcp_args.iter().cloned())
+        .collect();
+        let options =
+            ContainerOptions { run: run.to_string(), agent: agent.to_string(), ..ContainerOptions::default() };
+        let (container, client) = ContainerHost::start(&docker, policy, &exe, &args, &options).await?;
+        return Ok(Started { client, container: Some(container) });
+    }
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg(SUBCOMMAND)
+        .arg("--cwd")
+        .arg(cwd)
+        .arg("--tools")
+        .arg(tools.join(","))
+        .arg("--policy")
+        .arg(serde_json::to_string(policy)?)
+        .args(&mcp_args)
+        .env_clear()
+        .envs(&policy.env)
+        .current_dir(cwd);
+    let started = std::time::Instant::now();
+    let client = HostClient::spawn(command).await?;
+    tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "tool host started");
+    Ok(Started { client, container: None })
+}
+
+/// Sends calls to one agent's tool host.
+pub struct HostExecutor {
+    client: HostClient,
+}
+
+impl HostExecutor {
+    pub fn new(client: HostClient) -> Self {
+        Self { client }
+    }
+
+    /// Stops the tool host, killing it after `grace`.
+    pub async fn shutdown(self, grace: Duration) {
+        let exit = self.client.shutdown(grace).await;
+        if exit.killed {
+            tracing::warn!("the tool host did not stop in time and was killed");
+        }
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for HostExecutor {
+    async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String> {
+        let payload = serde_json::to_value(&request).map_err(|e| e.to_string())?;
+        match self.client.call(payload, cancel).await {
+            Ok(value) => serde_json::from_value(value).map_err(|e| format!("the tool host sent a bad result: {e}")),
+            Err(HostError::Cancelled) => Ok(ToolOutput::error("cancelled before the call finished")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! `orch-run`: the coordinator of orch as a library. It takes typed options (see
+//! [`options`]) from the binary and runs workflows (`run`), ad-hoc agents (`exec`) and
+//! the tool host; it knows nothing of the command-line syntax or of terminals.
+
+pub mod agent_prompt;
+pub mod clock;
+pub mod error;
+pub mod exec;
+pub mod exit;
+pub mod git;
+pub mod hooks_config;
+pub mod host;
+pub mod mcp;
+pub mod options;
+pub mod provider;
+pub mod record;
+pub mod repo_config;
+pub mod run;
+pub mod sandbox;
+pub mod signals;
+pub mod workflow;

@@ -1,0 +1,316 @@
+//! MCP servers through `rmcp`: starting them, listing their tools, calling them, and
+//! routing an agent's `mcp__<server>__<tool>` calls to where each server is reached.
+//!
+//! Where servers run:
+//! - **stdio** servers are processes, so they run where the agent's tools run: the
+//!   agent's tool host starts them (as its children, inside its sandbox, with the
+//!   sandbox's environment plus the server's `env`) on the internal request
+//!   [`LIST_REQUEST`], keeps their clients, and serves `mcp__` calls itself. They stop
+//!   with the tool host, that is with the agent.
+//! - **HTTP** servers (streamable HTTP) are reached from the coordinator: the sandbox
+//!   usually has no network, and talking to a declared URL runs no repository code.
+//!   Their clients live as long as the agent and are closed with it.
+//!
+//! A server that fails to start gives tool errors (the tools a workflow names
+//! explicitly are offered and fail with the reason); one that dies gives errors from
+//! its calls. Neither ends the run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orch_agents::ToolOutput;
+use orch_agents::mcp::{LIST_REQUEST, McpListing, McpTool, McpToolInfo, split_name};
+use orch_agents::tools::DynTool;
+use orch_agents::tools::host::{HostRequest, ToolExecutor};
+use orch_workflows::extensions::McpServer;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// How long a server may take to start and list its tools.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Client = RunningService<RoleClient, ()>;
+
+enum Server {
+    Up(Client),
+    Down(String),
+}
+
+/// The clients of a set of MCP servers.
+pub struct McpHub {
+    servers: BTreeMap<String, Server>,
+}
+
+impl std::fmt::Debug for McpHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpHub").field("servers", &self.servers.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl McpHub {
+    /// Starts every server (stdio ones with `cwd` as working directory) and lists
+    /// their tools. Failures are in the listing, not errors.
+    pub async fn start(servers: &BTreeMap<String, McpServer>, cwd: &Path) -> (McpHub, McpListing) {
+        let mut hub = McpHub { servers: BTreeMap::new() };
+        let mut listing = McpListing::default();
+        for (name, spec) in servers {
+            let started = tokio::time::timeout(START_TIMEOUT, start_one(name, spec, cwd)).await;
+            let result = match started {
+                Ok(r) => r,
+                Err(_) => Err(format!("it did not answer within {}s", START_TIMEOUT.as_secs())),
+            };
+            match result {
+                Ok((client, tools)) => {
+                    listing.tools.extend(tools);
+                    hub.servers.insert(name.clone(), Server::Up(client));
+                }
+                Err(why) => {
+                    tracing::warn!(server = %name, "the MCP server could not be started: {why}");
+                    listing.failed.push((name.clone(), why.clone()));
+                    hub.servers.insert(name.clone(), Server::Down(why));
+                }
+            }
+        }
+        (hub, listing)
+    }
+
+    /// Whether this hub holds the server of the tool `name`.
+    pub fn serves(&self, name: &str) -> bool {
+        split_name(name).is_some_and(|(server, _)| self.servers.contains_key(server))
+    }
+
+    /// Calls the tool `mcp__<server>__<tool>` with `input`.
+    pub async fn call(&self, name: &str, input: Value, cancel: CancellationToken) -> ToolOutput {
+        let Some((server, tool)) = split_name(name) else {
+            return ToolOutput::error(format!("`{name}` is not an MCP tool name"));
+        };
+        let client = match self.servers.get(server) {
+            Some(Server::Up(client)) => client,
+            Some(Server::Down(why)) => {
+                return ToolOutput::error(format!("the MCP server `{server}` is not available: {why}"));
+            }
+            None => return ToolOutput::error(format!("no MCP server named `{server}` runs for this agent")),
+        };
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        match input {
+            Value::Object(map) => params = params.with_arguments(map),
+            Value::Null => {}
+            other => return ToolOutput::error(format!("MCP tool arguments must be an object, not {other}")),
+        }
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return ToolOutput::error("cancelled before the MCP call finished"),
+            r = client.call_tool(params) => r,
+        };
+        match result {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(value) => render(&value),
+                Err(e) => ToolOutput::error(format!("cannot read the MCP result: {e}")),
+            },
+            Err(e) => ToolOutput::error(format!("the MCP server `{server}` failed on {tool}: {e}")),
+        }
+    }
+
+    /// Closes every client (a stdio server's process is killed with its client).
+    pub async fn shutdown(self) {
+        for (name, server) in self.servers {
+            if let Server::Up(client) = server
+                && let Err(e) = client.cancel().await
+            {
+                tracing::debug!(server = %name, "closing the MCP client: {e}");
+            }
+        }
+    }
+}
+
+async fn start_one(name: &str, spec: &McpServer, cwd: &Path) -> Result<(Client, Vec<McpToolInfo>), String> {
+    let client = if spec.is_http() {
+        // The HTTP client's TLS needs a crypto provider; the model clients install the
+        // same one, and installing twice is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let url = spec.url.clone().ok_or("it has no url")?;
+        let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url);
+        if let Some(auth) = spec.headers.get("Authorization").or_else(|| spec.headers.get("authorization")) {
+            config = config.auth_header(auth.trim_start_matches("Bearer ").to_string());
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        ().serve(transport).await.map_err(|e| format!("cannot connect: {e}"))?
+    } else {
+        let program = spec.command.clone().ok_or("it has no command")?;
+        let mut command = tokio::process::Command::new(&program);
+        command.args(&spec.args).envs(&spec.env).current_dir(cwd);
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+        ().serve(transport).await.map_err(|e| format!("`{program}` did not start as an MCP server: {e}"))?
+    };
+    let tools = client.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
+    let tools = tools
+        .into_iter()
+        .map(|t| McpToolInfo {
+            server: name.to_string(),
+            tool: t.name.to_string(),
+            description: t.description.as_deref().unwrap_or_default().to_string(),
+            input_schema: Value::Object((*t.input_schema).clone()),
+            read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false),
+        })
+        .collect();
+    Ok((client, tools))
+}
+
+/// The text the model sees for a `CallToolResult` (as JSON): its text blocks, a note
+/// for other blocks, or the structured content when there is no text.
+fn render(result: &Value) -> ToolOutput {
+    let mut parts = Vec::new();
+    for block in result.get("content").and_then(Value::as_array).into_iter().flatten() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => parts.push(block.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+            Some(kind) => parts.push(format!("[{kind} content omitted]")),
+            None => {}
+        }
+    }
+    if parts.is_empty()
+        && let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null())
+    {
+        parts.push(structured.to_string());
+    }
+    let content = parts.join("\n");
+    if result.get("isError").and_then(Value::as_bool).unwrap_or(false) {
+        ToolOutput::error(content)
+    } else {
+        ToolOutput::ok(content)
+    }
+}
+
+/// The tool-host side: the stdio servers of the agent, started on the first
+/// [`LIST_REQUEST`].
+pub struct HostMcp {
+    servers: BTreeMap<String, McpServer>,
+    cwd: std::path::PathBuf,
+    hub: tokio::sync::OnceCell<(McpHub, McpListing)>,
+}
+
+impl HostMcp {
+    pub fn new(servers: BTreeMap<String, McpServer>, cwd: &Path) -> HostMcp {
+        HostMcp { servers, cwd: cwd.to_path_buf(), hub: tokio::sync::OnceCell::new() }
+    }
+
+    async fn hub(&self) -> &(McpHub, McpListing) {
+        self.hub.get_or_init(|| McpHub::start(&self.servers, &self.cwd)).await
+    }
+
+    /// Answers the request if it is an MCP one (the listing or a call).
+    pub async fn handle(&self, request: &HostRequest, cancel: CancellationToken) -> Option<ToolOutput> {
+        if request.tool == LIST_REQUEST {
+            let (_, listing) = self.hub().await;
+            return Some(match serde_json::to_string(listing) {
+                Ok(json) => ToolOutput::ok(json),
+                Err(e) => ToolOutput::error(format!("cannot encode the MCP listing: {e}")),
+            });
+        }
+        if split_name(&request.tool).is_some() {
+            let (hub, _) = self.hub().await;
+            return Some(hub.call(&request.tool, request.input.clone(), cancel).await);
+        }
+        None
+    }
+
+    /// Closes the servers, if they were started.
+    pub async fn shutdown(self) {
+        if let Some((hub, _)) = self.hub.into_inner() {
+            hub.shutdown().await;
+        }
+    }
+}
+
+/// An agent's executor with MCP: HTTP servers' tools go to the coordinator's hub,
+/// everything else (stdio servers' tools included) to the tool host.
+pub struct McpRouter {
+    pub host: Arc<dyn ToolExecutor>,
+    pub http: Option<Arc<McpHub>>,
+}
+
+#[async_trait]
+impl ToolExecutor for McpRouter {
+    async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String> {
+        if let Some(hub) = &self.http
+            && hub.serves(&request.tool)
+        {
+            return Ok(hub.call(&request.tool, request.input, cancel).await);
+        }
+        self.host.execute(request, cancel).await
+    }
+}
+
+/// Asks the tool host for its stdio servers' tools.
+pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -> McpListing {
+    let request = HostRequest::new(LIST_REQUEST, Value::Null);
+    match host.execute(request, cancel.child_token()).await {
+        Ok(out) if !out.is_error => serde_json::from_str(&out.content).unwrap_or_else(|e| McpListing {
+            tools: Vec::new(),
+            failed: vec![("(tool host)".into(), format!("a bad MCP listing: {e}"))],
+        }),
+        Ok(out) => McpListing { tools: Vec::new(), failed: vec![("(tool host)".into(), out.content)] },
+        Err(e) => McpListing { tools: Vec::new(), failed: vec![("(tool host)".into(), e)] },
+    }
+}
+
+/// The servers an agent's `tools` name, split into stdio ones (for its tool host) and
+/// HTTP ones (for the coordinator).
+pub fn servers_for(
+    tools: &[String],
+    declared: &BTreeMap<String, McpServer>,
+) -> (BTreeMap<String, McpServer>, BTreeMap<String, McpServer>) {
+    let (mut stdio, mut http) = (BTreeMap::new(), BTreeMap::new());
+    for (server, _) in tools.iter().filter_map(|t| split_name(t)) {
+        if let Some(spec) = declared.get(server) {
+            let side = if spec.is_http() { &mut http } else { &mut stdio };
+            side.insert(server.to_string(), spec.clone());
+        }
+    }
+    (stdio, http)
+}
+
+/// The MCP tools of an agent: for each `mcp__<server>__<tool>` it lists, that tool of
+/// the listing (every tool of the server for `*`). A named tool that is not listed is
+/// still offered, and every call of it fails with the reason.
+pub fn agent_tools(wanted: &[String], listing: &McpListing) -> Vec<Arc<dyn DynTool>> {
+    let mut out: Vec<Arc<dyn DynTool>> = Vec::new();
+    for name in wanted {
+        let Some((server, tool)) = split_name(name) else { continue };
+        let listed = listing.tools.iter().filter(|t| t.server == server && (tool == "*" || t.tool == tool));
+        let before = out.len();
+        out.extend(listed.map(|t| Arc::new(McpTool::new(t)) as Arc<dyn DynTool>));
+        if out.len() == before && tool != "*" {
+            let why = match listing.failed.iter().find(|(s, _)| s == server) {
+                Some((_, why)) => why.clone(),
+                None => format!("the server `{server}` has no tool named `{tool}`"),
+            };
+            out.push(Arc::new(McpTool::unavailable(name, why)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn results_render_text_and_errors() {
+        let ok = render(&json!({"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]}));
+        assert_eq!(ok, ToolOutput::ok("a\n[image content omitted]"));
+        let err = render(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}));
+        assert_eq!(err, ToolOutput::error("bad"));
+        assert_eq!(render(&json!({"content": [], "structuredContent": {"n": 1}})), ToolOutput::ok("{\"n\":1}"));
+    }
+}

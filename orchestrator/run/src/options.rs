@@ -1,0 +1,200 @@
+//! The typed options of every command `orch-run` runs. The binary converts its command
+//! line into these once, at the edge; nothing in this crate knows the argument syntax.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orch_sandbox::policy::{Backend, Network};
+
+use crate::run::{Reporter, Shard};
+
+/// Which model API to talk to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// The Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL).
+    Anthropic,
+    /// An OpenAI-compatible chat-completions API (OPENAI_API_KEY, OPENAI_BASE_URL).
+    Openai,
+    /// Deterministic turns from a script file; runs offline.
+    Scripted,
+}
+
+/// One model selection: the API, the model and what goes with it.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    pub provider: Provider,
+    pub model: String,
+    /// A model to switch to when the main one stays overloaded.
+    pub fallback_model: Option<String>,
+    /// The turn script of the scripted provider.
+    pub script: Option<PathBuf>,
+    /// A YAML or JSON price table that overrides the built-in prices.
+    pub prices: Option<PathBuf>,
+}
+
+/// A model selection for a workflow run: as [`ModelSpec`], but the model may also come
+/// from the workflow file.
+#[derive(Debug, Clone)]
+pub struct WorkflowModelSpec {
+    pub provider: Provider,
+    /// The model of every agent that names none (replaces the workflow's `model:`).
+    pub model: Option<String>,
+    pub fallback_model: Option<String>,
+    pub script: Option<PathBuf>,
+    pub prices: Option<PathBuf>,
+}
+
+impl WorkflowModelSpec {
+    /// The selection with its model, else `fallback`, as the model.
+    pub fn with_default(&self, fallback: impl FnOnce() -> String) -> ModelSpec {
+        ModelSpec {
+            provider: self.provider,
+            model: self.model.clone().unwrap_or_else(fallback),
+            fallback_model: self.fallback_model.clone(),
+            script: self.script.clone(),
+            prices: self.prices.clone(),
+        }
+    }
+}
+
+/// Where a sandbox setting came from, so that messages name what the user wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingSource {
+    /// Command-line flags (`--backend`, `--image`, ...).
+    Flags,
+    /// The workflow's `sandbox:` section.
+    Workflow,
+}
+
+impl SettingSource {
+    /// How the user spelled the backend setting.
+    pub fn backend_key(self) -> &'static str {
+        match self {
+            SettingSource::Flags => "--backend",
+            SettingSource::Workflow => "the workflow's `sandbox.backend`",
+        }
+    }
+
+    /// How the user sets the container image.
+    pub fn image_hint(self) -> &'static str {
+        match self {
+            SettingSource::Flags => "pass --image NAME",
+            SettingSource::Workflow => "set `sandbox.image` in the workflow",
+        }
+    }
+}
+
+/// The sandbox an agent or a command runs in.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub backend: Backend,
+    pub network: Network,
+    /// Extra readable (and executable) paths.
+    pub read: Vec<PathBuf>,
+    /// Extra writable paths.
+    pub write: Vec<PathBuf>,
+    /// The container image (container backend).
+    pub image: Option<String>,
+    pub source: SettingSource,
+}
+
+/// Permission rules and mode of an ad-hoc agent.
+#[derive(Debug, Clone)]
+pub struct PermissionSpec {
+    /// `None`: orch's default mode (see the README's Permissions section).
+    pub mode: Option<orch_agents::permissions::Mode>,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub ask: Vec<String>,
+}
+
+/// `orch exec`: one ad-hoc agent.
+#[derive(Debug)]
+pub struct ExecOptions {
+    pub prompt: String,
+    pub model: ModelSpec,
+    pub agent_id: String,
+    pub max_turns: u32,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub timeout: Option<Duration>,
+    /// Stream events as JSON lines on stdout.
+    pub json: bool,
+    pub tools: Vec<String>,
+    /// The working directory (default: the current one).
+    pub cwd: Option<PathBuf>,
+    pub no_instructions: bool,
+    pub record: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
+    pub transcript: Option<PathBuf>,
+    pub permissions: PermissionSpec,
+    pub sandbox: SandboxSpec,
+}
+
+/// `orch run WORKFLOW`.
+pub struct RunOptions {
+    pub workflow: PathBuf,
+    pub inputs: Vec<(String, serde_json::Value)>,
+    pub models: WorkflowModelSpec,
+    /// Most agents running at once (replaces the workflow's `concurrency:`).
+    pub concurrency: Option<u32>,
+    /// The run directory (default: see [`crate::run::run_dir`]).
+    pub out: Option<PathBuf>,
+    pub json: bool,
+    pub keep_worktrees: bool,
+    pub trust_repo_config: bool,
+    pub config_ref: Option<String>,
+    pub repo: Option<PathBuf>,
+    /// The commit the agents start from.
+    pub base: String,
+    pub run_id: Option<String>,
+    /// `(name, email)` of the commits orch makes.
+    pub author: Option<(String, String)>,
+    pub only: Vec<String>,
+    pub shard: Option<Shard>,
+    pub from: Option<PathBuf>,
+    pub resume: Option<PathBuf>,
+    pub max_fail: Option<u32>,
+    pub junit: Option<PathBuf>,
+    pub record: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
+    /// Where progress goes (the terminal's view, in the binary).
+    pub reporter: Arc<dyn Reporter>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions").field("workflow", &self.workflow).finish_non_exhaustive()
+    }
+}
+
+/// `orch merge DIR...`.
+pub struct MergeOptions {
+    pub dirs: Vec<PathBuf>,
+    pub out: Option<PathBuf>,
+    pub workflow: Option<PathBuf>,
+    pub inputs: Vec<(String, serde_json::Value)>,
+    pub models: WorkflowModelSpec,
+    pub json: bool,
+    pub junit: Option<PathBuf>,
+    pub reporter: Arc<dyn Reporter>,
+}
+
+impl std::fmt::Debug for MergeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MergeOptions").field("dirs", &self.dirs).finish_non_exhaustive()
+    }
+}
+
+/// The hidden tool-host mode: what one agent's host serves.
+#[derive(Debug)]
+pub struct HostOptions {
+    /// The agent's working directory.
+    pub cwd: PathBuf,
+    pub tools: Vec<String>,
+    /// The sandbox policy, as JSON (`orch_sandbox::policy::Policy`).
+    pub policy: String,
+    /// The stdio MCP servers the host starts on request, as JSON (name -> server).
+    pub mcp: Option<String>,
+}

@@ -1,0 +1,181 @@
+//! `orch merge DIR...`: joins the run directories of shards (or of a run and its
+//! resumption) into one report, and runs synthesis once over all the agents.
+//!
+//! Agents are taken in the order of the directories given, each id once: a later copy
+//! replaces an earlier one only if it succeeded and the earlier did not. Their
+//! transcripts and patches are copied into the merged directory. Overlaps, totals,
+//! the status and the exit code are computed again over the whole; fetched branches and
+//! merges are listed as each shard reported them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crate::error::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use super::report::{self, AgentReport, AgentStatus};
+use super::{conclude, events, exit_code, github, publish, schedule, synthesis};
+use crate::exit::{Code, UsageError};
+use crate::options::MergeOptions;
+use crate::{clock, provider, signals, workflow};
+
+/// `orch merge`.
+pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
+    let started_at = SystemTime::now();
+    let clock_start = Instant::now();
+    let mut reports = Vec::new();
+    for dir in &args.dirs {
+        let r = report::read(dir)?;
+        reports.push((dir.clone(), r));
+    }
+    let Some((_, first)) = reports.first() else {
+        return Err(UsageError("give at least one run directory to merge".into()).into());
+    };
+    let plan = match &args.workflow {
+        Some(path) => {
+            let workflow = match workflow::load(path) {
+                Ok(w) => w,
+                Err(code) => return Ok(code),
+            };
+            match workflow::plan(&workflow, &args.inputs) {
+                Ok(p) => Some(p),
+                Err(code) => return Ok(code),
+            }
+        }
+        None => None,
+    };
+    let run_id = format!("merge-{}", clock::run_id());
+    let out = super::run_dir(args.out.as_deref(), &run_id)?;
+
+    // Each id once, in the order given.
+    let mut agents: Vec<AgentReport> = Vec::new();
+    let mut sources: Vec<PathBuf> = Vec::new();
+    for (dir, r) in &reports {
+        for a in &r.agents {
+            match agents.iter().position(|b| b.id == a.id) {
+                Some(i) if agents[i].status != AgentStatus::Succeeded && a.status == AgentStatus::Succeeded => {
+                    agents[i] = a.clone();
+                    sources[i] = dir.clone();
+                }
+                Some(_) => {}
+                None => {
+                    agents.push(a.clone());
+                    sources.push(dir.clone());
+                }
+            }
+        }
+    }
+    if let Some(plan) = &plan {
+        let order: Vec<&str> = plan.nodes().map(|n| n.id()).collect();
+        let rank = |a: &AgentReport| {
+            order.iter().position(|o| *o == a.id).or_else(|| order.iter().position(|o| *o == a.agent))
+        };
+        let mut paired: Vec<(AgentReport, PathBuf)> = agents.into_iter().zip(sources).collect();
+        paired.sort_by_key(|(a, _)| rank(a).unwrap_or(usize::MAX));
+        (agents, sources) = paired.into_iter().unzip();
+    }
+    for (a, dir) in agents.iter_mut().zip(&sources) {
+        for rel in [&mut a.transcript, &mut a.patch].into_iter().flatten() {
+            copy_into(dir, &out, rel)?;
+        }
+    }
+
+    let mut merged = first.clone();
+    merged.run_id = run_id.clone();
+    merged.run_dir = out.clone();
+    merged.started_at = clock::rfc3339(started_at);
+    merged.setup = None;
+    merged.synthesis = None;
+    merged.stopped = None;
+    merged.integration.fetched = reports.iter().flat_map(|(_, r)| r.integration.fetched.clone()).collect();
+    merged.integration.merge = None;
+    merged.integration.error =
+        reports.iter().filter_map(|(_, r)| r.integration.error.clone()).reduce(|a, b| a + "; " + &b);
+    merged.timings = report::RunTimings {
+        agents_ms: reports.iter().map(|(_, r)| r.timings.agents_ms).max().unwrap_or(0),
+        ..Default::default()
+    };
+    let changed: Vec<(String, Vec<PathBuf>)> = agents
+        .iter()
+        .filter(|a| a.commit.is_some())
+        .map(|a| (a.id.clone(), a.changed_files.iter().map(|f| f.path.clone()).collect()))
+        .collect();
+    merged.overlaps =
+        crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+
+    // Synthesis once, over everything.
+    let custom = plan.as_ref().and_then(|p| p.synthesis.prompt.clone());
+    let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
+    let mut interrupted = None;
+    if ran > 0 && (agents.len() >= 2 || custom.is_some()) {
+        let model_args = args.models.with_default(|| {
+            plan.as_ref()
+                .and_then(|p| p.synthesis.model.clone().or_else(|| p.model.clone()))
+                .unwrap_or_else(|| super::DEFAULT_MODEL.into())
+        });
+        let provider = provider::build(&model_args)?;
+        let cancel = CancellationToken::new();
+        let interrupts = signals::watch(cancel.clone())?;
+        let task =
+            merged.workflow.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", merged.workflow.name));
+        let env = schedule::SynthesisEnv {
+            provider: provider.as_ref(),
+            prices: provider::prices(&model_args)?,
+            fallback_model: model_args.fallback_model.clone(),
+            run_dir: &out,
+            meter: Arc::new(events::Meter::new(orch_workflows::Limits::default())),
+            stop: Arc::new(super::Stop::default()),
+            run_cancel: cancel,
+            reporter: args.reporter.clone(),
+            json: args.json,
+        };
+        let at = Instant::now();
+        let prompt = synthesis::prompt(&task, &agents, custom.as_deref());
+        merged.synthesis = Some(schedule::synthesis(&env, prompt, model_args.model.clone()).await);
+        merged.timings.synthesis_ms = at.elapsed().as_millis() as u64;
+        env.reporter.finish();
+        interrupted = interrupts.code();
+    }
+    merged.agents = agents;
+    let code = exit_code(&merged, false, interrupted);
+    conclude(&mut merged, code, clock_start);
+    publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;
+    eprintln!(
+        "orch: merged {} run directories, {} agents: {}; report: {}",
+        reports.len(),
+        merged.agents.len(),
+        super::status_word(merged.status),
+        out.join("report.md").display()
+    );
+    if args.json {
+        events::print_json_line(&serde_json::json!({ "type": "run_finished", "report": merged }));
+    } else if let Some(s) = &merged.synthesis {
+        println!("{}", s.text.trim_end());
+    }
+    Ok(code)
+}
+
+/// Copies `src_dir/rel` to `out/rel`.
+fn copy_into(src_dir: &Path, out: &Path, rel: &Path) -> crate::error::Result<()> {
+    if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(crate::error::Error::Message(format!(
+            "a report names the file {} outside its run directory; refusing to copy it",
+            rel.display()
+        )));
+    }
+    let (from, to) = (src_dir.join(rel), out.join(rel));
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    match std::fs::copy(&from, &to) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(file = %from.display(), "a file the report names is missing; not copied");
+            Ok(())
+        }
+        Err(e) => {
+            Err(crate::error::Error::Failed { what: format!("cannot copy {}", from.display()), cause: Box::new(e) })
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! `orch run WORKFLOW`: the coordinator. It loads and plans the workflow, makes the run
+//! clone, runs `setup:`, dispatches agents (see [`schedule`]), synthesizes their
+//! reports, integrates their branches, and writes the run directory:
+//!
+//! ```text
+//! <run_dir>/report.json            versioned (see report.rs and README "Run reports")
+//! <run_dir>/report.md
+//! <run_dir>/transcripts/<agent>.jsonl   written as the agents go
+//! <run_dir>/patches/<agent>.patch
+//! <run_dir>/tool-results/<agent>/       results too large to send inline
+//! <run_dir>/synthesis-prompt.md
+//! <run_dir>/setup.log, cache/           when the workflow has `setup:`
+//! <run_dir>/repo.git, worktrees/        the run clone; removed at the end unless kept
+//! ```
+//!
+//! The run's limits are enforced by a shared meter (cost, tokens, turns: see
+//! [`events::Meter`]) and a timer; crossing one stops the run, and the agents still
+//! running keep their partial work. Interrupts cancel the run token: agents return
+//! promptly, a partial report is written at once, then everything is torn down and the
+//! final report replaces it.
+
+mod agent;
+mod agent_defs;
+mod events;
+mod github;
+mod junit;
+mod merge;
+mod output;
+pub mod report;
+mod reporter;
+mod schedule;
+mod select;
+mod setup;
+mod synthesis;
+
+pub(crate) use events::Transcript;
+pub use merge::run as merge;
+pub use reporter::Reporter;
+pub use select::{Shard, shard_of};
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use crate::error::Context as _;
+use orch_agents::{ModelProvider, PriceTable};
+use orch_workflows::{Integrate, Plan, PlanNode};
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::{Code, UsageError};
+use crate::git::{Author, GitError, RunClone};
+use crate::options::RunOptions;
+use crate::{clock, provider, signals, workflow};
+use report::{AgentReport, AgentStatus, IntegrationReport, RunReport, RunStatus, Totals, WorkflowInfo};
+
+/// The model used when neither the command line, the workflow nor the agent names one.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// Concurrency when neither the command line nor the workflow sets it.
+pub const DEFAULT_CONCURRENCY: u32 = 4;
+
+/// Why a run stopped before all its agents ran.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// A run limit (cost, tokens, turns, time) was reached.
+    RunLimit(String),
+    /// `fail_fast` and this agent failed.
+    FailFast(String),
+    /// SIGINT or SIGTERM.
+    Interrupted(&'static str),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RunLimit(why) => f.write_str(why),
+            Self::FailFast(agent) => write!(f, "the run stopped because `{agent}` failed (fail_fast)"),
+            Self::Interrupted(signal) => write!(f, "interrupted by {signal}"),
+        }
+    }
+}
+
+/// The first reason the run stopped, set once.
+#[derive(Debug, Default)]
+pub struct Stop(Mutex<Option<StopReason>>);
+
+impl Stop {
+    /// Records `reason` unless another came first.
+    pub fn set(&self, reason: StopReason) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason);
+        }
+    }
+
+    pub fn get(&self) -> Option<StopReason> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// What every agent task of a run shares.
+pub struct Shared {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub workflow_name: String,
+    pub clone: RunClone,
+    pub provider: Arc<dyn ModelProvider>,
+    pub prices: Arc<PriceTable>,
+    pub default_model: String,
+    pub fallback_model: Option<String>,
+    pub author: Author,
+    pub meter: Arc<events::Meter>,
+    pub stop: Arc<Stop>,
+    pub run_cancel: CancellationToken,
+    pub json: bool,
+    pub keep_worktrees: bool,
+    /// `<run_dir>/cache` when setup ran: readable by every agent.
+    pub cache_dir: Option<PathBuf>,
+    pub cache_env: Vec<(String, String)>,
+    pub reporter: Arc<dyn Reporter>,
+    /// The run's sub-agent limits and agent definitions, shared by every `Agent` tool.
+    pub subagents: Arc<orch_agents::subagent::SubagentRun>,
+    /// `uses:` of each workflow agent (by key), resolved against the definitions.
+    pub uses: std::collections::HashMap<String, orch_workflows::subagents::Uses>,
+    /// Hooks and MCP servers, from the trusted repository configuration and the workflow.
+    pub extensions: Arc<crate::hooks_config::Extensions>,
+}
+
+/// `orch run`.
+pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
+    let started_at = SystemTime::now();
+    let clock_start = Instant::now();
+    let github = github::Actions::detect();
+    if let Some(g) = &github {
+        g.mask_secrets();
+    }
+    let workflow = match workflow::load(&args.workflow) {
+        Ok(w) => w,
+        Err(code) => return Ok(code),
+    };
+    let plan = match workflow::plan(&workflow, &args.inputs) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    preflight(&plan)?;
+    let selection =
+        select::Selection::new(&plan, &args.only, args.shard, args.from.as_deref(), args.resume.as_deref())?;
+    let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
+    let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
+    let prices = provider::prices(&model_args)?;
+    let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
+    crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
+    let repo = match &args.repo {
+        Some(r) => r.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    // Absolute in the report; a missing path is reported by the run clone below.
+    let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
+    let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
+    let extensions = Arc::new(extensions);
+    let run_dir = run_dir(args.out.as_deref(), &run_id)?;
+    let at = Instant::now();
+    let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
+        GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
+            crate::error::Error::from(UsageError(e.to_string()))
+        }
+        other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
+    })?;
+    let clone_ms = ms(at);
+    // The trust rule: in a pull-request run, the base ref's definitions.
+    let agent_files = match repo_config.commit() {
+        Some((user_repo, commit)) => agent_defs::load(user_repo, commit),
+        None => agent_defs::load(clone.git_dir(), clone.base()),
+    };
+    let uses = resolve_uses(&workflow, &agent_files)?;
+    let limits = orch_agents::subagent::SubagentLimits {
+        max_depth: workflow.subagents.max_depth,
+        max_concurrent: workflow.subagents.max_concurrent,
+        max_total: workflow.subagents.max_total,
+    };
+    let definitions = agent_files.agents.iter().map(agent_defs::definition).collect();
+    let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
+    let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
+    eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
+
+    let run_cancel = CancellationToken::new();
+    let interrupts = signals::watch(run_cancel.clone())?;
+    let stop = Arc::new(Stop::default());
+    if let Some(limit) = plan.limits.timeout {
+        let (stop, cancel) = (stop.clone(), run_cancel.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(limit.as_std()).await;
+            stop.set(StopReason::RunLimit(format!("the run's time limit of {limit} was reached")));
+            cancel.cancel();
+        });
+    }
+    let mut shared = Shared {
+        run_id: run_id.clone(),
+        run_dir: run_dir.clone(),
+        workflow_name: plan.name.clone(),
+        clone: clone.clone(),
+        provider,
+        prices,
+        default_model: model_args.model.clone(),
+        fallback_model: model_args.fallback_model.clone(),
+        author: args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch),
+        meter: Arc::new(events::Meter::new(plan.limits)),
+        stop: stop.clone(),
+        run_cancel: run_cancel.clone(),
+        json: args.json,
+        keep_worktrees: args.keep_worktrees,
+        cache_dir: None,
+        cache_env: Vec::new(),
+        reporter: args.reporter.clone(),
+        subagents,
+        uses,
+        extensions,
+    };
+    let mut report = RunReport {
+        schema_version: report::REPORT_VERSION,
+        run_id: run_id.clone(),
+        workflow: WorkflowInfo {
+            name: plan.name.clone(),
+            file: args.workflow.display().to_string(),
+            description: plan.description.clone(),
+        },
+        status: RunStatus::Failed,
+        exit_code: Code::Failed as u8,
+        stopped: None,
+        started_at: clock::rfc3339(started_at),
+        finished_at: String::new(),
+        duration_ms: 0,
+        run_dir: run_dir.clone(),
+        repo: repo.clone(),
+        base: clone.base().to_string(),
+        setup: None,
+        agents: Vec::new(),
+        synthesis: None,
+        overlaps: Vec::new(),
+        integration: IntegrationReport { mode: integrate_name(plan.integrate).into(), ..Default::default() },
+        totals: Totals::default(),
+        timings: report::RunTimings { clone_ms, ..Default::default() },
+    };
+
+    let mut setup_failed = None;
+    let at = Instant::now();
+    if !plan.setup.is_empty() {
+        let backend = plan.agents().next().map(|a| a.sandbox.backend).unwrap_or_default();
+        let (setup, failed) = setup::run(&clone, &run_dir, &run_id, &plan.setup, backend, &run_cancel).await?;
+        shared.cache_dir = Some(setup.cache.clone());
+        shared.cache_env = setup::cache_env(&setup.cache);
+        report.setup = Some(setup);
+        setup_failed = failed;
+    }
+    report.timings.setup_ms = ms(at);
+    let shared = Arc::new(shared);
+    if let Some(why) = &setup_failed {
+        eprintln!("orch: {why}");
+        let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
+        report.stopped = Some(why.into());
+        report.agents =
+            plan.nodes().map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, why.into())).collect();
+    } else {
+        let partial = PartialReport { report: report.clone(), written: false, github: github.clone() };
+        let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
+        let at = Instant::now();
+        let dispatch = schedule::Dispatch {
+            concurrency: concurrency as usize,
+            max_fail: args.max_fail.map(|n| n as usize),
+            selection,
+        };
+        report.agents = schedule::run(shared.clone(), &plan, dispatch, partial).await;
+        report.timings.agents_ms = ms(at);
+        if let Some(code) = interrupts.code() {
+            stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
+        }
+        // A share of the workflow (`--shard`, `--only`) leaves synthesis to `orch merge`.
+        let whole = args.shard.is_none() && args.only.is_empty();
+        if stop.get().is_none() && whole {
+            let at = Instant::now();
+            report.synthesis = synthesize(&shared, &plan, &report.agents).await;
+            report.timings.synthesis_ms = ms(at);
+        }
+    }
+    let at = Instant::now();
+    integrate(&shared, &plan, &mut report).await;
+    report.timings.integrate_ms = ms(at);
+    match clone.remove().await {
+        Ok(crate::git::Removal::Removed) => {}
+        Ok(crate::git::Removal::Kept { worktrees }) => {
+            tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
+        }
+        Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+    }
+
+    // Emptied as each sandbox was torn down.
+    let _ = std::fs::remove_dir(run_dir.join("sandbox"));
+    shared.reporter.finish();
+    let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
+    conclude(&mut report, code, clock_start);
+    publish(&report, args.junit.as_deref(), github.as_ref())?;
+    finish_output(&args, &report)?;
+    Ok(code)
+}
+
+/// Fills in how the run ended: exit code, status, totals, end time.
+pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
+    report.exit_code = code as u8;
+    report.status = match code {
+        Code::Success => RunStatus::Succeeded,
+        Code::Partial => RunStatus::Partial,
+        Code::Interrupted | Code::Terminated => RunStatus::Interrupted,
+        _ => RunStatus::Failed,
+    };
+    report.totals = Totals::of(&report.agents, report.synthesis.as_ref());
+    report.finished_at = clock::rfc3339(SystemTime::now());
+    report.duration_ms = ms(started);
+}
+
+/// Writes the report into its run directory, the JUnit file, and the GitHub step
+/// summary, outputs and annotations.
+pub(crate) fn publish(
+    report: &RunReport,
+    junit: Option<&Path>,
+    github: Option<&github::Actions>,
+) -> crate::error::Result<()> {
+    let dir = &report.run_dir;
+    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    if let Some(path) = junit {
+        std::fs::write(path, junit::render(report))
+            .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
+    }
+    if let Some(g) = github {
+        if let Err(e) = g.write_summary(report).and_then(|()| g.write_outputs(report)) {
+            tracing::warn!("cannot write the GitHub step summary or outputs: {e}");
+        }
+        g.annotate(report);
+    }
+    Ok(())
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
+}
+
+/// The `uses:` of every workflow agent, resolved against the repository's agent
+/// definitions; naming one that does not exist is a usage error.
+fn resolve_uses(
+    workflow: &orch_workflows::Workflow,
+    files: &orch_workflows::subagents::AgentFiles,
+) -> crate::error::Result<std::collections::HashMap<String, orch_workflows::subagents::Uses>> {
+    let mut out = std::collections::HashMap::new();
+    for agent in &workflow.agents {
+        let Some(name) = &agent.uses else { continue };
+        let Some(file) = files.get(name) else {
+            let known: Vec<&str> = files.agents.iter().map(|a| a.name.as_str()).collect();
+            let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            return Err(UsageError(format!(
+                "agent `{}` says `uses: {name}`, but no agent definition has that name at the base commit \
+                 (read from {}; found: {known}); add the file, commit it, or fix the name",
+                agent.id,
+                orch_workflows::subagents::AGENT_DIRS.join(" and ")
+            ))
+            .into());
+        };
+        out.insert(agent.id.clone(), orch_workflows::subagents::Uses::resolve(agent, file));
+    }
+    Ok(out)
+}
+
+/// Refuses what this version cannot run, before anything starts.
+fn preflight(plan: &Plan) -> crate::error::Result<()> {
+    let specs = plan.nodes().map(|n| match n {
+        PlanNode::Agent(spec) => spec,
+        PlanNode::DynamicFanOut(d) => &d.template,
+    });
+    for spec in specs {
+        if spec.sandbox.backend == orch_workflows::Backend::Container && spec.sandbox.image.is_none() {
+            return Err(UsageError(format!(
+                "agent `{}` uses the container backend without an image; set `sandbox.image`",
+                spec.agent
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Reads the hooks and MCP servers (repository files from the base ref in a
+/// pull-request run, see [`crate::repo_config`]) and checks that every `mcp__` tool an
+/// agent lists names a declared server.
+fn load_extensions(
+    args: &RunOptions,
+    workflow: &orch_workflows::Workflow,
+    plan: &Plan,
+    repo: &Path,
+) -> crate::error::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
+    let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
+    if config.is_base_ref() {
+        eprintln!("orch: pull-request run: hooks, MCP servers and agent files come from {}", config.describe());
+    }
+    let extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
+        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let specs = plan.nodes().map(|n| match n {
+        PlanNode::Agent(spec) => spec,
+        PlanNode::DynamicFanOut(d) => &d.template,
+    });
+    for spec in specs {
+        for tool in &spec.tools {
+            if let Some((server, _)) = orch_agents::mcp::split_name(tool)
+                && !extensions.mcp_servers.contains_key(server)
+            {
+                let known: Vec<&str> = extensions.mcp_servers.keys().map(String::as_str).collect();
+                return Err(UsageError(format!(
+                    "agent `{}` lists `{tool}`, but no MCP server `{server}` is declared (declared: {}); add it to \
+                     `mcp_servers:` or `.mcp.json`",
+                    spec.agent,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+                .into());
+            }
+        }
+    }
+    Ok((extensions, config))
+}
+
+/// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
+/// or `~/.local/state/orch/runs`. It must not exist yet, or be empty.
+pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<PathBuf> {
+    let dir = match out {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+            let base = env("ORCH_RUNS_DIR")
+                .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("orch/runs")))
+                .or_else(|| env("HOME").map(|h| h.join(".local/state/orch/runs")))
+                .ok_or_else(|| UsageError("cannot choose a run directory: pass --out DIR".into()))?;
+            base.join(run_id)
+        }
+    };
+    if let Ok(mut entries) = std::fs::read_dir(&dir)
+        && entries.next().is_some()
+    {
+        return Err(UsageError(format!(
+            "the run directory {} is not empty; pass another --out or remove it",
+            dir.display()
+        ))
+        .into());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the run directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The report written as soon as an interrupt comes, before teardown.
+pub struct PartialReport {
+    report: RunReport,
+    written: bool,
+    github: Option<github::Actions>,
+}
+
+impl PartialReport {
+    /// Writes the report with the agents known so far (finished, and running ones as
+    /// cancelled), once.
+    pub fn write_once(&mut self, run_dir: &Path, agents: Vec<AgentReport>, stop: Option<StopReason>) {
+        if std::mem::replace(&mut self.written, true) {
+            return;
+        }
+        let mut r = self.report.clone();
+        r.totals = Totals::of(&agents, None);
+        r.agents = agents;
+        r.status = RunStatus::Interrupted;
+        r.exit_code = Code::Interrupted as u8;
+        r.stopped = stop.map(|s| format!("{s} (this report was written before teardown; the final one replaces it)"));
+        r.finished_at = clock::rfc3339(SystemTime::now());
+        if let Err(e) = report::write(run_dir, &r) {
+            tracing::warn!("cannot write the partial report: {e}");
+        }
+        if let Some(g) = &self.github
+            && let Err(e) = g.write_summary(&r)
+        {
+            tracing::warn!("cannot write the partial GitHub step summary: {e}");
+        }
+    }
+}
+
+/// Runs synthesis when there is something to combine: two or more agents that ran, or
+/// a custom `synthesis.prompt`. With a single agent, its answer is the run's answer.
+async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Option<report::SynthesisReport> {
+    let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
+    if ran == 0 || (agents.len() < 2 && plan.synthesis.prompt.is_none()) {
+        return None;
+    }
+    let task = plan.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", plan.name));
+    let prompt = synthesis::prompt(&task, agents, plan.synthesis.prompt.as_deref());
+    let model = plan.synthesis.model.clone().unwrap_or_else(|| shared.default_model.clone());
+    Some(schedule::synthesis(&schedule::SynthesisEnv::of(shared), prompt, model).await)
+}
+
+/// Overlaps, then `integrate:`: fetch branches into the user's repository, and merge
+/// them into the integration branch.
+async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport) {
+    let changed: Vec<(String, Vec<PathBuf>)> = report
+        .agents
+        .iter()
+        .filter(|a| a.commit.is_some())
+        .map(|a| (a.id.clone(), a.changed_files.iter().map(|f| f.path.clone()).collect()))
+        .collect();
+    report.overlaps =
+        crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+    let committed: Vec<&AgentReport> = report.agents.iter().filter(|a| a.commit.is_some()).collect();
+    let mut branches: Vec<String> = committed.iter().filter_map(|a| a.branch.clone()).collect();
+    if plan.integrate == Integrate::None || committed.is_empty() {
+        return;
+    }
+    if plan.integrate == Integrate::Merge {
+        // Failed and cancelled agents' work is fetched, but not merged.
+        let mergeable: Vec<&&AgentReport> =
+            committed.iter().filter(|a| matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial)).collect();
+        let into = shared.clone.integration_branch();
+        let list: Vec<String> = mergeable.iter().filter_map(|a| a.branch.clone()).collect();
+        match shared.clone.merge_branches(&list, &into, &shared.author).await {
+            Ok(outcomes) => {
+                let merges = mergeable
+                    .iter()
+                    .zip(outcomes)
+                    .map(|(a, o)| report::MergeEntry {
+                        agent: a.id.clone(),
+                        branch: o.branch,
+                        merged: o.merged,
+                        conflicts: o.conflicts,
+                    })
+                    .collect();
+                report.integration.merge = Some(report::MergeReport { branch: into.clone(), merges });
+                branches.push(into);
+            }
+            Err(e) => report.integration.error = Some(format!("cannot merge the agents' branches: {e}")),
+        }
+    }
+    match shared.clone.fetch_into_user(&branches).await {
+        Ok(fetched) => {
+            report.integration.fetched =
+                fetched.into_iter().map(|f| report::FetchedBranch { branch: f.branch, commit: f.commit }).collect();
+        }
+        Err(e) => {
+            let before = report.integration.error.take().map(|e| format!("{e}; ")).unwrap_or_default();
+            report.integration.error = Some(format!("{before}cannot fetch the branches into the repository: {e}"));
+        }
+    }
+}
+
+fn integrate_name(i: Integrate) -> &'static str {
+    match i {
+        Integrate::None => "none",
+        Integrate::Branches => "branches",
+        Integrate::Merge => "merge",
+    }
+}
+
+/// The exit code of a finished run (DESIGN.md, "CLI").
+pub(crate) fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
+    if let Some(code) = interrupted {
+        return code;
+    }
+    let counted = || report.agents.iter().filter(|a| !a.continue_on_failure);
+    let synthesis_failed = report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Failed);
+    if counted().any(|a| a.status == AgentStatus::Failed && a.infrastructure) || report.integration.error.is_some() {
+        return Code::Infrastructure;
+    }
+    if setup_failed || synthesis_failed || counted().any(|a| a.status == AgentStatus::Failed) {
+        return Code::Failed;
+    }
+    if counted().any(|a| matches!(a.status, AgentStatus::Cancelled)) {
+        return Code::Failed;
+    }
+    if counted().any(|a| matches!(a.status, AgentStatus::Partial | AgentStatus::Skipped))
+        || report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Partial)
+    {
+        return Code::Partial;
+    }
+    Code::Success
+}
+
+/// The run's status in a few words.
+pub(crate) fn status_word(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Partial => "finished with partial agents",
+        RunStatus::Failed => "failed",
+        RunStatus::Interrupted => "was interrupted",
+    }
+}
+
+/// stdout: the run's answer (synthesis, or the only agent's), or with `--json` a last
+/// line with the report. A summary line goes to stderr.
+fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<()> {
+    let t = &report.totals;
+    eprintln!(
+        "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
+         report: {}",
+        report.run_id,
+        status_word(report.status),
+        t.succeeded,
+        t.partial,
+        t.failed,
+        t.cancelled,
+        t.skipped,
+        t.turns,
+        t.cost_usd,
+        report.run_dir.join("report.md").display()
+    );
+    if args.json {
+        events::print_json_line(&serde_json::json!({ "type": "run_finished", "report": report }));
+        return Ok(());
+    }
+    let answer = match (&report.synthesis, report.agents.as_slice()) {
+        (Some(s), _) => s.text.clone(),
+        (None, [only]) => only.text.clone(),
+        _ => String::new(),
+    };
+    if !answer.trim().is_empty() {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", answer.trim_end())?;
+        out.flush()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,506 @@
+//! The run report: `report.json` (a versioned, documented shape) and `report.md`, both
+//! written into the run directory. The shape is described in README.md ("Run
+//! reports"); `REPORT_VERSION` changes whenever a field is removed or changes meaning
+//! (adding a field does not change it).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use orch_agents::{Terminal, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The version of the `report.json` shape.
+pub const REPORT_VERSION: u32 = 1;
+
+/// Everything a run did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub workflow: WorkflowInfo,
+    /// `succeeded`, `failed`, `partial` or `interrupted`.
+    pub status: RunStatus,
+    /// The process's exit code.
+    pub exit_code: u8,
+    /// Why the run stopped early (a run limit, fail-fast, a signal), if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_ms: u64,
+    pub run_dir: PathBuf,
+    /// The user's repository.
+    pub repo: PathBuf,
+    /// The commit the agents started from.
+    pub base: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupReport>,
+    /// In the order they were planned (file order; fan-out instances in item order).
+    pub agents: Vec<AgentReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub synthesis: Option<SynthesisReport>,
+    /// Files changed by more than one agent: likely conflicts.
+    pub overlaps: Vec<Overlap>,
+    pub integration: IntegrationReport,
+    pub totals: Totals,
+    /// Where the time went.
+    pub timings: RunTimings,
+}
+
+/// Wall-clock phases of the run, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunTimings {
+    /// Making the run clone.
+    pub clone_ms: u64,
+    pub setup_ms: u64,
+    /// From the first agent's start to the last agent's end.
+    pub agents_ms: u64,
+    pub synthesis_ms: u64,
+    /// Overlaps, merges and fetches into the repository.
+    pub integrate_ms: u64,
+}
+
+/// Wall-clock phases of one agent, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentTimings {
+    /// Creating its worktree.
+    pub worktree_ms: u64,
+    /// Preparing its sandbox and starting its tool host.
+    pub host_ms: u64,
+    /// Its query loop (all attempts).
+    pub loop_ms: u64,
+    /// Stopping the tool host, tearing the sandbox down, committing, the patch and
+    /// removing the worktree.
+    pub finish_ms: u64,
+}
+
+/// Which workflow ran.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowInfo {
+    pub name: String,
+    pub file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// How the run as a whole ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Succeeded,
+    Failed,
+    Partial,
+    Interrupted,
+}
+
+/// How one agent ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// Completed, and its output (if it has a schema) is valid.
+    Succeeded,
+    /// Stopped at a limit (its own or the run's); its work so far is committed.
+    Partial,
+    /// Failed: a model error, an invalid output, or the sandbox or git failed.
+    Failed,
+    /// Stopped by an interrupt or by fail-fast; its work so far is committed.
+    Cancelled,
+    /// Never started: a need failed, or the run stopped first.
+    Skipped,
+}
+
+impl From<orch_agents::event::Status> for AgentStatus {
+    fn from(status: orch_agents::event::Status) -> Self {
+        use orch_agents::event::Status;
+        match status {
+            Status::Succeeded => Self::Succeeded,
+            Status::Partial => Self::Partial,
+            Status::Failed => Self::Failed,
+            Status::Cancelled => Self::Cancelled,
+        }
+    }
+}
+
+impl AgentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Partial => "partial",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+/// One agent's result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentReport {
+    /// Unique in the run: the key, or `<key>/<slug>` for a fan-out instance.
+    pub id: String,
+    /// The key under `agents:`.
+    pub agent: String,
+    /// The fan-out item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<Value>,
+    pub status: AgentStatus,
+    /// Why it is not `succeeded`, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How its query loop ended (absent when it never ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<Terminal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    pub duration_ms: u64,
+    /// The final answer.
+    pub text: String,
+    /// The structured output, when the agent has `output.schema` and it was valid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why the last answer did not match `output.schema`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<String>,
+    /// The branch with its committed work (in the run clone, and in the user's
+    /// repository when `integrate` fetched it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The commit of its work; absent when it changed nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    pub changed_files: Vec<ChangedFile>,
+    /// The patch against the base, relative to the run directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<PathBuf>,
+    /// Its events, relative to the run directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<PathBuf>,
+    /// Its worktree, when kept (`--keep-worktrees`, or it failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<PathBuf>,
+    /// Whether the failure came from the infrastructure (sandbox, git, model auth).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub infrastructure: bool,
+    /// Whether its failure is tolerated (`continue_on_failure`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_on_failure: bool,
+    pub timings: AgentTimings,
+    /// The agent definition it ran (`uses:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<String>,
+    /// Its nested sub-agents (the whole tree, in the order they finished). Their usage
+    /// and cost are already part of this agent's `usage` and `cost_usd`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<orch_agents::subagent::SubagentRecord>,
+}
+
+impl AgentReport {
+    /// A report for an agent that did not run (or failed before its loop).
+    pub fn empty(id: &str, agent: &str, item: Option<Value>, status: AgentStatus, reason: String) -> Self {
+        Self {
+            id: id.to_string(),
+            agent: agent.to_string(),
+            item,
+            status,
+            reason: Some(reason),
+            terminal: None,
+            model: None,
+            turns: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            duration_ms: 0,
+            text: String::new(),
+            output: None,
+            output_error: None,
+            branch: None,
+            commit: None,
+            changed_files: Vec::new(),
+            patch: None,
+            transcript: None,
+            worktree: None,
+            infrastructure: false,
+            continue_on_failure: false,
+            timings: AgentTimings::default(),
+            uses: None,
+            subagents: Vec::new(),
+        }
+    }
+
+    /// Whether this agent's result lets agents that need it run.
+    pub fn satisfies_needs(&self) -> bool {
+        self.status == AgentStatus::Succeeded || self.continue_on_failure
+    }
+}
+
+/// A file an agent changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    pub path: PathBuf,
+    /// `added`, `modified`, `deleted` or `type_changed`.
+    pub kind: String,
+}
+
+/// The `setup:` commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetupReport {
+    pub commands: Vec<SetupCommand>,
+    /// Their combined output, relative to the run directory.
+    pub log: PathBuf,
+    /// The cache directory they could fill, readable by every agent.
+    pub cache: PathBuf,
+}
+
+/// One `setup:` command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetupCommand {
+    pub command: String,
+    /// Its exit status (absent when it could not start or was killed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+}
+
+/// The synthesis step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SynthesisReport {
+    /// `succeeded`, `partial`, `failed` or `skipped`.
+    pub status: AgentStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<Terminal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// The unified answer.
+    pub text: String,
+    /// The prompt it was given, relative to the run directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<PathBuf>,
+}
+
+/// A file changed by more than one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlap {
+    pub path: PathBuf,
+    /// The agents that changed it, in agent order.
+    pub agents: Vec<String>,
+}
+
+/// What `integrate` did with the agents' branches.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IntegrationReport {
+    /// `none`, `branches` or `merge`.
+    pub mode: String,
+    /// Branches fetched into the user's repository.
+    pub fetched: Vec<FetchedBranch>,
+    /// `integrate: merge`: the integration branch and each agent's merge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeReport>,
+    /// Why integration did not (fully) happen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A branch now in the user's repository.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FetchedBranch {
+    pub branch: String,
+    pub commit: String,
+}
+
+/// The merges into the integration branch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergeReport {
+    pub branch: String,
+    pub merges: Vec<MergeEntry>,
+}
+
+/// One agent branch merged (or not) into the integration branch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergeEntry {
+    pub agent: String,
+    pub branch: String,
+    pub merged: bool,
+    /// Paths in conflict; then the branch was skipped.
+    pub conflicts: Vec<PathBuf>,
+}
+
+/// Sums over the agents and synthesis.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Totals {
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// Agents by status.
+    pub succeeded: usize,
+    pub partial: usize,
+    pub failed: usize,
+    pub cancelled: usize,
+    pub skipped: usize,
+}
+
+impl Totals {
+    pub fn of(agents: &[AgentReport], synthesis: Option<&SynthesisReport>) -> Totals {
+        let mut t = Totals::default();
+        for a in agents {
+            t.turns += a.turns;
+            t.usage += a.usage;
+            t.cost_usd += a.cost_usd;
+            match a.status {
+                AgentStatus::Succeeded => t.succeeded += 1,
+                AgentStatus::Partial => t.partial += 1,
+                AgentStatus::Failed => t.failed += 1,
+                AgentStatus::Cancelled => t.cancelled += 1,
+                AgentStatus::Skipped => t.skipped += 1,
+            }
+        }
+        if let Some(s) = synthesis {
+            t.turns += s.turns;
+            t.usage += s.usage;
+            t.cost_usd += s.cost_usd;
+        }
+        t
+    }
+}
+
+/// Reads the `report.json` of the run directory `dir`; a missing, unreadable or
+/// other-version report is the caller's mistake.
+pub fn read(dir: &Path) -> Result<RunReport, crate::exit::UsageError> {
+    use crate::exit::UsageError;
+    let path = dir.join("report.json");
+    let text = std::fs::read(&path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}; give the directory of an orch run", path.display())))?;
+    let report: RunReport = serde_json::from_slice(&text)
+        .map_err(|e| UsageError(format!("{} is not an orch report: {e}", path.display())))?;
+    if report.schema_version != REPORT_VERSION {
+        return Err(UsageError(format!(
+            "{} has report schema version {}, this orch reads version {REPORT_VERSION}",
+            path.display(),
+            report.schema_version
+        )));
+    }
+    Ok(report)
+}
+
+/// Writes `report.json` and `report.md` into `dir` (each through a temporary file and
+/// a rename, so a reader never sees half a report).
+pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    write_atomic(&dir.join("report.json"), &json)?;
+    write_atomic(&dir.join("report.md"), markdown(report).as_bytes())
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// `report.md`: the summary a person reads first.
+pub fn markdown(r: &RunReport) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# orch run `{}`: {}\n", r.run_id, r.workflow.name);
+    let _ = writeln!(
+        md,
+        "**{}** in {:.1}s · {} agents: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped · {} turns · ${:.4}\n",
+        status_word(r.status),
+        r.duration_ms as f64 / 1000.0,
+        r.agents.len(),
+        r.totals.succeeded,
+        r.totals.partial,
+        r.totals.failed,
+        r.totals.cancelled,
+        r.totals.skipped,
+        r.totals.turns,
+        r.totals.cost_usd,
+    );
+    if let Some(why) = &r.stopped {
+        let _ = writeln!(md, "Stopped early: {why}\n");
+    }
+    let _ = writeln!(md, "| agent | status | turns | cost | files | branch |\n|---|---|---:|---:|---:|---|");
+    for a in &r.agents {
+        let _ = writeln!(
+            md,
+            "| `{}` | {}{} | {} | ${:.4} | {} | {} |",
+            a.id,
+            a.status.as_str(),
+            a.reason.as_deref().map(|r| format!(": {}", one_line(r))).unwrap_or_default(),
+            a.turns,
+            a.cost_usd,
+            a.changed_files.len(),
+            a.branch.as_deref().filter(|_| a.commit.is_some()).map(|b| format!("`{b}`")).unwrap_or_default(),
+        );
+    }
+    if let Some(s) = &r.synthesis {
+        let _ = writeln!(md, "\n## Synthesis ({})\n", s.status.as_str());
+        if let Some(reason) = &s.reason {
+            let _ = writeln!(md, "{reason}\n");
+        }
+        if !s.text.trim().is_empty() {
+            let _ = writeln!(md, "{}\n", s.text.trim());
+        }
+    }
+    if !r.overlaps.is_empty() {
+        let _ = writeln!(md, "\n## Likely conflicts\n");
+        for o in &r.overlaps {
+            let _ = writeln!(md, "- `{}`: {}", o.path.display(), o.agents.join(", "));
+        }
+    }
+    if let Some(merge) = &r.integration.merge {
+        let _ = writeln!(md, "\n## Integration branch `{}`\n", merge.branch);
+        for m in &merge.merges {
+            if m.merged {
+                let _ = writeln!(md, "- `{}`: merged", m.agent);
+            } else {
+                let paths: Vec<String> = m.conflicts.iter().map(|p| format!("`{}`", p.display())).collect();
+                let _ = writeln!(md, "- `{}`: **not merged**, conflicts in {}", m.agent, paths.join(", "));
+            }
+        }
+    }
+    if let Some(error) = &r.integration.error {
+        let _ = writeln!(md, "\nIntegration failed: {error}");
+    }
+    let _ = writeln!(md, "\n## Agents");
+    for a in &r.agents {
+        let _ = writeln!(md, "\n### `{}` ({})\n", a.id, a.status.as_str());
+        if let Some(reason) = &a.reason {
+            let _ = writeln!(md, "{reason}\n");
+        }
+        if let Some(w) = &a.worktree {
+            let _ = writeln!(md, "Worktree kept at `{}`\n", w.display());
+        }
+        for f in &a.changed_files {
+            let _ = writeln!(md, "- {} `{}`", f.kind, f.path.display());
+        }
+        if !a.changed_files.is_empty() {
+            md.push('\n');
+        }
+        if !a.text.trim().is_empty() {
+            let _ = writeln!(md, "{}", a.text.trim());
+        }
+    }
+    md
+}
+
+fn status_word(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Succeeded => "Succeeded",
+        RunStatus::Failed => "Failed",
+        RunStatus::Partial => "Partial",
+        RunStatus::Interrupted => "Interrupted",
+    }
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().replace('|', "\\|");
+    if line.chars().count() > 120 { format!("{}…", line.chars().take(120).collect::<String>()) } else { line }
+}

@@ -1,0 +1,430 @@
+//! The dispatcher: which agent runs when. Agent tasks run on a `JoinSet` and report back
+//! when they finish; only this loop decides what starts next.
+//!
+//! - An agent starts when every agent it `needs` (all instances, for a fan-out) has
+//!   finished and succeeded (or may fail: `continue_on_failure`), and fewer than
+//!   `concurrency` agents run. Among ready agents, plan order wins.
+//! - An agent whose need failed, stopped at a limit or was skipped is skipped, with the
+//!   reason.
+//! - A dynamic fan-out expands, in place, when its source agent has finished.
+//! - Deferred prompts are rendered just before their agent starts, from the results
+//!   recorded so far.
+//! - When the run stops (interrupt, run limit, fail-fast), nothing new starts; running
+//!   agents see their tokens cancelled and finish with their partial work; everything
+//!   still pending is skipped.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use orch_agents::prompt::{Environment, system_prompt};
+use orch_agents::tool::NoTools;
+use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
+use orch_workflows::{AgentSpec, Plan, PlanNode, RunContext, expand_dynamic, render_prompt};
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::agent::{self, Finished};
+use super::events::{AgentSink, Transcript};
+use super::report::{AgentReport, AgentStatus, SynthesisReport};
+use super::select::Selection;
+use super::{PartialReport, Shared, StopReason};
+
+/// Where a node's needs stand.
+enum Needs {
+    Waiting,
+    Ready,
+    Blocked(String),
+}
+
+/// How the dispatcher is limited besides the plan.
+pub struct Dispatch {
+    pub concurrency: usize,
+    /// `--max-fail N`: no new agent starts after N failures (running ones finish).
+    pub max_fail: Option<usize>,
+    pub selection: Selection,
+}
+
+/// Runs every selected agent of `plan`; returns their reports in plan order.
+pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut partial: PartialReport) -> Vec<AgentReport> {
+    let Dispatch { concurrency, max_fail, selection } = dispatch;
+    // Prior results that feed this run but do not belong in its report (`--from`).
+    let mut hidden: HashSet<String> = HashSet::new();
+    let mut failures = 0;
+    let mut no_new: Option<String> = None;
+    let mut pending: Vec<PlanNode> = plan.nodes().cloned().collect();
+    let mut order: Vec<String> = pending.iter().map(|n| n.id().to_string()).collect();
+    let mut context = RunContext::new(plan);
+    let mut outputs: HashMap<String, Value> = HashMap::new();
+    let mut done: Vec<AgentReport> = Vec::new();
+    // Task id -> (agent id, agent key, started).
+    let mut running: HashMap<tokio::task::Id, (String, String, Instant)> = HashMap::new();
+    let mut tasks: JoinSet<Finished> = JoinSet::new();
+    let mut stopping = false;
+    loop {
+        loop {
+            let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
+            let (resolved, expanded) =
+                resolve(&mut pending, &mut order, &running, &done, &outputs, shared.reporter.as_ref());
+            let changed = !reused.is_empty() || !resolved.is_empty() || expanded;
+            done.extend(reused);
+            done.extend(resolved);
+            if !changed {
+                break;
+            }
+        }
+        if !stopping && let Some(reason) = shared.meter.exhausted() {
+            // A run limit is used up: nothing more starts.
+            shared.stop.set(reason);
+            shared.run_cancel.cancel();
+        }
+        // Once the run is cancelled (limit, fail-fast, signal), nothing new starts, even
+        // before the `select!` below has seen it.
+        if !stopping && !shared.run_cancel.is_cancelled() && no_new.is_none() {
+            let mut i = 0;
+            while tasks.len() < concurrency && i < pending.len() {
+                let ready = match &pending[i] {
+                    PlanNode::Agent(spec) => matches!(needs(&spec.needs, &pending, &running, &done, &[]), Needs::Ready),
+                    PlanNode::DynamicFanOut(_) => false,
+                };
+                if !ready {
+                    i += 1;
+                    continue;
+                }
+                let PlanNode::Agent(spec) = pending.remove(i) else { continue };
+                match render_prompt(&spec, &context) {
+                    Ok(Some(prompt)) => {
+                        shared.reporter.agent_started(&spec.id);
+                        let (id, key) = (spec.id.clone(), spec.agent.clone());
+                        let handle = tasks.spawn(agent::run(shared.clone(), spec, prompt));
+                        running.insert(handle.id(), (id, key, Instant::now()));
+                    }
+                    // The agent definition it uses supplies the task.
+                    Ok(None) if spec.uses.is_some() => {
+                        shared.reporter.agent_started(&spec.id);
+                        let (id, key) = (spec.id.clone(), spec.agent.clone());
+                        let handle = tasks.spawn(agent::run(shared.clone(), spec, String::new()));
+                        running.insert(handle.id(), (id, key, Instant::now()));
+                    }
+                    Ok(None) => done.push(not_started(&spec, "it has no prompt".into())),
+                    Err(d) => done.push(not_started(&spec, format!("cannot render its prompt: {}", d.message))),
+                }
+            }
+        }
+        if tasks.is_empty() {
+            let why = shared
+                .stop
+                .get()
+                .map(|s| s.to_string())
+                .or_else(|| no_new.clone())
+                .unwrap_or_else(|| "the run stopped".into());
+            for node in pending.drain(..) {
+                done.push(skipped(&node, why.clone()));
+            }
+            break;
+        }
+        tokio::select! {
+            joined = tasks.join_next_with_id() => {
+                let Some(joined) = joined else { continue };
+                let finished = match joined {
+                    Ok((task, finished)) => {
+                        running.remove(&task);
+                        finished
+                    }
+                    Err(e) => {
+                        let Some((id, key, _)) = running.remove(&e.id()) else { continue };
+                        let mut r = AgentReport::empty(&id, &key, None, AgentStatus::Failed,
+                            format!("its task ended abnormally: {e}; this is a bug in orch, please report it"));
+                        r.infrastructure = true;
+                        done.push(r);
+                        continue;
+                    }
+                };
+                let Finished { report, spec } = finished;
+                shared.reporter.agent_finished(&report);
+                context.record(&spec, &report.text, report.output.as_ref());
+                if spec.fan_out.is_none() && let Some(output) = &report.output {
+                    outputs.insert(spec.agent.clone(), output.clone());
+                }
+                if report.status == AgentStatus::Failed && !report.continue_on_failure {
+                    failures += 1;
+                    if plan.fail_fast {
+                        shared.stop.set(StopReason::FailFast(report.id.clone()));
+                        shared.run_cancel.cancel();
+                    }
+                    if max_fail.is_some_and(|n| failures >= n) && no_new.is_none() {
+                        let why = format!("--max-fail {failures} was reached: no new agent started");
+                        shared.reporter.note(&why);
+                        no_new = Some(why);
+                    }
+                }
+                done.push(report);
+            }
+            () = shared.run_cancel.cancelled(), if !stopping => {
+                stopping = true;
+                if shared.stop.get().is_none() {
+                    // An interrupt: write what is known before anything is torn down.
+                    let mut now = done.clone();
+                    now.extend(running.values().map(|(id, key, _)| {
+                        AgentReport::empty(id, key, None, AgentStatus::Cancelled, "interrupted while running".into())
+                    }));
+                    partial.write_once(&shared.run_dir, sorted(now, &order), None);
+                }
+            }
+        }
+    }
+    done.retain(|r| !hidden.contains(&r.id));
+    sorted(done, &order)
+}
+
+/// Takes out of `pending` the agents this process does not run: those with a prior
+/// result (recorded as if they had just run; returned, and hidden from the report
+/// unless resuming) and those not selected (dropped).
+fn admit(
+    pending: &mut Vec<PlanNode>,
+    selection: &Selection,
+    context: &mut RunContext,
+    outputs: &mut HashMap<String, Value>,
+    hidden: &mut HashSet<String>,
+) -> Vec<AgentReport> {
+    let mut reused = Vec::new();
+    pending.retain(|node| {
+        let PlanNode::Agent(spec) = node else { return true };
+        if let Some(prior) = selection.prior.get(&spec.id) {
+            context.record(spec, &prior.text, prior.output.as_ref());
+            if spec.fan_out.is_none()
+                && let Some(output) = &prior.output
+            {
+                outputs.insert(spec.agent.clone(), output.clone());
+            }
+            if !selection.keep_prior {
+                hidden.insert(spec.id.clone());
+            }
+            reused.push(prior.clone());
+            return false;
+        }
+        selection.selects(&spec.id, &spec.agent)
+    });
+    reused
+}
+
+/// Skips nodes whose needs failed and expands dynamic fan-outs whose source finished,
+/// until nothing changes.
+fn resolve(
+    pending: &mut Vec<PlanNode>,
+    order: &mut Vec<String>,
+    running: &HashMap<tokio::task::Id, (String, String, Instant)>,
+    done: &[AgentReport],
+    outputs: &HashMap<String, Value>,
+    reporter: &dyn super::Reporter,
+) -> (Vec<AgentReport>, bool) {
+    let mut finished: Vec<AgentReport> = Vec::new();
+    let mut expanded = false;
+    loop {
+        let mut changed = false;
+        let mut i = 0;
+        while i < pending.len() {
+            let wanted = match &pending[i] {
+                PlanNode::Agent(spec) => &spec.needs,
+                PlanNode::DynamicFanOut(d) => &d.needs,
+            };
+            match needs(wanted, pending, running, done, &finished) {
+                Needs::Waiting => i += 1,
+                Needs::Blocked(why) => {
+                    let node = pending.remove(i);
+                    finished.push(skipped(&node, why));
+                    changed = true;
+                }
+                Needs::Ready => {
+                    let PlanNode::DynamicFanOut(d) = &pending[i] else {
+                        i += 1;
+                        continue;
+                    };
+                    let source = outputs.get(&d.source_agent).cloned().unwrap_or(Value::Null);
+                    let key = d.id.clone();
+                    match expand_dynamic(d, &source) {
+                        Ok(specs) => {
+                            reporter.note(&format!("{key} fans out to {} agents", specs.len()));
+                            let ids: Vec<String> = specs.iter().map(|s| s.id.clone()).collect();
+                            if let Some(at) = order.iter().position(|o| *o == key) {
+                                order.splice(at..=at, ids);
+                            }
+                            pending.splice(i..=i, specs.into_iter().map(PlanNode::Agent));
+                            expanded = true;
+                        }
+                        Err(diagnostic) => {
+                            let mut r = AgentReport::empty(
+                                &key,
+                                &key,
+                                None,
+                                AgentStatus::Failed,
+                                format!("cannot expand its fan-out: {}", diagnostic.message),
+                            );
+                            r.reason = Some(format!("{} ({})", diagnostic.message, diagnostic.hint));
+                            pending.remove(i);
+                            finished.push(r);
+                        }
+                    }
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    (finished, expanded)
+}
+
+type RunningMap = HashMap<tokio::task::Id, (String, String, Instant)>;
+
+/// Where `wanted` stands, given the reports in `done` and `more` (reports not yet
+/// moved into `done`).
+fn needs(
+    wanted: &[String],
+    pending: &[PlanNode],
+    running: &RunningMap,
+    done: &[AgentReport],
+    more: &[AgentReport],
+) -> Needs {
+    for key in wanted {
+        if let Some(bad) = done.iter().chain(more).find(|r| r.agent == *key && !r.satisfies_needs()) {
+            let what = match bad.status {
+                AgentStatus::Partial => "stopped at a limit",
+                AgentStatus::Skipped => "was skipped",
+                AgentStatus::Cancelled => "was cancelled",
+                _ => "failed",
+            };
+            return Needs::Blocked(format!("it needs `{}`, which {what}", bad.id));
+        }
+    }
+    let busy = |key: &String| {
+        pending.iter().any(|n| match n {
+            PlanNode::Agent(s) => s.agent == *key,
+            PlanNode::DynamicFanOut(d) => d.id == *key,
+        }) || running.values().any(|(_, k, _)| k == key)
+    };
+    if wanted.iter().any(busy) { Needs::Waiting } else { Needs::Ready }
+}
+
+fn not_started(spec: &AgentSpec, why: String) -> AgentReport {
+    let item = spec.fan_out.as_ref().map(|f| f.item.clone());
+    let mut r = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Failed, why);
+    r.continue_on_failure = spec.continue_on_failure;
+    r
+}
+
+fn skipped(node: &PlanNode, why: String) -> AgentReport {
+    match node {
+        PlanNode::Agent(spec) => {
+            let item = spec.fan_out.as_ref().map(|f| f.item.clone());
+            let mut r = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Skipped, why);
+            r.continue_on_failure = spec.continue_on_failure;
+            r
+        }
+        PlanNode::DynamicFanOut(d) => AgentReport::empty(&d.id, &d.id, None, AgentStatus::Skipped, why),
+    }
+}
+
+/// `reports` in plan order (ids not in `order` last, as they came).
+fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
+    let at = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
+    reports.sort_by_key(|r| at(&r.id));
+    reports
+}
+
+/// What synthesis needs from a run (or from `orch merge`, which has no run clone).
+pub struct SynthesisEnv<'a> {
+    pub provider: &'a dyn orch_agents::ModelProvider,
+    pub prices: Arc<orch_agents::PriceTable>,
+    pub fallback_model: Option<String>,
+    pub run_dir: &'a std::path::Path,
+    pub meter: Arc<super::events::Meter>,
+    pub stop: Arc<super::Stop>,
+    pub run_cancel: tokio_util::sync::CancellationToken,
+    pub reporter: Arc<dyn super::Reporter>,
+    pub json: bool,
+}
+
+impl<'a> SynthesisEnv<'a> {
+    pub fn of(shared: &'a Shared) -> Self {
+        SynthesisEnv {
+            provider: shared.provider.as_ref(),
+            prices: shared.prices.clone(),
+            fallback_model: shared.fallback_model.clone(),
+            run_dir: &shared.run_dir,
+            meter: shared.meter.clone(),
+            stop: shared.stop.clone(),
+            run_cancel: shared.run_cancel.clone(),
+            reporter: shared.reporter.clone(),
+            json: shared.json,
+        }
+    }
+}
+
+/// Runs the synthesis prompt through the loop, with no tools.
+pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) -> SynthesisReport {
+    let mut report = SynthesisReport {
+        status: AgentStatus::Failed,
+        reason: None,
+        terminal: None,
+        model: Some(model.clone()),
+        turns: 0,
+        usage: Default::default(),
+        cost_usd: 0.0,
+        text: String::new(),
+        prompt: None,
+        transcript: None,
+    };
+    let prompt_rel = std::path::PathBuf::from("synthesis-prompt.md");
+    if std::fs::write(env.run_dir.join(&prompt_rel), &prompt).is_ok() {
+        report.prompt = Some(prompt_rel);
+    }
+    let transcript_rel = std::path::PathBuf::from("transcripts").join("synthesis.jsonl");
+    let transcript = Transcript::create(&env.run_dir.join(&transcript_rel)).ok().map(Arc::new);
+    if transcript.is_some() {
+        report.transcript = Some(transcript_rel);
+    }
+    env.reporter.note("synthesis started");
+    let mut config = QueryConfig::new("synthesis", &model);
+    config.fallback_model = env.fallback_model.clone();
+    config.prices = env.prices.clone();
+    config.system = system_prompt(&Environment {
+        cwd: env.run_dir,
+        is_git_repo: false,
+        model: &model,
+        date: &crate::clock::today(),
+        git: None,
+        instructions: None,
+    });
+    let capped = env.meter.cap(orch_workflows::Limits { max_turns: Some(3), ..Default::default() });
+    config.limits = Limits {
+        max_turns: capped.max_turns,
+        max_tokens: capped.max_tokens,
+        max_cost_usd: capped.max_cost_usd,
+        timeout: None,
+    };
+    let sink = AgentSink {
+        agent: "synthesis".into(),
+        transcript,
+        meter: env.meter.clone(),
+        stop: env.stop.clone(),
+        run_cancel: env.run_cancel.clone(),
+        json: env.json,
+        reporter: env.reporter.clone(),
+    };
+    let cancel = env.run_cancel.child_token();
+    let outcome = query(env.provider, &NoTools, &config, vec![Message::user(prompt)], &sink, &cancel).await;
+    report.turns = outcome.turns;
+    report.usage = outcome.usage;
+    report.cost_usd = outcome.cost_usd;
+    report.model = Some(outcome.model);
+    report.text = outcome.final_text;
+    report.status = outcome.terminal.disposition().status.into();
+    if outcome.terminal != Terminal::Completed {
+        report.reason = Some(outcome.terminal.to_string());
+    }
+    env.reporter.note(&format!("synthesis {}", report.status.as_str()));
+    report.terminal = Some(outcome.terminal);
+    report
+}

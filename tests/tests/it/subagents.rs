@@ -1,0 +1,545 @@
+//! Nested sub-agents (the `Agent` tool) through the real loop and tool pool: parallel
+//! calls against the mock server with latency, usage roll-up and budgets, the depth,
+//! concurrency and total limits, and cancellation down the tree but not up.
+//!
+//! Sub-agent ids are deterministic (`<caller>/sub-<n>`, the n-th `Agent` call of the
+//! caller), so the scripted provider can give each one its own turns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use crate::common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use common::{Collect, anthropic};
+use orch_agents::model::scripted::ScriptedProvider;
+use orch_agents::model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StreamSink};
+use orch_agents::permissions::Permissions;
+use orch_agents::pipeline::ToolPool;
+use orch_agents::subagent::{AgentDefinition, AgentTool, SubagentLimits, SubagentRecord, SubagentRun};
+use orch_agents::tools::host::{HostTools, InProcess};
+use orch_agents::tools::{Session, core_tools};
+use orch_agents::{ContentBlock, Event, EventSink, Message, QueryConfig, QueryOutcome, Role, Terminal, Usage, query};
+use orch_testkit::mock::{MockServer, MockUsage, Step, ToolCall, Turn};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+struct Tree {
+    _dir: tempfile::TempDir,
+    run: Arc<SubagentRun>,
+    records: Arc<Mutex<Vec<SubagentRecord>>>,
+    events: Collect,
+}
+
+impl Tree {
+    fn records(&self) -> Vec<SubagentRecord> {
+        let mut r = self.records.lock().unwrap().clone();
+        r.sort_by(|a, b| a.id.cmp(&b.id));
+        r
+    }
+
+    fn record(&self, id: &str) -> SubagentRecord {
+        self.records()
+            .into_iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no record {id}: {:?}", self.records()))
+    }
+}
+
+/// Runs `root` with the core tools and `Agent`, in-process, through `provider`.
+async fn run_tree(
+    provider: Arc<dyn ModelProvider>,
+    limits: SubagentLimits,
+    definitions: Vec<AgentDefinition>,
+    config: QueryConfig,
+    cancel: &CancellationToken,
+) -> (QueryOutcome, Tree) {
+    run_tree_in(provider, SubagentRun::new(limits, definitions), config, cancel).await
+}
+
+/// [`run_tree`] with a prepared [`SubagentRun`].
+async fn run_tree_in(
+    provider: Arc<dyn ModelProvider>,
+    run: SubagentRun,
+    config: QueryConfig,
+    cancel: &CancellationToken,
+) -> (QueryOutcome, Tree) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let host = HostTools::new(core_tools(), Arc::new(Session::new(&cwd)));
+    let pool = ToolPool::new("root", core_tools(), Arc::new(InProcess(host)), Permissions::allow_all(&cwd)).unwrap();
+    let run = Arc::new(run);
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let events = Collect::default();
+    let sink: Arc<dyn EventSink> = Arc::new(events.clone());
+    let pool = AgentTool::new(run.clone(), provider.clone(), config.clone(), sink.clone(), records.clone())
+        .install(pool)
+        .unwrap();
+    let outcome = query(provider.as_ref(), &pool, &config, vec![Message::user("go")], &sink, cancel).await;
+    (outcome, Tree { _dir: dir, run, records, events })
+}
+
+fn config() -> QueryConfig {
+    QueryConfig::new("root", "claude-sonnet-4-5")
+}
+
+fn scripted(yaml: &str) -> Arc<dyn ModelProvider> {
+    Arc::new(ScriptedProvider::from_yaml(yaml, "test.yaml").unwrap())
+}
+
+/// The tool results the root got, in order.
+fn root_results(outcome: &QueryOutcome) -> Vec<(String, bool)> {
+    outcome
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, is_error, .. } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn agent_call(prompt: &str) -> ToolCall {
+    ToolCall::new("Agent", json!({ "prompt": prompt, "description": "a piece of work" }))
+}
+
+#[tokio::test]
+async fn parallel_agent_calls_overlap_and_return_only_their_reports() {
+    let mock = MockServer::start().await;
+    let latency = Duration::from_millis(400);
+    mock.set_latency(latency);
+    // The root's first turn: three sub-agents in one answer. Each sub-agent answers in
+    // one turn; then the root's final answer. The queue serves whichever asks first.
+    mock.push(Step::Reply(Turn::tools(vec![agent_call("count a"), agent_call("count b"), agent_call("count c")])));
+    for _ in 0..3 {
+        mock.push(Step::text("REPORT: three files"));
+    }
+    mock.push(Step::text("all three reported"));
+    let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
+    let started = Instant::now();
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    let elapsed = started.elapsed();
+    assert_eq!(outcome.terminal, Terminal::Completed, "{:?}", outcome.final_text);
+    // Sequential sub-agents would take 5 latencies; parallel ones take 3.
+    assert!(elapsed < latency * 4, "took {elapsed:?}: the sub-agents did not overlap");
+    assert_eq!(tree.run.peak_concurrent(), 3);
+    let ids: Vec<String> = tree.records().into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["root/sub-1", "root/sub-2", "root/sub-3"]);
+    let results = root_results(&outcome);
+    assert_eq!(results.len(), 3);
+    for (text, is_error) in &results {
+        assert!(!is_error, "{text}");
+        assert!(text.starts_with("REPORT: three files"), "{text}");
+    }
+    // The sub-agents' conversations are their own: a fresh history with the task.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 5);
+    let sub_requests: Vec<_> = requests.iter().filter(|r| r.messages().len() == 1).collect();
+    assert_eq!(sub_requests.len(), 4, "the root's first request and three sub-agents start fresh");
+    mock.assert_tool_pairing();
+    // Their events reach the caller's sink, wrapped with their ids.
+    let nested: Vec<String> = tree
+        .events
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Subagent { agent, event } if matches!(**event, Event::Terminal { .. }) => Some(agent.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nested.len(), 3, "{nested:?}");
+}
+
+#[tokio::test]
+async fn usage_rolls_up_into_the_caller_and_counts_against_its_budget() {
+    let mock = MockServer::start().await;
+    let usage = |input, output| MockUsage { input_tokens: input, output_tokens: output, ..MockUsage::default() };
+    mock.push(Step::Reply(Turn::tools(vec![agent_call("a"), agent_call("b")]).with_usage(usage(100, 10))));
+    for _ in 0..2 {
+        mock.push(Step::Reply(Turn::text("done").with_usage(usage(1000, 50))));
+    }
+    mock.push(Step::Reply(Turn::text("summary").with_usage(usage(200, 20))));
+    let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed);
+    let expected = Usage { input_tokens: 100 + 2000 + 200, output_tokens: 10 + 100 + 20, ..Usage::default() };
+    assert_eq!(outcome.usage, expected);
+    let records = tree.records();
+    assert_eq!(records.iter().map(|r| r.usage.total()).sum::<u64>(), 2100);
+    let sub_cost: f64 = records.iter().map(|r| r.cost_usd).sum();
+    let own_cost: f64 = tree
+        .events
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Usage { cost_usd, .. } => Some(*cost_usd),
+            _ => None,
+        })
+        .sum();
+    assert!(sub_cost > 0.0 && own_cost > 0.0);
+    assert!((outcome.cost_usd - (own_cost + sub_cost)).abs() < 1e-9, "{} vs {own_cost} + {sub_cost}", outcome.cost_usd);
+
+    // The same tree under a token budget the root alone stays within (its first call's
+    // worst case, prompt plus a shrunk output cap, fits), but not with its sub-agents
+    // (5,050 tokens each): it stops before its next turn.
+    let mock = MockServer::start().await;
+    mock.push(Step::Reply(Turn::tools(vec![agent_call("a"), agent_call("b")]).with_usage(usage(100, 10))));
+    for _ in 0..2 {
+        mock.push(Step::Reply(Turn::text("done").with_usage(usage(5000, 50))));
+    }
+    mock.push(Step::Reply(Turn::text("summary").with_usage(usage(200, 20))));
+    let mut limited = config();
+    limited.limits.max_tokens = Some(8000);
+    let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
+    let (outcome, _tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), limited, &CancellationToken::new()).await;
+    assert!(matches!(outcome.terminal, Terminal::BudgetExceeded { .. }), "{:?}", outcome.terminal);
+    assert_eq!(outcome.turns, 1, "{:?}", outcome.terminal);
+    assert_eq!(mock.remaining(), 1, "the root's second turn never ran");
+}
+
+#[tokio::test]
+async fn the_depth_limit_withholds_the_agent_tool_and_says_why() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "level one" } }]
+    - text: root done
+  root/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "level two" } }]
+    - text: one done
+  root/sub-1/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "level three" } }]
+    - text: two done
+      expect: { contains: "subagents.max_depth: 2" }
+"#,
+    );
+    let limits = SubagentLimits { max_depth: 2, ..SubagentLimits::default() };
+    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let records = tree.records();
+    let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["root/sub-1", "root/sub-1/sub-1"]);
+    assert!(records.iter().all(|r| r.status == "completed"), "{records:?}");
+    assert_eq!(tree.run.started(), 2);
+}
+
+#[tokio::test]
+async fn the_total_limit_is_a_clear_tool_error() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "first" } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "second" } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "third" } }]
+    - text: stopped delegating
+      expect: { contains: "subagents.max_total" }
+  "root/sub-*":
+    - text: done
+"#,
+    );
+    let limits = SubagentLimits { max_total: 2, ..SubagentLimits::default() };
+    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(tree.records().len(), 2);
+    let results = root_results(&outcome);
+    assert!(results[2].1 && results[2].0.contains("root/sub-3 was not started"), "{:?}", results[2]);
+}
+
+#[tokio::test]
+async fn calls_beyond_the_concurrency_limit_wait_for_a_slot() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Agent, input: { prompt: "one" } }
+        - { name: Agent, input: { prompt: "two" } }
+        - { name: Agent, input: { prompt: "three" } }
+    - text: all three ran
+  "root/sub-*":
+    - text: done
+"#,
+    );
+    let slow = ["root/sub-1", "root/sub-2", "root/sub-3"].map(String::from).to_vec();
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow { inner: provider, slow, delay: Duration::from_millis(200) });
+    let limits = SubagentLimits { max_concurrent: 2, ..SubagentLimits::default() };
+    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert_eq!(results.iter().filter(|(_, e)| *e).count(), 0, "{results:?}");
+    assert_eq!(tree.records().len(), 3);
+    assert_eq!(tree.run.peak_concurrent(), 2);
+}
+
+#[tokio::test]
+async fn a_queued_call_that_waits_too_long_is_a_clear_tool_error() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Agent, input: { prompt: "one" } }
+        - { name: Agent, input: { prompt: "two" } }
+        - { name: Agent, input: { prompt: "three" } }
+    - text: two of three ran
+      expect: { contains: "subagents.max_concurrent" }
+  "root/sub-*":
+    - text: done
+"#,
+    );
+    let slow = ["root/sub-1", "root/sub-2", "root/sub-3"].map(String::from).to_vec();
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow { inner: provider, slow, delay: Duration::from_millis(2000) });
+    let limits = SubagentLimits { max_concurrent: 2, ..SubagentLimits::default() };
+    let run = SubagentRun::new(limits, Vec::new()).with_queue_wait(Duration::from_millis(100));
+    let (outcome, tree) = run_tree_in(provider, run, config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert_eq!(results.iter().filter(|(_, e)| *e).count(), 1, "{results:?}");
+    assert_eq!(tree.records().len(), 2);
+    assert_eq!(tree.run.peak_concurrent(), 2);
+}
+
+#[tokio::test]
+async fn task_is_agent_and_the_built_in_types_exist() {
+    // The inputs Claude Code's model sends to Task: description, prompt, subagent_type.
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Task, input: { description: "Find the notes", prompt: "look for notes", subagent_type: Explore } }
+    - tool_calls:
+        - { name: Task, input: { description: "Plan it", prompt: "plan a change", subagent_type: Plan } }
+    - tool_calls:
+        - { name: Task, input: { description: "Do it", prompt: "change notes.txt", subagent_type: general-purpose } }
+    - text: done
+  root/sub-1:
+    - tool_calls: [{ name: Write, input: { file_path: "notes.txt", content: "changed" } }]
+    - text: could not write
+      expect: { contains: "no tool named `Write`" }
+  root/sub-2:
+    - tool_calls: [{ name: Bash, input: { command: "touch made-by-plan" } }]
+    - text: could not run
+      expect: { contains: "no tool named `Bash`" }
+  root/sub-3:
+    - tool_calls: [{ name: Bash, input: { command: "echo general > general.txt" } }]
+    - text: wrote it
+"#,
+    );
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(results.iter().all(|(_, e)| !e), "{results:?}");
+    assert_eq!(tree.record("root/sub-1").subagent_type.as_deref(), Some("Explore"));
+    let dir = tree._dir.path();
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "alpha\n");
+    assert!(!dir.join("made-by-plan").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("general.txt")).unwrap(), "general\n");
+}
+
+#[tokio::test]
+async fn a_sub_agent_cannot_edit_a_file_only_its_caller_read() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Read, input: { file_path: "notes.txt" } }]
+    - tool_calls: [{ name: Task, input: { description: "Edit", prompt: "edit notes.txt", subagent_type: general-purpose } }]
+    - tool_calls: [{ name: Edit, input: { file_path: "notes.txt", old_string: "alpha", new_string: "root" } }]
+    - text: done
+  root/sub-1:
+    - tool_calls: [{ name: Edit, input: { file_path: "notes.txt", old_string: "alpha", new_string: "beta" } }]
+    - text: refused
+      expect: { contains: "has not been read" }
+"#,
+    );
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(results.iter().all(|(_, e)| !e), "{results:?}");
+    // The sub-agent's edit did not happen; the caller's own edit did.
+    assert_eq!(std::fs::read_to_string(tree._dir.path().join("notes.txt")).unwrap(), "root\n");
+}
+
+/// A provider that answers the agents in `slow` only after `delay` (the scripted
+/// provider itself answers at once).
+struct Slow {
+    inner: Arc<dyn ModelProvider>,
+    slow: Vec<String>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl ModelProvider for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        if self.slow.iter().any(|s| s == request.agent_id) {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner.send(request, sink).await
+    }
+}
+
+const TWO_LEVELS: &str = r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Agent, input: { prompt: "slow branch" } }
+        - { name: Agent, input: { prompt: "quick branch" } }
+    - text: root carried on
+      expect: { contains: "did not finish" }
+  root/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "deep work" } }]
+    - text: never
+  root/sub-1/sub-1:
+    - text: never
+  root/sub-2:
+    - text: quick done
+"#;
+
+#[tokio::test]
+async fn cancelling_the_caller_cancels_the_whole_tree_at_once() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(TWO_LEVELS),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let (outcome, tree) = run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &cancel).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(matches!(outcome.terminal, Terminal::Aborted { .. }), "{:?}", outcome.terminal);
+    assert_eq!(tree.record("root/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-1/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-2").status, "completed");
+    assert!(tree.run.running().is_empty(), "{:?}", tree.run.running());
+}
+
+#[tokio::test]
+async fn cancelling_a_sub_agent_cancels_its_subtree_but_not_its_caller() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(TWO_LEVELS),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let limits = SubagentLimits::default();
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let host = HostTools::new(core_tools(), Arc::new(Session::new(&cwd)));
+    let pool = ToolPool::new("root", core_tools(), Arc::new(InProcess(host)), Permissions::allow_all(&cwd)).unwrap();
+    let run = Arc::new(SubagentRun::new(limits, Vec::new()));
+    let records = Arc::new(Mutex::new(Vec::<SubagentRecord>::new()));
+    let sink: Arc<dyn EventSink> = Arc::new(Collect::default());
+    let pool =
+        AgentTool::new(run.clone(), provider.clone(), config(), sink.clone(), records.clone()).install(pool).unwrap();
+    let watcher = run.clone();
+    tokio::spawn(async move {
+        // Once the deep sub-agent is running, cancel its parent, `root/sub-1`.
+        loop {
+            if watcher.running().iter().any(|id| id == "root/sub-1/sub-1") {
+                assert!(watcher.cancel("root/sub-1"));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let started = Instant::now();
+    let outcome =
+        query(provider.as_ref(), &pool, &config(), vec![Message::user("go")], &sink, &CancellationToken::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.final_text, "root carried on");
+    let records = records.lock().unwrap().clone();
+    let status = |id: &str| records.iter().find(|r| r.id == id).map(|r| r.status.clone()).unwrap();
+    assert_eq!(status("root/sub-1"), "aborted");
+    assert_eq!(status("root/sub-1/sub-1"), "aborted");
+    assert_eq!(status("root/sub-2"), "completed");
+    let results = root_results(&outcome);
+    assert!(results[0].1 && results[0].0.contains("did not finish"), "{:?}", results[0]);
+    assert!(!results[1].1 && results[1].0.starts_with("quick done"), "{:?}", results[1]);
+}
+
+#[tokio::test]
+async fn a_named_agent_type_gets_its_prompt_tools_and_turn_limit() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "review notes.txt", subagent_type: reviewer } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "x", subagent_type: nobody } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "x", tools: [Read, WebFetch] } }]
+    - text: done
+  root/sub-1:
+    - tool_calls: [{ name: Bash, input: { command: "echo hi" } }]
+    - text: looked
+      expect: { contains: "no tool named `Bash`" }
+"#,
+    );
+    let reviewer = AgentDefinition {
+        name: "reviewer".into(),
+        description: "Reviews files for mistakes.".into(),
+        tools: Some(vec!["Read".into(), "Grep".into(), "WebFetch".into()]),
+        max_turns: Some(2),
+        system_prompt: "You review files.".into(),
+        ..AgentDefinition::default()
+    };
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), vec![reviewer], config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let record = tree.record("root/sub-1");
+    assert_eq!((record.status.as_str(), record.turns), ("completed", 2));
+    assert_eq!(record.subagent_type.as_deref(), Some("reviewer"));
+    let results = root_results(&outcome);
+    assert!(
+        results[1].1
+            && results[1]
+                .0
+                .contains("no agent type `nobody`; the agent types are: reviewer, general-purpose, Explore, Plan")
+    );
+    assert!(results[2].1 && results[2].0.contains("you asked for the tool `WebFetch`"), "{:?}", results[2]);
+    // The tool description offers the definitions by name and description.
+    let spec = {
+        let cwd = tree._dir.path().canonicalize().unwrap();
+        let host = HostTools::new(core_tools(), Arc::new(Session::new(&cwd)));
+        let pool = ToolPool::new("x", core_tools(), Arc::new(InProcess(host)), Permissions::allow_all(&cwd)).unwrap();
+        let sink: Arc<dyn EventSink> = Arc::new(Collect::default());
+        let pool = AgentTool::new(
+            tree.run.clone(),
+            scripted("version: 1\nagents: {}\n"),
+            config(),
+            sink,
+            tree.records.clone(),
+        )
+        .install(pool)
+        .unwrap();
+        orch_agents::ToolRunner::specs(&pool).into_iter().find(|s| s.name == "Agent").unwrap()
+    };
+    assert!(spec.description.contains("- reviewer: Reviews files for mistakes."), "{}", spec.description);
+}
