@@ -13,6 +13,7 @@ pub mod host;
 pub mod mcp;
 pub mod options;
 pub mod provider;
+pub mod publish;
 pub mod record;
 pub mod repo_config;
 pub mod run;
