@@ -31,11 +31,15 @@ pub fn text(input: &str) -> String {
 /// The hidden marker `<!-- orch:<key> -->`; `key` keeps only characters that cannot end
 /// the comment.
 pub fn marker(key: &str) -> String {
-    let key: String = key
-        .chars()
-        .map(|c| if c.is_alphanumeric() || matches!(c, '_' | '.' | ':' | '/' | '=' | ' ') { c } else { '-' })
-        .collect();
-    format!("<!-- orch:{} -->", key.trim_matches('-').replace("--", "-"))
+    // Anything else becomes `-`, and runs of `-` one `-`, so no `--` (nor `-->`) is left.
+    let mut clean = String::with_capacity(key.len());
+    for c in key.chars() {
+        let c = if c.is_alphanumeric() || matches!(c, '_' | '.' | ':' | '/' | '=' | ' ') { c } else { '-' };
+        if !(c == '-' && clean.ends_with('-')) {
+            clean.push(c);
+        }
+    }
+    format!("<!-- orch:{} -->", clean.trim_matches('-'))
 }
 
 /// `body` cut to at most `limit` characters (at a line break when one is near), with a
