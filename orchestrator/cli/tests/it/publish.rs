@@ -387,3 +387,19 @@ fn assert_no_token(dir: &Path) {
         }
     }
 }
+
+#[test]
+fn validate_warns_when_no_output_can_produce_findings() {
+    let fx = Fixture::new("t-validate", &[("a.txt", "a\n")]);
+    let path = fx.write("w.yaml", "version: 1\nname: w\nagents:\n  a: { prompt: Look. }\npublish:\n  check_run: {}\n");
+    let out = orch().arg("validate").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning:") && stderr.contains("no agent's `output.schema`"), "{stderr}");
+    let path = fx.write(
+        "bad.yaml",
+        "version: 1\nname: w\nagents:\n  a: { prompt: Look. }\npublish:\n  review: { event: APPROVE }\n",
+    );
+    let out = orch().arg("validate").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
