@@ -27,6 +27,7 @@ pub mod frontmatter;
 mod input;
 mod load;
 pub mod plan;
+pub mod publish;
 mod schema;
 pub mod skills;
 pub mod subagents;

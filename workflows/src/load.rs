@@ -178,6 +178,7 @@ impl Loader<'_> {
             subagents: Default::default(),
             hooks: Default::default(),
             mcp_servers: Default::default(),
+            publish: None,
             source: Source { file: Arc::new(self.source.clone()), tree: Arc::new(Node::empty()) },
         };
         let mut broken = HashSet::new();
@@ -212,6 +213,7 @@ impl Loader<'_> {
                 "subagents" => workflow.subagents = self.field(entry, path).unwrap_or_default(),
                 "hooks" => workflow.hooks = self.field(entry, path).unwrap_or_default(),
                 "mcp_servers" => workflow.mcp_servers = self.field(entry, path).unwrap_or_default(),
+                "publish" => workflow.publish = self.field(entry, path).flatten(),
                 "inputs" => workflow.inputs = self.inputs(entry),
                 "agents" => {
                     saw_agents = true;

@@ -44,6 +44,7 @@ pub const WORKFLOW_KEYS: &[&str] = &[
     "subagents",
     "hooks",
     "mcp_servers",
+    "publish",
 ];
 
 /// Whether `name` is a tool an agent may list: a core tool, or `mcp__<server>__<tool>`
@@ -97,6 +98,9 @@ pub struct Workflow {
     /// MCP servers agents may use (their tools are listed as `mcp__<server>__<tool>`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// GitHub writes made after the run (see [`crate::publish`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publish: Option<crate::publish::Publish>,
     #[serde(skip)]
     pub(crate) source: Source,
 }

@@ -51,10 +51,23 @@ pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_debug(true);
+    env.add_filter("flatten", flatten);
     if let Ok(syntax) = SyntaxConfig::builder().keep_trailing_newline(true).build() {
         env.set_syntax(syntax);
     }
     env
+}
+
+/// `flatten`: a list of lists as one list (one level; items that are not lists stay).
+fn flatten(value: minijinja::Value) -> Result<minijinja::Value, minijinja::Error> {
+    let mut out = Vec::new();
+    for item in value.try_iter()? {
+        match item.try_iter() {
+            Ok(inner) if item.kind() == minijinja::value::ValueKind::Seq => out.extend(inner),
+            _ => out.push(item),
+        }
+    }
+    Ok(minijinja::Value::from(out))
 }
 
 fn template_error(err: &minijinja::Error, source: &str) -> TemplateError {

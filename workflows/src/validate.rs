@@ -97,6 +97,7 @@ pub(crate) fn validate(
         suggest_budget: SUGGEST_BUDGET,
     };
     checker.run();
+    checker.diagnostics.extend(crate::publish::check(workflow));
     checker.diagnostics
 }
 

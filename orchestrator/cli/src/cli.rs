@@ -346,6 +346,7 @@ impl RunArgs {
             junit: self.junit,
             record: self.record,
             replay: self.replay,
+            publish: self.publish,
             reporter,
         }
     }
@@ -464,6 +465,11 @@ pub struct RunArgs {
     /// Answer every model call from a directory written by --record: offline, no API key.
     #[arg(long, value_name = "DIR")]
     pub replay: Option<PathBuf>,
+    /// Publish to GitHub what the workflow's `publish:` declares: `on`, `dry-run` (write
+    /// the requests to publish.json) or `off`. Default: on under GitHub Actions with a
+    /// token, dry-run otherwise.
+    #[arg(long, value_name = "MODE", value_parser = parse_publish)]
+    pub publish: Option<orch_run::publish::PublishMode>,
 }
 
 /// `orch merge DIR...`.
@@ -600,6 +606,11 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{}` is out of range; give a positive duration of at most a week", text.trim()));
     }
     Ok(duration)
+}
+
+fn parse_publish(s: &str) -> Result<orch_run::publish::PublishMode, String> {
+    orch_run::publish::PublishMode::parse(s)
+        .ok_or_else(|| format!("`{s}` is not a publish mode: use on, dry-run or off"))
 }
 
 #[cfg(test)]

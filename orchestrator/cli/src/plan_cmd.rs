@@ -14,6 +14,9 @@ use crate::exit::{Code, UsageError};
 pub fn validate(args: &ValidateArgs) -> Code {
     match load(&args.workflow) {
         Ok(workflow) => {
+            for warning in orch_workflows::publish::findings_warnings(&workflow) {
+                eprintln!("warning: {}: {warning}", args.workflow.display());
+            }
             let agents = workflow.agents.len();
             eprintln!(
                 "orch: {} is valid: workflow `{}`, {agents} agent{}",

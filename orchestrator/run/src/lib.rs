@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod options;
 pub mod provider;
 pub mod proxy;
+pub mod publish;
 pub mod record;
 pub mod repo_config;
 pub mod run;

@@ -161,6 +161,9 @@ pub struct RunOptions {
     pub junit: Option<PathBuf>,
     pub record: Option<PathBuf>,
     pub replay: Option<PathBuf>,
+    /// `--publish`: `None` for the default (on under GitHub Actions with a token,
+    /// dry-run otherwise).
+    pub publish: Option<crate::publish::PublishMode>,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
 }

@@ -16,7 +16,8 @@ use super::report::{AgentStatus, RunReport, RunStatus};
 const SUMMARY_LIMIT: usize = 1000 * 1000;
 
 /// Environment variables holding secrets orch itself reads.
-const SECRET_VARS: [&str; 3] = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY"];
+const SECRET_VARS: [&str; 5] =
+    ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "ORCH_GITHUB_TOKEN", "GITHUB_TOKEN"];
 
 /// The GitHub Actions step orch runs in.
 #[derive(Debug, Clone)]

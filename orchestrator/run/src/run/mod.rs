@@ -257,6 +257,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         integration: IntegrationReport { mode: integrate_name(plan.integrate).into(), ..Default::default() },
         totals: Totals::default(),
         timings: report::RunTimings { clone_ms, ..Default::default() },
+        publish: None,
     };
 
     let mut setup_failed = None;
@@ -318,9 +319,29 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     conclude(&mut report, code, clock_start);
+    let code = publish_to_github(&workflow, args.publish, &mut report, code, clock_start).await;
     publish(&report, args.junit.as_deref(), github.as_ref())?;
     finish_output(&args, &report)?;
     Ok(code)
+}
+
+/// `publish:`, after integration: a failed output fails the run (exit 1); the agents'
+/// work stays as it is.
+async fn publish_to_github(
+    workflow: &orch_workflows::Workflow,
+    mode: Option<crate::publish::PublishMode>,
+    report: &mut RunReport,
+    code: Code,
+    started: Instant,
+) -> Code {
+    let Ok(json) = serde_json::to_value(&*report) else { return code };
+    let Some(published) = crate::publish::publish_run(workflow, &json, mode).await else { return code };
+    report.publish = serde_json::to_value(&published).ok();
+    if published.failed() && matches!(code, Code::Success | Code::Partial) {
+        conclude(report, Code::Failed, started);
+        return Code::Failed;
+    }
+    code
 }
 
 /// Fills in how the run ended: exit code, status, totals, end time.

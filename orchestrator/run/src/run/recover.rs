@@ -308,6 +308,7 @@ fn blank_report(dir: &Path, run_id: &str, clone: &RunClone) -> RunReport {
         setup: None,
         agents: Vec::new(),
         synthesis: None,
+        publish: None,
         overlaps: Vec::new(),
         integration: report::IntegrationReport { mode: "branches".into(), ..Default::default() },
         totals: Totals::default(),

@@ -51,6 +51,9 @@ pub struct RunReport {
     pub totals: Totals,
     /// Where the time went.
     pub timings: RunTimings,
+    /// What `publish:` posted to GitHub, or would post (dry run): see `crate::publish`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<Value>,
 }
 
 /// Wall-clock phases of the run, in milliseconds.
@@ -544,6 +547,9 @@ pub fn markdown(r: &RunReport) -> String {
         if !a.text.trim().is_empty() {
             let _ = writeln!(md, "{}", a.text.trim());
         }
+    }
+    if let Some(published) = &r.publish {
+        md.push_str(&crate::publish::markdown(published));
     }
     md
 }

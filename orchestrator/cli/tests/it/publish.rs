@@ -1,0 +1,405 @@
+//! Publishing to GitHub through the binary, against the test kit's fake GitHub server
+//! and a local bare repository standing in for `origin`: a review with inline comments,
+//! off-diff findings in its body and a suggestion block; a sticky comment edited by a
+//! second run; a pull request opened, then updated; an issue; a check run with more than
+//! 50 annotations; a SARIF upload; dry-run; failures (401, 403, 404, 422, rate limits);
+//! and the token kept out of every sandbox and transcript.
+
+use std::path::{Path, PathBuf};
+
+use orch_testkit::github::{Access, FakeGitHub, Fault, PullSpec};
+use serde_json::{Value, json};
+
+use super::support::{Fixture, Run, git, orch};
+
+const TOKEN: &str = "ghs_publishtoken0123456789abcdef";
+const REPO: &str = "acme/app";
+const PATCH: &str = "@@ -1,3 +1,4 @@\n fn a() {}\n-fn b() {}\n+fn b() -> u8 { 1 }\n+fn c() {}\n fn d() {}";
+
+/// A fixture repository with a bare `origin`, a fake GitHub with pull request 7, and
+/// the event file of a `pull_request` run.
+struct World {
+    fx: Fixture,
+    gh: FakeGitHub,
+    origin: PathBuf,
+    event: PathBuf,
+    head: String,
+}
+
+impl World {
+    async fn new(run_id: &str) -> World {
+        let fx = Fixture::new(run_id, &[("src/lib.rs", "fn a() {}\nfn b() -> u8 { 1 }\nfn c() {}\nfn d() {}\n")]);
+        let origin = fx.dir.path().join("origin.git");
+        git(fx.dir.path(), &["init", "-q", "--bare", "-b", "main", origin.to_str().unwrap()]);
+        git(&fx.repo, &["remote", "add", "origin", origin.to_str().unwrap()]);
+        git(&fx.repo, &["push", "-q", "origin", "main"]);
+        let head = git(&fx.repo, &["rev-parse", "HEAD"]).trim().to_string();
+        let gh = FakeGitHub::start().await;
+        gh.add_token(TOKEN, Access::Write);
+        gh.add_token("ghs_readonly", Access::ReadOnly);
+        gh.add_pull(REPO, PullSpec::new(7, &head).file("src/lib.rs", PATCH));
+        let event = fx.write(
+            "event.json",
+            &json!({"pull_request": {"number": 7, "head": {"sha": head, "repo": {"full_name": REPO}},
+                    "base": {"repo": {"full_name": REPO}}},
+                    "repository": {"default_branch": "main"}})
+            .to_string(),
+        );
+        World { fx, gh, origin, event, head }
+    }
+
+    /// `orch run` with the GitHub environment; `run_id` names this run's directory.
+    async fn run(&self, run_id: &str, workflow: &str, script: &str, token: Option<&str>, extra: &[&str]) -> Run {
+        let out = self.fx.dir.path().join(format!("out-{run_id}"));
+        let workflow = self.fx.write("workflow.yaml", workflow);
+        let script = self.fx.write("script.yaml", script);
+        let mut cmd = orch();
+        cmd.current_dir(self.fx.dir.path())
+            .arg("run")
+            .arg(&workflow)
+            .args(["--provider", "scripted", "--script"])
+            .arg(&script)
+            .arg("--repo")
+            .arg(&self.fx.repo)
+            .args(["--out", out.to_str().unwrap(), "--run-id", run_id, "--trust-repo-config"])
+            .args(extra)
+            .env("GITHUB_API_URL", self.gh.url())
+            .env("GITHUB_REPOSITORY", REPO)
+            .env("GITHUB_EVENT_NAME", "pull_request")
+            .env("GITHUB_EVENT_PATH", &self.event)
+            .env("GITHUB_SHA", &self.head)
+            .env("GITHUB_REF", "refs/pull/7/merge")
+            .env_remove("ORCH_GITHUB_TOKEN")
+            .env_remove("GITHUB_ACTIONS");
+        match token {
+            Some(t) => cmd.env("GITHUB_TOKEN", t),
+            None => cmd.env_remove("GITHUB_TOKEN"),
+        };
+        let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        Run::from_output(&out, output)
+    }
+}
+
+fn findings_script(findings: Value, answer: &str) -> String {
+    agent_findings_script("review", findings, answer)
+}
+
+fn agent_findings_script(agent: &str, findings: Value, answer: &str) -> String {
+    format!(
+        "version: 1\nagents:\n  {agent}:\n    - text: |\n        {answer}\n        ```json\n        {}\n        ```\n",
+        json!({ "findings": findings })
+    )
+}
+
+const REVIEW: &str = r#"
+version: 1
+name: pr-review
+agents:
+  review:
+    prompt: Review the pull request.
+    output:
+      schema:
+        type: object
+        required: [findings]
+        properties:
+          findings: { type: array, items: { type: object, required: [path, line, severity, message],
+                      properties: { path: {type: string}, line: {type: integer}, end_line: {type: integer},
+                                    severity: {enum: [error, warning, note]}, message: {type: string},
+                                    suggestion: {type: string} } } }
+integrate: none
+publish:
+  review: { event: COMMENT, max_comments: 30 }
+"#;
+
+fn review_findings() -> Value {
+    json!([
+        {"path": "src/lib.rs", "line": 2, "severity": "error", "message": "b must not return a constant, cc @octocat",
+         "suggestion": "fn b() -> u8 { compute() }"},
+        {"path": "src/lib.rs", "line": 3, "end_line": 4, "severity": "warning", "message": "c and d are empty"},
+        {"path": "src/lib.rs", "line": 40, "severity": "note", "message": "far from the diff"},
+        {"path": "README.md", "line": 1, "severity": "note", "message": "not in the pull request"}
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn review_posts_inline_comments_lists_off_diff_findings_and_only_once_per_head() {
+    let w = World::new("t-review").await;
+    let script = findings_script(review_findings(), "Two problems <!-- orch:pr-review --> in the diff.");
+    let run = w.run("r1", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    let reviews = w.gh.reviews(REPO, 7);
+    assert_eq!(reviews.len(), 1, "{:?}", w.gh.requests());
+    let review = &reviews[0];
+    assert_eq!(review.event, "COMMENT");
+    assert_eq!(review.commit_id, w.head);
+    assert_eq!(review.comments.len(), 2, "{:#?}", review.comments);
+    let first = review.comments[0]["body"].as_str().unwrap();
+    assert!(first.contains("```suggestion\nfn b() -> u8 { compute() }\n```"), "{first}");
+    assert!(!first.contains("@octocat"), "a mention reached GitHub: {first}");
+    assert_eq!(review.comments[1]["start_line"], 3);
+    assert_eq!(review.comments[1]["line"], 4);
+    assert!(review.body.contains("Findings outside the diff"), "{}", review.body);
+    assert!(review.body.contains("`src/lib.rs:40`") && review.body.contains("`README.md:1`"), "{}", review.body);
+    // The model's fake marker is escaped: exactly one real marker, at the end.
+    assert_eq!(review.body.matches("<!--").count(), 1, "{}", review.body);
+    assert!(run.report["publish"]["outcomes"][0]["state"] == "created", "{:#}", run.report["publish"]);
+
+    let again = w.run("r2", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    again.expect_code(0);
+    assert_eq!(w.gh.reviews(REPO, 7).len(), 1, "a second review was posted for the same head");
+    assert_eq!(again.report["publish"]["outcomes"][0]["state"], "skipped");
+}
+
+const COMMENT_AND_ISSUE: &str = r#"
+version: 1
+name: nightly report
+agents:
+  report:
+    prompt: Write the report.
+integrate: none
+publish:
+  comment: { sticky: true }
+  issue: { title: "Nightly report", labels: [orch] }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sticky_comment_and_issue_are_updated_by_a_second_run() {
+    let w = World::new("t-sticky").await;
+    let first = "version: 1\nagents:\n  report:\n    - text: First answer.\n";
+    w.run("s1", COMMENT_AND_ISSUE, first, Some(TOKEN), &["--publish", "on"]).await.expect_code(0);
+    let second = "version: 1\nagents:\n  report:\n    - text: Second answer.\n";
+    let run = w.run("s2", COMMENT_AND_ISSUE, second, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    let comments = w.gh.comments(REPO, 7);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0].updates, 1);
+    assert!(comments[0].body.starts_with("Second answer."), "{}", comments[0].body);
+    let issues = w.gh.issues(REPO);
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert_eq!(issues[0].title, "Nightly report");
+    assert_eq!(issues[0].labels, ["orch"]);
+    assert!(issues[0].body.starts_with("Second answer."));
+    assert_eq!(issues[0].updates, 1);
+}
+
+const REFACTOR: &str = r#"
+version: 1
+name: nightly refactor
+agents:
+  refactor:
+    prompt: Refactor.
+    tools: [Bash]
+integrate: branches
+publish:
+  pull_request: { branch: orch/nightly-refactor, title: "Nightly refactor", draft: true, labels: [orch] }
+"#;
+
+fn refactor_script(line: &str) -> String {
+    format!(
+        "version: 1\nagents:\n  refactor:\n    - tool_calls: [{{name: Bash, input: {{command: \"echo '{line}' >> src/lib.rs\"}}}}]\n    - text: Refactored.\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_request_is_opened_then_updated_and_a_moved_branch_is_not_overwritten() {
+    let w = World::new("t-pr").await;
+    let run = w.run("p1", REFACTOR, &refactor_script("// one"), Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    let pulls: Vec<_> = w.gh.pulls(REPO).into_iter().filter(|p| p.head_ref == "orch/nightly-refactor").collect();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    assert!(pulls[0].draft);
+    assert_eq!(pulls[0].labels, ["orch"]);
+    assert_eq!(pulls[0].base_ref, "main");
+    let pushed = git(&w.origin, &["rev-parse", "refs/heads/orch/nightly-refactor"]).trim().to_string();
+    assert_eq!(pushed, run.agent("refactor")["commit"].as_str().unwrap());
+
+    let run = w.run("p2", REFACTOR, &refactor_script("// two"), Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    let pulls: Vec<_> = w.gh.pulls(REPO).into_iter().filter(|p| p.head_ref == "orch/nightly-refactor").collect();
+    assert_eq!(pulls.len(), 1, "a second pull request was opened");
+    assert_eq!(pulls[0].updates, 1);
+    let second = git(&w.origin, &["rev-parse", "refs/heads/orch/nightly-refactor"]).trim().to_string();
+    assert_eq!(second, run.agent("refactor")["commit"].as_str().unwrap());
+
+    // Someone else pushes to the branch: the next run must not overwrite it.
+    git(&w.fx.repo, &["push", "-q", "-f", "origin", "main:refs/heads/orch/nightly-refactor"]);
+    let theirs = git(&w.origin, &["rev-parse", "refs/heads/orch/nightly-refactor"]).trim().to_string();
+    let run = w.run("p3", REFACTOR, &refactor_script("// three"), Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(1);
+    assert_eq!(git(&w.origin, &["rev-parse", "refs/heads/orch/nightly-refactor"]).trim(), theirs);
+    let outcome = &run.report["publish"]["outcomes"][0];
+    assert_eq!(outcome["state"], "failed", "{outcome:#}");
+    // The agent's work is still there.
+    assert!(run.agent("refactor")["commit"].is_string());
+}
+
+const CHECKS: &str = r#"
+version: 1
+name: lint
+agents:
+  lint:
+    prompt: Lint.
+    output:
+      schema: { type: object, properties: { findings: { type: array, items: { type: object, properties: { path: {}, line: {}, severity: {}, message: {} } } } } }
+integrate: none
+publish:
+  check_run: { name: orch-lint }
+  sarif: { category: lint }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_run_sends_annotations_in_batches_and_sarif_is_uploaded() {
+    let w = World::new("t-check").await;
+    let findings: Vec<Value> = (1..=60)
+        .map(|i| json!({"path": "src/lib.rs", "line": i, "severity": if i == 1 { "error" } else { "warning" }, "message": format!("finding {i}")}))
+        .collect();
+    let run = w
+        .run(
+            "c1",
+            CHECKS,
+            &agent_findings_script("lint", json!(findings), "Sixty findings."),
+            Some(TOKEN),
+            &["--publish", "on"],
+        )
+        .await;
+    run.expect_code(0);
+    let checks = w.gh.check_runs(REPO);
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].name, "orch-lint");
+    assert_eq!(checks[0].head_sha, w.head);
+    assert_eq!(checks[0].annotations.len(), 60);
+    assert_eq!(checks[0].annotation_requests, 2);
+    assert_eq!(checks[0].conclusion.as_deref(), Some("failure"));
+    let uploads = w.gh.sarif_uploads(REPO);
+    assert_eq!(uploads.len(), 1);
+    assert_eq!(uploads[0].commit_sha, w.head);
+    let results = uploads[0].sarif["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 60);
+    assert_eq!(results[0]["level"], "error");
+    assert_eq!(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "src/lib.rs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_writes_the_requests_and_sends_no_write() {
+    let w = World::new("t-dry").await;
+    let script = findings_script(review_findings(), "Answer.");
+    let run = w.run("d1", REVIEW, &script, None, &[]).await;
+    run.expect_code(0);
+    assert!(w.gh.writes().is_empty(), "{:#?}", w.gh.writes());
+    let planned: Value = serde_json::from_str(&std::fs::read_to_string(run.out.join("publish.json")).unwrap()).unwrap();
+    let requests = planned["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 1, "{planned:#}");
+    assert_eq!(requests[0]["method"], "POST");
+    assert!(requests[0]["url"].as_str().unwrap().ends_with("/repos/acme/app/pulls/7/reviews"));
+    assert_eq!(run.report["publish"]["mode"], "dry-run");
+    let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
+    assert!(md.contains("publish.json"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_name_the_output_status_and_permission_and_keep_the_work() {
+    let w = World::new("t-fail").await;
+    let script = findings_script(review_findings(), "Answer.");
+    // 403: a read-only token.
+    let run = w.run("f1", REVIEW, &script, Some("ghs_readonly"), &["--publish", "on"]).await;
+    run.expect_code(1);
+    let o = &run.report["publish"]["outcomes"][0];
+    assert_eq!(
+        (o["output"].as_str(), o["state"].as_str(), o["http_status"].as_u64()),
+        (Some("review"), Some("failed"), Some(403)),
+        "{o:#}"
+    );
+    assert!(o["detail"].as_str().unwrap().contains("pull-requests: write"), "{o:#}");
+    assert!(run.stderr.contains("pull-requests: write"), "{}", run.stderr);
+    assert!(run.agent("review")["output"]["findings"].is_array());
+    // 401: a token GitHub does not know.
+    let run = w.run("f2", REVIEW, &script, Some("ghs_unknown"), &["--publish", "on"]).await;
+    run.expect_code(1);
+    assert_eq!(run.report["publish"]["outcomes"][0]["http_status"], 401);
+    // 422 from GitHub.
+    w.gh.inject(Fault::new("POST", "/pulls/7/reviews", 422));
+    let run = w.run("f3", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(1);
+    assert_eq!(run.report["publish"]["outcomes"][0]["http_status"], 422);
+    // A rate limit with retry-after is retried, then the review lands.
+    w.gh.inject(Fault::new("POST", "/pulls/7/reviews", 429).retry_after("1"));
+    let run = w.run("f4", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    assert_eq!(w.gh.reviews(REPO, 7).len(), 1);
+    // 404: the event names a pull request that does not exist.
+    let event = w.fx.write("event404.json", &json!({"pull_request": {"number": 99, "head": {"sha": w.head, "repo": {"full_name": REPO}}, "base": {"repo": {"full_name": REPO}}}}).to_string());
+    let w404 = World { event, ..w };
+    let run = w404.run("f5", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(1);
+    assert_eq!(run.report["publish"]["outcomes"][0]["http_status"], 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fork_pull_requests_say_publishing_is_impossible() {
+    let w = World::new("t-fork").await;
+    let event = w.fx.write("fork.json", &json!({"pull_request": {"number": 7, "head": {"sha": w.head, "repo": {"full_name": "someone/app"}}, "base": {"repo": {"full_name": REPO}}}}).to_string());
+    let w = World { event, ..w };
+    let run = w
+        .run("k1", REVIEW, &findings_script(review_findings(), "Answer."), Some("ghs_readonly"), &["--publish", "on"])
+        .await;
+    run.expect_code(0);
+    assert!(w.gh.writes().is_empty());
+    let o = &run.report["publish"]["outcomes"][0];
+    assert_eq!(o["state"], "skipped");
+    assert!(o["detail"].as_str().unwrap().contains("fork"), "{o:#}");
+}
+
+const LEAK: &str = r#"
+version: 1
+name: leak
+agents:
+  snoop:
+    prompt: Look around.
+    tools: [Bash]
+integrate: none
+publish:
+  comment: {}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_token_reaches_no_sandbox_and_no_transcript() {
+    let w = World::new("t-leak").await;
+    let script = "version: 1\nagents:\n  snoop:\n    - tool_calls: [{name: Bash, input: {command: \"env; cat /proc/$PPID/environ 2>/dev/null | tr '\\\\0' '\\\\n'\"}}]\n    - text: Done.\n";
+    let run = w.run("l1", LEAK, script, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+    assert_eq!(w.gh.comments(REPO, 7).len(), 1);
+    let transcript = std::fs::read_to_string(run.out.join("transcripts/snoop.jsonl")).unwrap();
+    assert!(
+        transcript.contains("GITHUB_REPOSITORY") || transcript.contains("PATH="),
+        "the probe did not run: {transcript}"
+    );
+    assert_no_token(&run.out);
+    assert!(!run.stdout.contains(TOKEN) && !run.stderr.contains(TOKEN));
+}
+
+fn assert_no_token(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_no_token(&path);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN), "the token is in {}", path.display());
+        }
+    }
+}
+
+#[test]
+fn validate_warns_when_no_output_can_produce_findings() {
+    let fx = Fixture::new("t-validate", &[("a.txt", "a\n")]);
+    let path = fx.write("w.yaml", "version: 1\nname: w\nagents:\n  a: { prompt: Look. }\npublish:\n  check_run: {}\n");
+    let out = orch().arg("validate").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("warning:") && stderr.contains("no agent's `output.schema`"), "{stderr}");
+    let path = fx.write(
+        "bad.yaml",
+        "version: 1\nname: w\nagents:\n  a: { prompt: Look. }\npublish:\n  review: { event: APPROVE }\n",
+    );
+    let out = orch().arg("validate").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
