@@ -4,14 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use orch_agents::command_hooks::CommandHooks;
-use orch_agents::mcp;
 use orch_agents::permissions::{Mode, Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
-use orch_agents::tools::host::ToolExecutor;
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, PermissionMode};
 use serde_json::json;
@@ -22,8 +19,8 @@ use super::output::{MAX_RETRIES, OutputSchema};
 use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, Worktree, safe_name};
-use crate::host::{self, AgentSandbox, HostExecutor};
 use crate::options::{SandboxSpec, SettingSource};
+use crate::session::{AgentSession, SessionSpec};
 
 /// A finished agent: its report and the spec it ran.
 pub struct Finished {
@@ -126,38 +123,7 @@ async fn drive(
     };
     let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
     let results = shared.run_dir.join("tool-results");
-    let name = host::sandbox_name(&format!("{}-{}", shared.run_id, spec.id));
     let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
-    let mut sandbox = AgentSandbox::prepare(&args, &cwd, writes, vec![results.clone()], &name, private)?;
-    sandbox.policy.env.extend(git.env.iter().cloned());
-    sandbox.policy.env.extend(shared.cache_env.iter().cloned());
-    // `Agent` runs in the coordinator; the tool host gets the others.
-    // MCP tools are served by their servers: stdio ones in the tool host, HTTP ones here.
-    let host_tools: Vec<String> =
-        spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(mcp::PREFIX)).cloned().collect();
-    let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &shared.extensions.mcp_servers);
-    let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
-    let started =
-        host::spawn_with_mcp(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy, stdio_json.as_deref())
-            .await?;
-    let container = started.container;
-    let executor = Arc::new(HostExecutor::new(started.client));
-    let mut listing = mcp::McpListing::default();
-    if stdio_json.is_some() {
-        listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
-    }
-    let http_hub = if http_mcp.is_empty() {
-        None
-    } else {
-        let (hub, http_listing) = crate::mcp::McpHub::start(&http_mcp, &cwd).await;
-        listing.tools.extend(http_listing.tools);
-        listing.failed.extend(http_listing.failed);
-        Some(Arc::new(hub))
-    };
-    let router: Arc<dyn ToolExecutor> =
-        Arc::new(crate::mcp::McpRouter { host: executor.clone(), http: http_hub.clone() });
-    report.timings.host_ms = ms(at);
-
     let rules = RuleSet {
         mode: match spec.permissions.mode {
             PermissionMode::Default => Mode::Default,
@@ -171,19 +137,42 @@ async fn drive(
         ..RuleSet::default()
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
+        .map_err(|e| crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id)))?;
+    let sink = Arc::new(AgentSink {
+        agent: spec.id.clone(),
+        transcript: transcript.clone(),
+        meter: shared.meter.clone(),
+        stop: shared.stop.clone(),
+        run_cancel: shared.run_cancel.clone(),
+        json: shared.json,
+        reporter: shared.reporter.clone(),
+    });
+    let session = SessionSpec {
+        run: shared.run_id.clone(),
+        agent: spec.id.clone(),
+        cwd: cwd.clone(),
+        sandbox: args,
+        writes,
+        read: vec![results.clone()],
+        private,
+        env: git.env.iter().chain(shared.cache_env.iter()).cloned().collect(),
+        tools: spec.tools.clone(),
+        permissions,
+        results_dir: Some(results),
+        hooks: shared.extensions.hooks.clone(),
+        mcp_servers: shared.extensions.mcp_servers.clone(),
+        session_id: format!("{}/{}", shared.run_id, spec.id),
+    };
+    let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
+    report.timings.host_ms = ms(at);
+
     let outcome = async {
-        let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| {
-            crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id))
-        })?;
-        let mut tools = host::select_tools(&host_tools)?;
-        tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
-        let hook_tools = tools.clone();
-        let pool = ToolPool::new(&spec.id, tools, router.clone(), permissions)?.with_results_dir(results);
         let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
         config.prices = shared.prices.clone();
-        config.system = crate::agent_prompt::build(&cwd, &model, spec.instructions, executor.as_ref(), cancel).await;
+        config.system = session.instructions(&model, spec.instructions, cancel).await;
         if let Some(uses) = shared.uses.get(&spec.agent)
             && let Some(first) = config.system.first_mut()
         {
@@ -196,33 +185,8 @@ async fn drive(
             max_cost_usd: capped.max_cost_usd,
             timeout: capped.timeout.map(|d| d.as_std()),
         };
-        let sink = Arc::new(AgentSink {
-            agent: spec.id.clone(),
-            transcript: transcript.clone(),
-            meter: shared.meter.clone(),
-            stop: shared.stop.clone(),
-            run_cancel: shared.run_cancel.clone(),
-            json: shared.json,
-            reporter: shared.reporter.clone(),
-        });
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let pool = if shared.extensions.hooks.is_empty() {
-            pool
-        } else {
-            let hooks = CommandHooks::new(
-                &spec.id,
-                &cwd,
-                shared.extensions.hooks.clone(),
-                hook_tools,
-                router.clone(),
-                sink.clone(),
-            )
-            .map_err(|e| crate::error::Error::Message(format!("the hooks of `{}` are invalid: {e}", spec.id)))?
-            .with_session_id(format!("{}/{}", shared.run_id, spec.id))
-            .with_cancel(cancel.clone());
-            pool.with_hooks(Arc::new(hooks))
-        };
-        let pool = if spec.tools.iter().any(|t| t == AGENT_TOOL) {
+        if spec.tools.iter().any(|t| t == AGENT_TOOL) {
             let tool = AgentTool::new(
                 shared.subagents.clone(),
                 shared.provider.clone(),
@@ -230,32 +194,20 @@ async fn drive(
                 sink.clone(),
                 records.clone(),
             );
-            tool.install(pool)?
-        } else {
-            pool
+            session.map_pool(|pool| tool.install(pool))?;
+        }
+        let Some(pool) = session.pool() else {
+            return Err(crate::error::Error::Message(format!("the tool pool of `{}` is missing", spec.id)));
         };
         let at = Instant::now();
-        converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
+        converse(shared, pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
         report.timings.loop_ms = ms(at);
         report.subagents = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
         Ok::<(), crate::error::Error>(())
     }
     .await;
     let at = Instant::now();
-    drop(router);
-    if let Some(hub) = http_hub.and_then(Arc::into_inner) {
-        hub.shutdown().await;
-    }
-    // The pool holds the other reference to the executor; it is gone by now.
-    if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
-    }
-    if let Some(container) = container
-        && let Err(e) = container.stop().await
-    {
-        tracing::warn!(agent = %spec.id, "could not remove the agent's container: {e}");
-    }
-    sandbox.teardown();
+    session.stop().await;
     report.timings.finish_ms = ms(at);
     outcome
 }
