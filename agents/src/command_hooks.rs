@@ -44,29 +44,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How much of a hook's stdout and of its stderr is kept.
 pub const OUTPUT_CAP: usize = 64 * 1024;
 
-/// The events a hook command can be bound to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum HookEvent {
-    SessionStart,
-    PreToolUse,
-    PostToolUse,
-    Stop,
-    SubagentStop,
-    PreCompact,
-}
-
-impl HookEvent {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            HookEvent::SessionStart => "SessionStart",
-            HookEvent::PreToolUse => "PreToolUse",
-            HookEvent::PostToolUse => "PostToolUse",
-            HookEvent::Stop => "Stop",
-            HookEvent::SubagentStop => "SubagentStop",
-            HookEvent::PreCompact => "PreCompact",
-        }
-    }
-}
+pub use orch_types::HookEvent;
 
 /// One configured hook command.
 #[derive(Debug, Clone, PartialEq)]
@@ -326,7 +304,7 @@ impl CommandHooks {
             cap: OUTPUT_CAP,
         };
         let request = match serde_json::to_value(&run) {
-            Ok(input) => HostRequest { tool: HOOK_REQUEST.to_string(), input },
+            Ok(input) => HostRequest { tool: HOOK_REQUEST.to_string(), input, scope: None },
             Err(e) => {
                 self.report(event, hook, format!("could not encode the hook request: {e}"), true, started);
                 return Reply::default();
@@ -419,7 +397,7 @@ impl CommandHooks {
             tracing::warn!(agent = %self.agent_id, event = event.as_str(), command = %hook.command, "hook failed: {outcome}");
         }
         self.events.emit(Event::Hook {
-            event: event.as_str().to_string(),
+            event,
             command: hook.command.clone(),
             outcome,
             is_error,

@@ -18,7 +18,7 @@ use crate::model::SystemPart;
 
 /// Tools whose results can be fetched again by repeating the call, so microcompact may
 /// clear them. Results of every other tool stay.
-pub const REFETCHABLE_TOOLS: &[&str] = &["Read", "Grep", "Glob", "LS", "Bash"];
+pub const REFETCHABLE_TOOLS: &[&str] = &orch_types::tools::REFETCHABLE_NAMES;
 
 /// The start of every microcompact placeholder.
 pub const CLEARED_PREFIX: &str = "[result cleared to save context:";
@@ -162,7 +162,7 @@ pub fn microcompact(messages: &mut [Message], keep_recent_turns: u32, min_tokens
     let mut total = Cleared::default();
     for m in messages.iter().filter(|m| m.role == Role::User) {
         for b in &m.content {
-            if let ContentBlock::ToolResult { tool_use_id, content, is_error: false } = b
+            if let ContentBlock::ToolResult { tool_use_id, content, is_error: false, .. } = b
                 && let Some(c) = old(tool_use_id)
                 && !content.starts_with(CLEARED_PREFIX)
             {
@@ -179,7 +179,7 @@ pub fn microcompact(messages: &mut [Message], keep_recent_turns: u32, min_tokens
     }
     for m in messages.iter_mut().filter(|m| m.role == Role::User) {
         for b in &mut m.content {
-            if let ContentBlock::ToolResult { tool_use_id, content, is_error: false } = b
+            if let ContentBlock::ToolResult { tool_use_id, content, is_error: false, .. } = b
                 && let Some(c) = old(tool_use_id)
                 && !content.starts_with(CLEARED_PREFIX)
             {

@@ -239,7 +239,7 @@ pub enum Event {
     Compaction {
         before_tokens: u64,
         after_tokens: u64,
-        reason: String,
+        reason: CompactionReason,
     },
     Terminal {
         reason: Terminal,
@@ -257,7 +257,7 @@ pub enum Event {
     /// failed to run properly (a crash, a timeout, an unexpected exit code), which never
     /// stops the agent by itself.
     Hook {
-        event: String,
+        event: orch_types::HookEvent,
         command: String,
         outcome: String,
         is_error: bool,
@@ -268,6 +268,40 @@ pub enum Event {
 impl Event {
     pub(crate) fn retry(attempt: u32, delay: Duration, error: String) -> Self {
         Self::Retry { attempt, delay_ms: delay.as_millis() as u64, error }
+    }
+}
+
+/// Why the context was compacted.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CompactionReason {
+    /// Old results of refetchable tools were cleared, without a summary.
+    Microcompact,
+    /// The context passed its threshold and was summarized.
+    Autocompact,
+    /// The model refused a request as too long, and the context was summarized.
+    PromptTooLong,
+}
+
+impl CompactionReason {
+    /// The reason as events write it: `prompt_too_long`.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
     }
 }
 

@@ -230,7 +230,7 @@ pub fn imports(text: &str) -> Vec<String> {
 
 /// Asks the agent's tool host for the instructions of its working directory.
 pub async fn load(executor: &dyn ToolExecutor, cancel: CancellationToken) -> Result<Instructions, String> {
-    let request = HostRequest { tool: HOST_REQUEST.to_string(), input: serde_json::Value::Null };
+    let request = HostRequest { tool: HOST_REQUEST.to_string(), input: serde_json::Value::Null, scope: None };
     let output = executor.execute(request, cancel).await?;
     if output.is_error {
         return Err(output.content);

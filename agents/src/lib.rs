@@ -24,8 +24,11 @@ pub mod tool;
 pub mod tools;
 pub mod usage;
 
+#[cfg(test)]
+mod tidy;
+
 pub use context::ContextConfig;
-pub use event::{Budget, Event, EventSink, NullSink, Phase, Terminal};
+pub use event::{Budget, CompactionReason, Event, EventSink, NullSink, Phase, Terminal};
 pub use message::{ContentBlock, Message, Role, ToolSpec};
 pub use model::{ModelError, ModelProvider, ModelRequest, ModelResponse, StopReason, StreamEvent, SystemPart};
 pub use query::{Limits, QueryConfig, QueryOutcome, query};

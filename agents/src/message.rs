@@ -60,9 +60,26 @@ pub struct ToolUse<'a> {
     pub input: &'a Value,
 }
 
+/// Base64 data of an image or a document block, as the Anthropic API takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MediaSource {
+    /// Always `base64`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `image/png`, `image/jpeg`, `image/gif`, `image/webp` or `application/pdf`.
+    pub media_type: String,
+    pub data: String,
+}
+
+impl MediaSource {
+    pub fn base64(media_type: impl Into<String>, data: impl Into<String>) -> Self {
+        Self { kind: "base64".into(), media_type: media_type.into(), data: data.into() }
+    }
+}
+
 /// One block of message content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", into = "wire::Block", from = "wire::Block")]
 pub enum ContentBlock {
     Text {
         text: String,
@@ -81,12 +98,138 @@ pub enum ContentBlock {
         name: String,
         input: Value,
     },
+    /// The text of a tool result; `attachments` are image or document blocks sent with
+    /// it (on the wire, `content` is then a list of blocks).
     ToolResult {
         tool_use_id: String,
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<ContentBlock>,
     },
+    Image {
+        source: MediaSource,
+    },
+    Document {
+        source: MediaSource,
+    },
+}
+
+/// The wire shape of a block: a tool result's content is a string, or a list of text,
+/// image and document blocks.
+mod wire {
+    use serde::{Deserialize, Serialize};
+
+    use super::{ContentBlock, MediaSource};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    pub enum ResultContent {
+        Text(String),
+        Blocks(Vec<Block>),
+    }
+
+    impl Default for ResultContent {
+        fn default() -> Self {
+            Self::Text(String::new())
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Block {
+        Text {
+            text: String,
+        },
+        Thinking {
+            thinking: String,
+            #[serde(default)]
+            signature: String,
+        },
+        RedactedThinking {
+            data: String,
+        },
+        ToolUse {
+            id: String,
+            name: String,
+            input: serde_json::Value,
+        },
+        ToolResult {
+            tool_use_id: String,
+            #[serde(default)]
+            content: ResultContent,
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            is_error: bool,
+        },
+        Image {
+            source: MediaSource,
+        },
+        Document {
+            source: MediaSource,
+        },
+    }
+
+    impl From<ContentBlock> for Block {
+        fn from(block: ContentBlock) -> Self {
+            match block {
+                ContentBlock::Text { text } => Self::Text { text },
+                ContentBlock::Thinking { thinking, signature } => Self::Thinking { thinking, signature },
+                ContentBlock::RedactedThinking { data } => Self::RedactedThinking { data },
+                ContentBlock::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
+                ContentBlock::ToolResult { tool_use_id, content, is_error, attachments } => {
+                    let content = if attachments.is_empty() {
+                        ResultContent::Text(content)
+                    } else {
+                        let mut blocks = Vec::with_capacity(attachments.len() + 1);
+                        if !content.is_empty() {
+                            blocks.push(Self::Text { text: content });
+                        }
+                        blocks.extend(attachments.into_iter().map(Self::from));
+                        ResultContent::Blocks(blocks)
+                    };
+                    Self::ToolResult { tool_use_id, content, is_error }
+                }
+                ContentBlock::Image { source } => Self::Image { source },
+                ContentBlock::Document { source } => Self::Document { source },
+            }
+        }
+    }
+
+    impl From<Block> for ContentBlock {
+        fn from(block: Block) -> Self {
+            match block {
+                Block::Text { text } => Self::Text { text },
+                Block::Thinking { thinking, signature } => Self::Thinking { thinking, signature },
+                Block::RedactedThinking { data } => Self::RedactedThinking { data },
+                Block::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
+                Block::ToolResult { tool_use_id, content, is_error } => {
+                    let (content, attachments) = match content {
+                        ResultContent::Text(text) => (text, Vec::new()),
+                        ResultContent::Blocks(blocks) => {
+                            let mut text = String::new();
+                            let mut attachments = Vec::new();
+                            for b in blocks {
+                                match b {
+                                    Block::Text { text: t } => {
+                                        if !text.is_empty() {
+                                            text.push('\n');
+                                        }
+                                        text.push_str(&t);
+                                    }
+                                    other => attachments.push(ContentBlock::from(other)),
+                                }
+                            }
+                            (text, attachments)
+                        }
+                    };
+                    Self::ToolResult { tool_use_id, content, is_error, attachments }
+                }
+                Block::Image { source } => Self::Image { source },
+                Block::Document { source } => Self::Document { source },
+            }
+        }
+    }
 }
 
 impl ContentBlock {
@@ -95,7 +238,17 @@ impl ContentBlock {
     }
 
     pub fn tool_result(tool_use_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
-        Self::ToolResult { tool_use_id: tool_use_id.into(), content: content.into(), is_error }
+        Self::ToolResult { tool_use_id: tool_use_id.into(), content: content.into(), is_error, attachments: Vec::new() }
+    }
+
+    /// A tool result with image or document blocks.
+    pub fn tool_result_with(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+        attachments: Vec<ContentBlock>,
+    ) -> Self {
+        Self::ToolResult { tool_use_id: tool_use_id.into(), content: content.into(), is_error, attachments }
     }
 }
 

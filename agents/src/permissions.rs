@@ -17,20 +17,8 @@ use serde_json::Value;
 
 use crate::tools::{DynTool, normalize};
 
-/// How much an agent may do without a matching rule.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Rules decide; `ask` follows [`AskFallback`].
-    #[default]
-    Default,
-    /// Like default, but `ask` on file edits inside the writable roots is allowed.
-    AcceptEdits,
-    /// Read-only calls only.
-    Plan,
-    /// Every `ask` is allowed. Deny rules and hard denials still bind.
-    Bypass,
-}
+/// How much an agent may do without a matching rule (defined in orch-types).
+pub use orch_types::PermissionMode as Mode;
 
 /// What `ask` means when nobody can answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

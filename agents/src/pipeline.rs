@@ -81,6 +81,8 @@ pub struct ToolPool {
     withheld: Vec<(String, String)>,
     /// Calls of local tools so far.
     local_calls: AtomicU64,
+    /// The tool host scope of a nested agent's calls (its own read stamps).
+    scope: Option<String>,
 }
 
 impl std::fmt::Debug for ToolPool {
@@ -118,6 +120,7 @@ impl ToolPool {
             results_dir: None,
             withheld: Vec::new(),
             local_calls: AtomicU64::new(0),
+            scope: None,
         })
     }
 
@@ -168,6 +171,7 @@ impl ToolPool {
         // A nested agent's stop runs the SubagentStop hooks.
         let hooks = self.hooks.for_subagent(&agent_id).unwrap_or_else(|| self.hooks.clone());
         Ok(ToolPool {
+            scope: Some(agent_id.clone()),
             agent_id,
             entries,
             executor: self.executor.clone(),
@@ -218,8 +222,10 @@ impl ToolPool {
             .collect()
     }
 
+    /// The entry of `name`, or of the tool it is another name for (`Task` is `Agent`).
     fn entry(&self, name: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.tool.name() == name)
+        let find = |n: &str| self.entries.iter().find(|e| e.tool.name() == n);
+        find(name).or_else(|| find(crate::subagent::canonical_tool_name(name)))
     }
 
     /// Steps 1 to 3: lookup, schema, `validate`.
@@ -290,7 +296,7 @@ impl ToolPool {
             let ordinal = self.local_calls.fetch_add(1, Ordering::SeqCst) + 1;
             local.call(self, ordinal, call, input.clone(), cancel).await
         } else {
-            let request = HostRequest { tool: call.name.clone(), input: input.clone() };
+            let request = HostRequest { tool: call.name.clone(), input: input.clone(), scope: self.scope.clone() };
             match self.executor.execute(request, cancel).await {
                 Ok(output) => output,
                 Err(message) => {
@@ -331,7 +337,11 @@ impl ToolPool {
                 "[the result is {total} bytes, over the {limit}-byte limit, and could not be saved ({e}); the rest is cut]"
             ),
         };
-        ToolOutput { content: format!("{preview}\n…\n{note}"), is_error: output.is_error }
+        ToolOutput {
+            content: format!("{preview}\n…\n{note}"),
+            is_error: output.is_error,
+            attachments: output.attachments,
+        }
     }
 
     async fn save(&self, dir: &std::path::Path, id: &str, content: &str) -> Result<PathBuf, String> {

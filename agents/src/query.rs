@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -39,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{self, ContextConfig, Restored};
-use crate::event::{Budget, Event, EventSink, Phase, Terminal};
+use crate::event::{Budget, CompactionReason, Event, EventSink, Phase, Terminal};
 use crate::message::{ContentBlock, Message, Role, ToolSpec};
 use crate::model::{
     ModelError, ModelProvider, ModelRequest, ModelResponse, ModelSettings, StopReason, StreamEvent, SystemPart,
@@ -77,17 +76,8 @@ pub const CUT_TOOL_CALL: &str = "Not run: your answer hit the output token limit
                                  same work in smaller steps: write a large file in several parts (create it with the \
                                  first part, then add the rest with edits), and make one call at a time.";
 
-/// Limits of one loop. `None` means unlimited.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Model calls.
-    pub max_turns: Option<u32>,
-    /// Tokens processed, as [`Usage::total`] counts them.
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    /// Wall-clock time of the whole loop.
-    pub timeout: Option<Duration>,
-}
+/// Limits of one loop (defined in orch-types). `None` means unlimited.
+pub use orch_types::Limits;
 
 /// How one loop runs.
 #[derive(Debug, Clone)]
@@ -242,7 +232,7 @@ pub async fn query(
         config,
         events,
         cancel,
-        deadline: config.limits.timeout.map(|t| started + t),
+        deadline: config.limits.timeout.map(|t| started + t.as_std()),
         started,
         messages,
         turns: 0,
@@ -375,7 +365,7 @@ impl Loop<'_> {
                         // Compact, then send again, once.
                         self.reactive_retried = true;
                         self.turns -= 1;
-                        match self.compact("prompt_too_long", &specs).await {
+                        match self.compact(CompactionReason::PromptTooLong, &specs).await {
                             Err(end) => return end,
                             Ok(true) => continue,
                             Ok(false) => return Terminal::PromptTooLong { message: message.clone() },
@@ -677,11 +667,11 @@ impl Loop<'_> {
             self.events.emit(Event::Compaction {
                 before_tokens: before,
                 after_tokens: after,
-                reason: "microcompact".to_string(),
+                reason: CompactionReason::Microcompact,
             });
         }
         if self.context_tokens() > threshold {
-            return self.compact("autocompact", specs).await.err();
+            return self.compact(CompactionReason::Autocompact, specs).await.err();
         }
         None
     }
@@ -689,7 +679,7 @@ impl Loop<'_> {
     /// Replaces the history with a summary and the most recently read files. `Ok(false)`
     /// when the compaction failed and the loop may go on; `Err` ends the loop (abort,
     /// timeout, or too many failures in a row).
-    async fn compact(&mut self, reason: &str, specs: &[ToolSpec]) -> Result<bool, Terminal> {
+    async fn compact(&mut self, reason: CompactionReason, specs: &[ToolSpec]) -> Result<bool, Terminal> {
         if let Some(hooks) = self.tools.hooks() {
             tokio::select! {
                 biased;
@@ -716,8 +706,8 @@ impl Loop<'_> {
         self.messages = context::compacted_history(&summary, &restored);
         self.anchor = None;
         let after = self.context_tokens();
-        tracing::info!(agent = %self.config.agent_id, reason, before, after, restored = restored.len(), "context compacted");
-        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason: reason.to_string() });
+        tracing::info!(agent = %self.config.agent_id, reason = reason.as_str(), before, after, restored = restored.len(), "context compacted");
+        self.events.emit(Event::Compaction { before_tokens: before, after_tokens: after, reason });
         Ok(true)
     }
 
@@ -857,7 +847,12 @@ impl Loop<'_> {
                 let results = calls
                     .iter()
                     .map(|c| match done.get(&c.id) {
-                        Some(out) => ContentBlock::tool_result(&c.id, out.content.clone(), out.is_error),
+                        Some(out) => ContentBlock::tool_result_with(
+                            &c.id,
+                            out.content.clone(),
+                            out.is_error,
+                            out.attachments.clone(),
+                        ),
                         None => ContentBlock::tool_result(&c.id, text, true),
                     })
                     .collect();
@@ -916,7 +911,7 @@ impl Loop<'_> {
                     ToolOutput::error(text)
                 }
             };
-            results.push(ContentBlock::tool_result(&call.id, output.content, output.is_error));
+            results.push(ContentBlock::tool_result_with(&call.id, output.content, output.is_error, output.attachments));
         }
         self.messages.push(Message { role: Role::User, content: results });
         self.absorb_nested();

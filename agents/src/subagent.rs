@@ -17,8 +17,14 @@
 //!
 //! Limits, shared by every agent of a run through one [`SubagentRun`]: the nesting
 //! depth (a workflow agent is depth 0; its sub-agents depth 1), how many sub-agents run
-//! at once, and how many start in all. A limit that is hit is an error result that says
-//! which limit and what to do; nothing waits on a limit, so a tree can never deadlock.
+//! at once, and how many start in all. A call beyond `max_concurrent` waits for a slot,
+//! for at most [`SubagentRun::queue_wait`]; past that (a tree whose callers hold every
+//! slot while their own sub-agents wait) it becomes an error result, so a tree can
+//! never deadlock. The other limits are error results at once.
+//!
+//! `Task` is another name for `Agent` (older Claude Code models call it that), and the
+//! built-in agent types `general-purpose`, `Explore` and `Plan` exist in every run (an
+//! agent definition of the same name replaces one).
 //!
 //! Events of a sub-agent reach the caller's sink wrapped in [`Event::Subagent`]; their
 //! usage is counted as it arrives and added to the caller's totals (and so to its
@@ -47,6 +53,57 @@ use crate::usage::Usage;
 
 /// The tool's name, as Claude Code calls it.
 pub const AGENT_TOOL: &str = "Agent";
+/// The tool's older name in Claude Code; a call or a tool list naming it means `Agent`.
+pub const TASK_TOOL: &str = "Task";
+
+/// How long a sub-agent call waits for a free slot by default.
+pub const DEFAULT_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The tool a name stands for: `Task` is `Agent`; any other name is itself.
+pub fn canonical_tool_name(name: &str) -> &str {
+    if name == TASK_TOOL { AGENT_TOOL } else { name }
+}
+
+/// The tools the built-in `Explore` and `Plan` types get (read-only ones).
+const READ_ONLY_TOOLS: &[&str] = &["Glob", "Grep", "LS", "Read"];
+
+const EXPLORE_PROMPT: &str = "You explore a code base to answer a question about it. \
+You can only look: find files by name with Glob, search contents with Grep, list \
+directories with LS and open files with Read; you cannot change anything. Search broadly \
+first, then read what matters. Answer with what you found, naming files and line \
+numbers, and say plainly what you could not find.";
+
+const PLAN_PROMPT: &str = "You prepare an implementation plan; you do not carry it out. \
+You can only look: Glob, Grep, LS and Read; you cannot change anything. Study the code \
+the task concerns, then answer with a concrete, ordered plan: which files change and how, \
+what to test, and the risks or open questions you see.";
+
+/// The agent types every run has: `general-purpose` (the caller's prompt and tools, as
+/// with no type), `Explore` and `Plan` (read-only tools, their own prompt).
+pub fn builtin_definitions() -> Vec<AgentDefinition> {
+    let read_only = Some(READ_ONLY_TOOLS.iter().map(|t| t.to_string()).collect());
+    vec![
+        AgentDefinition {
+            name: "general-purpose".into(),
+            description: "the default agent for research and multi-step tasks, with all of your tools".into(),
+            ..AgentDefinition::default()
+        },
+        AgentDefinition {
+            name: "Explore".into(),
+            description: "a read-only agent that searches and reads the code to answer a question quickly".into(),
+            tools: read_only.clone(),
+            system_prompt: EXPLORE_PROMPT.into(),
+            ..AgentDefinition::default()
+        },
+        AgentDefinition {
+            name: "Plan".into(),
+            description: "a read-only agent that studies the code and returns an implementation plan".into(),
+            tools: read_only,
+            system_prompt: PLAN_PROMPT.into(),
+            ..AgentDefinition::default()
+        },
+    ]
+}
 
 /// How deep, how many at once and how many in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,20 +167,38 @@ pub struct SubagentRun {
     slots: Arc<Semaphore>,
     started: AtomicU32,
     definitions: Vec<AgentDefinition>,
+    /// The built-in types no definition replaces.
+    builtins: Vec<AgentDefinition>,
     running: Mutex<HashMap<String, CancellationToken>>,
     peak: AtomicU32,
+    queue_wait: std::time::Duration,
 }
 
 impl SubagentRun {
     pub fn new(limits: SubagentLimits, definitions: Vec<AgentDefinition>) -> Self {
+        let builtins =
+            builtin_definitions().into_iter().filter(|b| definitions.iter().all(|d| d.name != b.name)).collect();
         Self {
             slots: Arc::new(Semaphore::new(limits.max_concurrent as usize)),
             limits,
             started: AtomicU32::new(0),
             definitions,
+            builtins,
             running: Mutex::new(HashMap::new()),
             peak: AtomicU32::new(0),
+            queue_wait: DEFAULT_QUEUE_WAIT,
         }
+    }
+
+    /// Sets how long a call beyond `max_concurrent` waits for a slot.
+    pub fn with_queue_wait(mut self, wait: std::time::Duration) -> Self {
+        self.queue_wait = wait;
+        self
+    }
+
+    /// How long a call beyond `max_concurrent` waits for a slot before it is an error.
+    pub fn queue_wait(&self) -> std::time::Duration {
+        self.queue_wait
     }
 
     pub fn limits(&self) -> SubagentLimits {
@@ -134,8 +209,14 @@ impl SubagentRun {
         &self.definitions
     }
 
+    /// The definition or built-in type called `name`.
     pub fn definition(&self, name: &str) -> Option<&AgentDefinition> {
-        self.definitions.iter().find(|d| d.name == name)
+        self.definitions.iter().chain(&self.builtins).find(|d| d.name == name)
+    }
+
+    /// Every agent type a call may name: the definitions, then the built-ins.
+    pub fn agent_types(&self) -> impl Iterator<Item = &AgentDefinition> {
+        self.definitions.iter().chain(&self.builtins)
     }
 
     /// Sub-agents started so far.
@@ -338,7 +419,7 @@ impl AgentTool {
                  (subagents.max_depth: {max}); do the work yourself",
                 self.depth
             );
-            return Ok(pool.with_withheld(AGENT_TOOL, reason));
+            return Ok(pool.with_withheld(AGENT_TOOL, reason.clone()).with_withheld(TASK_TOOL, reason));
         }
         let spec: Arc<dyn DynTool> = Arc::new(AgentToolSpec);
         pool.with_local(spec, Arc::new(self))
@@ -358,17 +439,23 @@ impl AgentTool {
         definition: Option<&AgentDefinition>,
     ) -> Result<Vec<String>, String> {
         let have: Vec<&str> = pool.tool_names();
+        let canonical = |names: &[String]| -> Vec<String> {
+            let mut out: Vec<String> = names.iter().map(|t| canonical_tool_name(t.trim()).to_string()).collect();
+            out.dedup();
+            out
+        };
         if let Some(asked) = asked {
+            let asked = canonical(asked);
             if let Some(missing) = asked.iter().find(|t| !have.contains(&t.as_str())) {
                 return Err(format!(
                     "you asked for the tool `{missing}`, which you do not have; a sub-agent gets at most your tools ({})",
                     have.join(", ")
                 ));
             }
-            return Ok(asked.to_vec());
+            return Ok(asked);
         }
         if let Some(listed) = definition.and_then(|d| d.tools.as_ref()) {
-            return Ok(listed.iter().filter(|t| have.contains(&t.as_str())).cloned().collect());
+            return Ok(canonical(listed).into_iter().filter(|t| have.contains(&t.as_str())).collect());
         }
         Ok(have.iter().map(|t| t.to_string()).collect())
     }
@@ -394,14 +481,15 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The stricter of two permission modes (plan, then default, then accept-edits, then
-/// bypass).
+/// The stricter of two permission modes (plan, then dont-ask, then default, then
+/// accept-edits, then bypass).
 fn stricter(a: Mode, b: Mode) -> Mode {
     let rank = |m: Mode| match m {
         Mode::Plan => 0,
-        Mode::Default => 1,
-        Mode::AcceptEdits => 2,
-        Mode::Bypass => 3,
+        Mode::DontAsk => 1,
+        Mode::Default => 2,
+        Mode::AcceptEdits => 3,
+        Mode::Bypass => 4,
     };
     if rank(a) <= rank(b) { a } else { b }
 }
@@ -413,15 +501,11 @@ short, concrete report of what you found or changed.";
 #[async_trait]
 impl LocalTool for AgentTool {
     fn description(&self) -> Option<String> {
-        let definitions = self.run.definitions();
-        if definitions.is_empty() {
-            return None;
-        }
         let mut text = format!(
             "{DESCRIPTION}\n\nNamed agent types (set `subagent_type` to one of these; leave it out for a \
              general-purpose agent):"
         );
-        for d in definitions {
+        for d in self.run.agent_types() {
             text.push_str(&format!("\n- {}: {}", d.name, d.description.trim()));
         }
         Some(text)
@@ -450,7 +534,7 @@ impl LocalTool for AgentTool {
             Some(name) => match self.run.definition(name) {
                 Some(d) => Some(d),
                 None => {
-                    let known: Vec<&str> = self.run.definitions().iter().map(|d| d.name.as_str()).collect();
+                    let known: Vec<&str> = self.run.agent_types().map(|d| d.name.as_str()).collect();
                     let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
                     return Self::error(&id, format!("there is no agent type `{name}`; the agent types are: {known}"));
                 }
@@ -461,16 +545,34 @@ impl LocalTool for AgentTool {
             Err(e) => return Self::error(&id, e),
         };
         let pass_agent = names.iter().any(|n| n == AGENT_TOOL);
+        let general = definition.is_some_and(|d| d.system_prompt.is_empty() && d.tools.is_none());
         names.retain(|n| n != AGENT_TOOL);
-        let Ok(permit) = self.run.slots.clone().try_acquire_owned() else {
-            return Self::error(
-                &id,
-                format!(
-                    "{} sub-agents are already running, the most this run allows at once \
-                     (subagents.max_concurrent); wait for yours to finish, or start fewer in one answer",
-                    limits.max_concurrent
-                ),
-            );
+        let permit = match self.run.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::debug!(agent = %id, "sub-agent queued: every slot is taken");
+                let wait = self.run.queue_wait;
+                let acquired = tokio::select! {
+                    _ = cancel.cancelled() => return Self::error(&id, "the call was cancelled while it waited for a slot"),
+                    acquired = tokio::time::timeout(wait, self.run.slots.clone().acquire_owned()) => acquired,
+                };
+                match acquired {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Self::error(&id, "the run is shutting down"),
+                    Err(_) => {
+                        return Self::error(
+                            &id,
+                            format!(
+                                "{} sub-agents were running, the most this run allows at once \
+                                 (subagents.max_concurrent), and no slot came free within {} s; \
+                                 wait for yours to finish, or start fewer in one answer",
+                                limits.max_concurrent,
+                                wait.as_secs_f64()
+                            ),
+                        );
+                    }
+                }
+            }
         };
         if self.run.started.fetch_add(1, Ordering::SeqCst) >= limits.max_total {
             self.run.started.fetch_sub(1, Ordering::SeqCst);
@@ -497,7 +599,7 @@ impl LocalTool for AgentTool {
         if let Some(model) = definition.and_then(|d| d.model.clone()) {
             config.model = model;
         }
-        if let Some(d) = definition {
+        if let Some(d) = definition.filter(|_| !general) {
             let part = SystemPart { text: d.system_prompt.clone(), cache: true };
             match config.system.first_mut() {
                 Some(first) => *first = part,

@@ -25,15 +25,24 @@ pub struct ToolCall {
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
+    /// Image or document blocks that go with the text (`Read` of an image or a PDF).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::message::ContentBlock>,
 }
 
 impl ToolOutput {
     pub fn ok(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: false }
+        Self { content: content.into(), is_error: false, attachments: Vec::new() }
     }
 
     pub fn error(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: true }
+        Self { content: content.into(), is_error: true, attachments: Vec::new() }
+    }
+
+    /// This output with `attachments` added.
+    pub fn with_attachments(mut self, attachments: Vec<crate::message::ContentBlock>) -> Self {
+        self.attachments = attachments;
+        self
     }
 }
 

@@ -7,31 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Which mechanism confines the tool host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    /// Landlock, seccomp, rlimits, a per-agent uid when root, and a cgroup where
-    /// writable. The default on Linux.
-    #[default]
-    Landlock,
-    /// One Docker container per agent.
-    Container,
-    /// No confinement at all. Explicit opt-in only; every run warns.
-    None,
-}
-
-/// Network access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Network {
-    /// No sockets that leave the sandbox; under Landlock also no new Unix sockets
-    /// (`socketpair` still works).
-    #[default]
-    None,
-    /// Unrestricted network (for `setup:` steps that fetch dependencies).
-    Full,
-}
+pub use orch_types::{Backend, Network};
 
 /// Resource limits. `None` leaves a limit unset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

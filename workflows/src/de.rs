@@ -16,10 +16,26 @@ use crate::yaml::{Entry, Kind, Node, Scalar, Seg, Span};
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum DeErrorKind {
     Custom(String),
-    Type { expected: String, found: String },
-    UnknownKey { key: String, allowed: &'static [&'static str] },
-    UnknownValue { value: String, allowed: &'static [&'static str] },
-    MissingKey { key: &'static str },
+    Type {
+        expected: String,
+        found: String,
+    },
+    UnknownKey {
+        key: String,
+        allowed: &'static [&'static str],
+    },
+    UnknownValue {
+        value: String,
+        allowed: &'static [&'static str],
+    },
+    MissingKey {
+        key: &'static str,
+    },
+    /// A whole number outside what the field holds.
+    OutOfRange {
+        value: String,
+        bounds: Box<(i128, i128)>,
+    },
 }
 
 /// An error, with the span and path of the node it belongs to.
@@ -44,6 +60,7 @@ impl fmt::Display for DeError {
             DeErrorKind::UnknownKey { key, .. } => write!(f, "unknown key `{key}`"),
             DeErrorKind::UnknownValue { value, .. } => write!(f, "unknown value `{value}`"),
             DeErrorKind::MissingKey { key } => write!(f, "missing `{key}`"),
+            DeErrorKind::OutOfRange { value, bounds } => write!(f, "{value} is outside {}..={}", bounds.0, bounds.1),
         }
     }
 }
@@ -129,8 +146,21 @@ impl<'a> De<'a> {
     }
 
     fn int(&self, min: i128, max: i128, expected: &str) -> Result<i64, DeError> {
+        let out_of_range = |value: &str| {
+            self.locate(DeError::new(DeErrorKind::OutOfRange {
+                value: value.to_string(),
+                bounds: Box::new((min, max)),
+            }))
+        };
         match &self.node.kind {
             Kind::Scalar { value: Scalar::Int(n), .. } if (min..=max).contains(&i128::from(*n)) => Ok(*n),
+            Kind::Scalar { value: Scalar::Int(n), .. } => Err(out_of_range(&n.to_string())),
+            // Digits too many for 64 bits: the core schema made it a float.
+            Kind::Scalar { value: Scalar::Float(_), raw, style: crate::yaml::Style::Plain }
+                if raw.strip_prefix(['-', '+']).unwrap_or(raw).bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Err(out_of_range(raw))
+            }
             _ => Err(self.type_error(expected)),
         }
     }

@@ -18,38 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The hook events orch runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum HookEvent {
-    SessionStart,
-    PreToolUse,
-    PostToolUse,
-    Stop,
-    SubagentStop,
-    PreCompact,
-}
-
-impl HookEvent {
-    pub const ALL: [HookEvent; 6] = [
-        HookEvent::SessionStart,
-        HookEvent::PreToolUse,
-        HookEvent::PostToolUse,
-        HookEvent::Stop,
-        HookEvent::SubagentStop,
-        HookEvent::PreCompact,
-    ];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            HookEvent::SessionStart => "SessionStart",
-            HookEvent::PreToolUse => "PreToolUse",
-            HookEvent::PostToolUse => "PostToolUse",
-            HookEvent::Stop => "Stop",
-            HookEvent::SubagentStop => "SubagentStop",
-            HookEvent::PreCompact => "PreCompact",
-        }
-    }
-}
+pub use orch_types::HookEvent;
 
 /// `hooks:`: per event, the matcher groups in file order.
 pub type HookSettings = BTreeMap<HookEvent, Vec<HookMatcher>>;

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! load / load_str   YAML -> Workflow (typed, validated) or Vec<Diagnostic>
+//! load_with         the same, with LoadOptions (size cap, MCP servers from elsewhere)
+//! yaml::load_value  any other YAML file orch reads -> serde_json::Value, same caps
 //! plan              Workflow + Inputs -> Plan: stages of AgentSpec / DynamicFanOut
 //! expand_dynamic    DynamicFanOut + the source agent's output -> AgentSpecs
 //! render_prompt     AgentSpec + RunContext (earlier results) -> the final prompt
@@ -22,6 +24,7 @@ mod diagnostic;
 mod duration;
 pub mod extensions;
 pub mod frontmatter;
+mod input;
 mod load;
 pub mod plan;
 mod schema;
@@ -30,14 +33,15 @@ pub mod subagents;
 mod template;
 mod text;
 mod validate;
-mod yaml;
+pub mod yaml;
 
 pub use diagnostic::{Diagnostic, Location, render_diagnostics};
 pub use duration::{Duration, DurationError};
-pub use load::{load, load_str};
+pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with};
 pub use plan::{
-    AgentSpec, DynamicFanOut, FanOutItem, Inputs, PermissionsSpec, Plan, PlanInput, PlanNode, Prompt, RunContext,
-    SandboxSpec, Stage, SynthesisSpec, expand_dynamic, fan_out_ids, plan, render_prompt,
+    AgentSpec, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs, PermissionsSpec, Plan, PlanInput,
+    PlanNode, Prompt, RunContext, SandboxSpec, Stage, SynthesisSpec, default_agent_limits, expand_dynamic, fan_out_ids,
+    plan, render_prompt,
 };
 pub use schema::{
     Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, Network, Output,

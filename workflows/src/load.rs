@@ -16,30 +16,63 @@ use crate::de::{DeError, DeErrorKind, from_node};
 use crate::diagnostic::{Diagnostic, Location, SourceFile};
 use crate::duration::DURATION_HINT;
 use crate::schema::{Agent, Defaults, Input, Integrate, Limits, Source, Synthesis, WORKFLOW_KEYS, Workflow};
-use crate::yaml::{self, Entry, Kind, Node, Scalar, Seg, YamlError, path_string};
+use crate::yaml::{self, Entry, Kind, MAX_FILE_BYTES, Node, Scalar, Seg, YamlError, path_string};
 
 /// Most extra deserialization attempts per value, to collect more than one error.
 const MAX_PRUNES: usize = 20;
 
+/// How to load a workflow: the size cap, and what the file may refer to that lives
+/// outside it.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The largest file accepted, in bytes ([`MAX_FILE_BYTES`] by default).
+    pub max_bytes: usize,
+    /// MCP servers configured outside the workflow (`.mcp.json`, settings). `None`: only
+    /// the workflow's own `mcp_servers` count, so `mcp__<server>__<tool>` must name one of
+    /// those.
+    pub mcp_servers: Option<Vec<String>>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> LoadOptions {
+        LoadOptions { max_bytes: MAX_FILE_BYTES, mcp_servers: None }
+    }
+}
+
 /// Loads and validates the workflow file at `path`.
 pub fn load(path: impl AsRef<Path>) -> Result<Workflow, Vec<Diagnostic>> {
+    load_with(path, &LoadOptions::default())
+}
+
+/// Loads and validates the workflow file at `path`, reading at most
+/// `options.max_bytes` of it.
+pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Workflow, Vec<Diagnostic>> {
     let path = path.as_ref();
-    let name = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(text) => load_str(&text, &name),
-        Err(e) => {
-            let location = Location { file: name, line: 1, column: 1, len: 1, source_line: String::new() };
-            Err(vec![Diagnostic::new(
-                format!("cannot read the workflow file: {e}"),
-                location,
-                "check the path, and that the file is readable UTF-8 text",
-            )])
-        }
-    }
+    let bytes = crate::input::read_capped(path, options.max_bytes, "the workflow file").map_err(|d| vec![d])?;
+    load_bytes(&bytes, &path.display().to_string(), options)
+}
+
+/// Loads and validates a workflow from the bytes of a file; `file_name` is used in
+/// diagnostics. Bytes that are not UTF-8 are reported at their line and column.
+pub fn load_bytes(bytes: &[u8], file_name: &str, options: &LoadOptions) -> Result<Workflow, Vec<Diagnostic>> {
+    let text = crate::input::decode(file_name, bytes, options.max_bytes).map_err(|d| vec![d])?;
+    load_checked(text, file_name, options)
 }
 
 /// Loads and validates a workflow from `text`; `file_name` is used in diagnostics.
 pub fn load_str(text: &str, file_name: &str) -> Result<Workflow, Vec<Diagnostic>> {
+    load_str_with(text, file_name, &LoadOptions::default())
+}
+
+/// [`load_str`] with [`LoadOptions`].
+pub fn load_str_with(text: &str, file_name: &str, options: &LoadOptions) -> Result<Workflow, Vec<Diagnostic>> {
+    crate::input::check_size(file_name, text.as_bytes(), options.max_bytes).map_err(|d| vec![d])?;
+    crate::input::check_text(file_name, text).map_err(|d| vec![d])?;
+    load_checked(text, file_name, options)
+}
+
+/// Loads text that passed the checks of [`crate::input`].
+fn load_checked(text: &str, file_name: &str, options: &LoadOptions) -> Result<Workflow, Vec<Diagnostic>> {
     let source = SourceFile::new(file_name, text);
     let mut loader = Loader { source: &source, diagnostics: Vec::new() };
     let root = match yaml::parse(text) {
@@ -65,7 +98,7 @@ pub fn load_str(text: &str, file_name: &str) -> Result<Workflow, Vec<Diagnostic>
     let mut diagnostics = loader.diagnostics;
     if let Some((mut workflow, broken)) = workflow {
         workflow.source = Source { file: Arc::new(source.clone()), tree: Arc::new(root) };
-        diagnostics.extend(crate::validate::validate(&workflow, &broken));
+        diagnostics.extend(crate::validate::validate(&workflow, &broken, options.mcp_servers.as_deref()));
         if diagnostics.is_empty() {
             return Ok(workflow);
         }
@@ -426,6 +459,17 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
             let place = if path.is_empty() { "the workflow".to_string() } else { format!("`{dotted}`") };
             let hint = key_hint(key).map(|h| format!("add `{key}`: {h}")).unwrap_or_else(|| format!("add `{key}`"));
             Diagnostic::new(format!("{place} is missing `{key}`"), location, hint)
+        }
+        DeErrorKind::OutOfRange { value, bounds } => {
+            let (min, max) = *bounds;
+            let (side, bound, which) =
+                if value.starts_with('-') { ("less", min, "smallest") } else { ("more", max, "largest") };
+            let hint = hint_for_path().unwrap_or_else(|| format!("write a whole number from {min} to {max}"));
+            Diagnostic::new(
+                format!("`{dotted}` is out of range: {value} is {side} than {bound}, the {which} allowed"),
+                location,
+                hint,
+            )
         }
         DeErrorKind::Custom(message) => {
             let hint = hint_for_path().unwrap_or_else(|| "see the README's \"Workflow files\" section".to_string());

@@ -278,15 +278,33 @@ impl Origin {
 }
 
 /// Plans a run of `workflow` with `inputs`.
+/// The `max_turns` of an agent when neither it nor `defaults:` sets one.
+pub const DEFAULT_MAX_TURNS: u32 = 100;
+
+/// The `timeout` of an agent when neither it nor `defaults:` sets one: 30 minutes.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// The limits every agent starts from: [`DEFAULT_MAX_TURNS`] and [`DEFAULT_TIMEOUT`],
+/// so a looping model stops. The agent's `limits:` and `defaults.limits` override them,
+/// up or down.
+pub fn default_agent_limits() -> Limits {
+    Limits {
+        max_turns: Some(DEFAULT_MAX_TURNS),
+        timeout: Some(crate::duration::Duration::from_std(DEFAULT_TIMEOUT)),
+        ..Limits::default()
+    }
+}
+
 pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic>> {
-    let mut planner = Planner { workflow, diagnostics: Vec::new(), upstream: HashMap::new() };
+    let index: HashMap<&str, &Agent> = workflow.agents.iter().map(|a| (a.id.as_str(), a)).collect();
+    let mut planner = Planner { workflow, index, diagnostics: Vec::new(), upstream: HashMap::new() };
     let inputs = planner.inputs(inputs);
     if !planner.diagnostics.is_empty() {
         // Rendering without the inputs would only repeat these errors.
         return Err(planner.diagnostics);
     }
     let values: Map<String, Value> = inputs.iter().map(|i| (i.name.clone(), i.value.clone())).collect();
-    let levels = levels(workflow);
+    let levels = levels(workflow, &planner.index);
     let depth = levels.values().copied().max().map_or(0, |m| m + 1);
     let mut stages: Vec<Stage> = (0..depth).map(|i| Stage { stage: i + 1, agents: Vec::new() }).collect();
     let mut fan_outs = BTreeSet::new();
@@ -335,36 +353,47 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
 }
 
 /// Stage index (0-based) of every agent: 0 without needs, else one more than its
-/// deepest need.
-fn levels(workflow: &Workflow) -> HashMap<&str, usize> {
-    fn level<'w>(
-        id: &'w str,
-        workflow: &'w Workflow,
-        memo: &mut HashMap<&'w str, usize>,
-        visiting: &mut HashSet<&'w str>,
-    ) -> usize {
-        if let Some(&l) = memo.get(id) {
-            return l;
-        }
-        // A cycle cannot pass validation; the guard only keeps this total.
-        if !visiting.insert(id) {
-            return 0;
-        }
-        let needs = workflow.agent(id).map(|a| a.needs.as_slice()).unwrap_or_default();
-        let l = needs.iter().map(|n| level(n, workflow, memo, visiting) + 1).max().unwrap_or(0);
-        visiting.remove(id);
-        memo.insert(id, l);
-        l
-    }
-    let mut memo = HashMap::new();
+/// deepest need. One iterative pass over the graph (no recursion, so a chain of
+/// 100,000 agents is fine).
+fn levels<'w>(workflow: &'w Workflow, index: &HashMap<&'w str, &'w Agent>) -> HashMap<&'w str, usize> {
+    let mut memo: HashMap<&'w str, usize> = HashMap::new();
+    let mut visiting: HashSet<&'w str> = HashSet::new();
     for agent in &workflow.agents {
-        level(&agent.id, workflow, &mut memo, &mut HashSet::new());
+        // (agent, index of the next need to look at)
+        let mut stack: Vec<(&'w str, usize)> = vec![(agent.id.as_str(), 0)];
+        while let Some(top) = stack.last_mut() {
+            let (id, next) = *top;
+            if next == 0 && (memo.contains_key(id) || !visiting.insert(id)) {
+                // Known already, or a cycle (which cannot pass validation; kept total).
+                stack.pop();
+                continue;
+            }
+            let needs = index.get(id).map(|a| a.needs.as_slice()).unwrap_or_default();
+            match needs.get(next) {
+                Some(need) => {
+                    top.1 += 1;
+                    if let Some((&key, _)) = index.get_key_value(need.as_str())
+                        && !memo.contains_key(key)
+                    {
+                        stack.push((key, 0));
+                    }
+                }
+                None => {
+                    let level = needs.iter().filter_map(|n| memo.get(n.as_str())).map(|l| l + 1).max().unwrap_or(0);
+                    memo.insert(id, level);
+                    visiting.remove(id);
+                    stack.pop();
+                }
+            }
+        }
     }
     memo
 }
 
 struct Planner<'w> {
     workflow: &'w Workflow,
+    /// The agents by id.
+    index: HashMap<&'w str, &'w Agent>,
     diagnostics: Vec<Diagnostic>,
     upstream: HashMap<String, Vec<String>>,
 }
@@ -425,10 +454,10 @@ impl<'w> Planner<'w> {
         }
         let mut seen = BTreeSet::new();
         let mut stack: Vec<&str> =
-            self.workflow.agent(id).map(|a| a.needs.iter().map(String::as_str).collect()).unwrap_or_default();
+            self.index.get(id).map(|a| a.needs.iter().map(String::as_str).collect()).unwrap_or_default();
         while let Some(next) = stack.pop() {
             if seen.insert(next.to_string())
-                && let Some(agent) = self.workflow.agent(next)
+                && let Some(agent) = self.index.get(next)
             {
                 stack.extend(agent.needs.iter().map(String::as_str));
             }
@@ -493,7 +522,7 @@ impl<'w> Planner<'w> {
             model: agent.model.clone().or_else(|| defaults.model.clone()).or_else(|| self.workflow.model.clone()),
             tools: unique,
             sandbox,
-            limits: agent.limits.or(defaults.limits),
+            limits: agent.limits.or(defaults.limits).or(default_agent_limits()),
             permissions,
             needs: agent.needs.clone(),
             prompt: agent.prompt.as_ref().map(|template| Prompt::Deferred { template: template.clone(), reads }),

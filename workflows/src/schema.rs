@@ -14,15 +14,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::diagnostic::SourceFile;
-use crate::duration::Duration;
 use crate::extensions::{HookSettings, McpServer};
 use crate::yaml::Node;
 
-/// The core tools an agent may be given (besides `mcp__<server>__<tool>` names).
-pub const KNOWN_TOOLS: [&str; 9] = ["Read", "Write", "Edit", "Glob", "Grep", "LS", "Bash", "TodoWrite", "Agent"];
+pub use orch_types::{Backend, Limits, Network, PermissionMode};
+
+/// The core tools an agent may be given (besides `mcp__<server>__<tool>` names), from
+/// the tool catalog.
+pub const KNOWN_TOOLS: [&str; orch_types::tools::ALL_NAMES.len()] = orch_types::tools::ALL_NAMES;
 
 /// The tools of an agent when neither the agent nor `defaults` lists any: read-only.
-pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Grep", "Glob", "LS", "TodoWrite"];
+pub const DEFAULT_TOOLS: [&str; orch_types::tools::DEFAULT_NAMES.len()] = orch_types::tools::DEFAULT_NAMES;
 
 /// The keys of the top-level mapping, in the order the documentation gives them.
 pub const WORKFLOW_KEYS: &[&str] = &[
@@ -124,41 +126,6 @@ impl fmt::Debug for Source {
     }
 }
 
-/// Turn, token, cost and time limits. For the whole run (`limits:`) or per agent
-/// (`defaults.limits`, `agents.<id>.limits`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    /// Most model calls.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_turns: Option<u32>,
-    /// Most tokens processed (input, cache reads and writes, output).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
-    /// Most spend, in US dollars.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_cost_usd: Option<f64>,
-    /// Wall-clock limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<Duration>,
-}
-
-impl Limits {
-    /// `self`, with every unset field taken from `fallback`.
-    pub fn or(self, fallback: Limits) -> Limits {
-        Limits {
-            max_turns: self.max_turns.or(fallback.max_turns),
-            max_tokens: self.max_tokens.or(fallback.max_tokens),
-            max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
-            timeout: self.timeout.or(fallback.timeout),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        *self == Limits::default()
-    }
-}
-
 /// `defaults:` settings every agent starts from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -182,28 +149,6 @@ pub struct Defaults {
     pub instructions: Option<bool>,
 }
 
-/// Where an agent's tools run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// Landlock and seccomp (Linux).
-    #[default]
-    Landlock,
-    /// One container per agent.
-    Container,
-    /// No confinement (explicit opt-in).
-    None,
-}
-
-/// Network access of an agent's tools.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    #[default]
-    None,
-    Full,
-}
-
 /// `sandbox:` as written; unset fields come from `defaults.sandbox`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -221,28 +166,6 @@ pub struct SandboxConfig {
     /// Extra writable paths, added to the defaults'.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub write: Vec<String>,
-}
-
-/// Permission mode, as `orch exec --permission-mode` spells it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PermissionMode {
-    #[default]
-    Default,
-    AcceptEdits,
-    Plan,
-    Bypass,
-}
-
-impl PermissionMode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            PermissionMode::Default => "default",
-            PermissionMode::AcceptEdits => "accept-edits",
-            PermissionMode::Plan => "plan",
-            PermissionMode::Bypass => "bypass",
-        }
-    }
 }
 
 /// `permissions:` rules such as `Bash(git diff *)`. Per-agent rules are added to the
@@ -412,5 +335,28 @@ mod tests {
         let agent = Limits { max_turns: Some(5), ..Limits::default() };
         let defaults = Limits { max_turns: Some(40), max_cost_usd: Some(3.0), ..Limits::default() };
         assert_eq!(agent.or(defaults), Limits { max_turns: Some(5), max_cost_usd: Some(3.0), ..Limits::default() });
+    }
+}
+
+#[cfg(test)]
+mod tidy {
+    use orch_types::tools::{CATALOG, CORE_NAMES, lookup};
+
+    use super::*;
+
+    /// The tool names a workflow may list are the catalog's: the core tools the agent
+    /// loop implements plus `Agent` (which the model may also call `Task`).
+    #[test]
+    fn workflow_tool_names_are_the_catalog_plus_agent() {
+        let mut expected: Vec<&str> = CORE_NAMES.to_vec();
+        expected.push("Agent");
+        let mut known = KNOWN_TOOLS.to_vec();
+        known.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(known, expected);
+        assert!(CATALOG.iter().all(|t| is_known_tool(t.name)));
+        assert_eq!(lookup("Task").map(|t| t.name), Some("Agent"));
+        assert!(DEFAULT_TOOLS.iter().all(|t| KNOWN_TOOLS.contains(t)));
+        assert!(DEFAULT_TOOLS.iter().all(|t| lookup(t).is_some_and(|t| t.read_only)));
     }
 }

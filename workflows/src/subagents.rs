@@ -179,13 +179,7 @@ pub(crate) fn model_id(model: &str) -> Option<String> {
 }
 
 fn permission_mode(text: &str) -> Option<PermissionMode> {
-    Some(match text {
-        "default" => PermissionMode::Default,
-        "acceptEdits" | "accept-edits" => PermissionMode::AcceptEdits,
-        "plan" => PermissionMode::Plan,
-        "bypassPermissions" | "bypass" => PermissionMode::Bypass,
-        _ => return None,
-    })
+    text.parse().ok()
 }
 
 /// The file name without directories and `.md`.
@@ -325,7 +319,7 @@ pub fn parse_agent_file(text: &str, source: &str) -> Result<(AgentFile, Vec<Stri
             None => {
                 warnings.push(format!(
                     "{source}: `permissionMode: {text}` is not one orch knows (default, acceptEdits, plan, \
-                     bypassPermissions); the caller's mode applies"
+                     dontAsk, bypassPermissions); the caller's mode applies"
                 ));
                 None
             }

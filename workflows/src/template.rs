@@ -8,6 +8,7 @@
 //! error. Prompts are rendered as text: no HTML escaping, the trailing newline kept.
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -81,20 +82,29 @@ fn template_error(err: &minijinja::Error, source: &str) -> TemplateError {
 }
 
 /// The globals of the environment (`range`, `dict`, …): not variables to check.
-fn globals() -> HashSet<String> {
-    environment().globals().map(|(name, _)| name.to_string()).collect()
+/// The names minijinja defines itself (`range`, `dict`, ...), computed once.
+fn globals() -> &'static HashSet<String> {
+    static GLOBALS: OnceLock<HashSet<String>> = OnceLock::new();
+    GLOBALS.get_or_init(|| shared().globals().map(|(name, _)| name.to_string()).collect())
+}
+
+/// One environment for every template: making one registers every built-in filter and
+/// test, which costs more than compiling a short template.
+fn shared() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(environment)
 }
 
 /// Compiles `source` and lists the undeclared names it reads, in order of appearance.
 pub(crate) fn references(source: &str) -> Result<Vec<Reference>, TemplateError> {
-    let env = environment();
+    let env = shared();
     let template = env.template_from_str(source).map_err(|e| template_error(&e, source))?;
     Ok(located(source, template.undeclared_variables(true)))
 }
 
 /// Compiles the expression `expr` and lists the names it reads.
 pub(crate) fn expression_references(expr: &str) -> Result<Vec<Reference>, TemplateError> {
-    let env = environment();
+    let env = shared();
     let expression = env.compile_expression(expr).map_err(|e| template_error(&e, expr))?;
     Ok(located(expr, expression.undeclared_variables(true)))
 }
@@ -152,16 +162,146 @@ pub(crate) fn single_expression(text: &str) -> Option<(&str, usize)> {
     Some((expr, offset))
 }
 
+/// Filter names for "did you mean" (existence is asked of minijinja itself).
+pub(crate) const KNOWN_FILTERS: &[&str] = &[
+    "abs",
+    "attr",
+    "batch",
+    "bool",
+    "capitalize",
+    "count",
+    "default",
+    "dictsort",
+    "escape",
+    "first",
+    "float",
+    "groupby",
+    "indent",
+    "int",
+    "items",
+    "join",
+    "last",
+    "length",
+    "lines",
+    "list",
+    "lower",
+    "map",
+    "max",
+    "min",
+    "pprint",
+    "reject",
+    "rejectattr",
+    "replace",
+    "reverse",
+    "round",
+    "safe",
+    "select",
+    "selectattr",
+    "slice",
+    "sort",
+    "split",
+    "string",
+    "sum",
+    "title",
+    "tojson",
+    "trim",
+    "unique",
+    "upper",
+];
+
+/// The filters a template applies (`x | name`, `{% filter name %}`), with the byte
+/// offset of each name. Text outside tags, comments, `{% raw %}` blocks and string
+/// literals is skipped.
+pub(crate) fn filters(source: &str) -> Vec<(String, usize)> {
+    let bytes = source.as_bytes();
+    let ident_at = |mut i: usize| -> Option<(String, usize)> {
+        while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        let start = i;
+        while bytes.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+            i += 1;
+        }
+        let name = source.get(start..i)?;
+        (name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')).then(|| (name.to_string(), start))
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(found) = source.get(i..).and_then(|rest| rest.find('{')) {
+        let open = i + found;
+        let close: &str = match bytes.get(open + 1) {
+            Some(b'{') => "}}",
+            Some(b'%') => "%}",
+            Some(b'#') => {
+                i = source[open..].find("#}").map_or(bytes.len(), |end| open + end + 2);
+                continue;
+            }
+            _ => {
+                i = open + 1;
+                continue;
+            }
+        };
+        let mut j = open + 2;
+        if close == "%}" {
+            let word = ident_at(j + usize::from(matches!(bytes.get(j), Some(b'-' | b'+' | b'~'))));
+            match word.as_ref().map(|(w, _)| w.as_str()) {
+                Some("raw") => {
+                    i = source[j..].find("endraw").map_or(bytes.len(), |end| j + end + 6);
+                    continue;
+                }
+                Some("filter") => {
+                    if let Some((_, at)) = &word
+                        && let Some(name) = ident_at(at + 6)
+                    {
+                        out.push(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut quote: Option<u8> = None;
+        while j < bytes.len() {
+            let b = bytes[j];
+            if let Some(q) = quote {
+                if b == b'\\' {
+                    j += 1;
+                } else if b == q {
+                    quote = None;
+                }
+            } else if b == b'"' || b == b'\'' {
+                quote = Some(b);
+            } else if b == b'|' {
+                out.extend(ident_at(j + 1));
+            } else if bytes[j..].starts_with(close.as_bytes()) {
+                j += 1;
+                break;
+            }
+            j += 1;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// Whether minijinja knows the filter `name` (an identifier).
+pub(crate) fn filter_exists(name: &str) -> bool {
+    let env = shared();
+    match env.render_str(&format!("{{{{ none | {name} }}}}"), ()) {
+        Ok(_) => true,
+        Err(e) => e.kind() != minijinja::ErrorKind::UnknownFilter,
+    }
+}
+
 /// Renders `source` with `context` (a JSON object of variables).
 pub(crate) fn render(source: &str, context: &Value) -> Result<String, TemplateError> {
-    let env = environment();
+    let env = shared();
     let template = env.template_from_str(source).map_err(|e| template_error(&e, source))?;
     template.render(Serde(context)).map_err(|e| template_error(&e, source))
 }
 
 /// Evaluates the expression `expr` with `context` and converts the result to JSON.
 pub(crate) fn eval(expr: &str, context: &Value) -> Result<Value, TemplateError> {
-    let env = environment();
+    let env = shared();
     let expression = env.compile_expression(expr).map_err(|e| template_error(&e, expr))?;
     let value = expression.eval(Serde(context)).map_err(|e| template_error(&e, expr))?;
     if value.is_undefined() {
@@ -179,6 +319,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn filters_are_found_in_tags_only() {
+        let source = "a | b {{ x | upper | replace('|', \"| q\") }} {# y | hidden #} {%- filter lower %}z{% endfilter %}\
+                      {% raw %}{{ w | inraw }}{% endraw %} {{ é | trim }}";
+        let found = filters(source);
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["upper", "replace", "lower", "trim"]);
+        let (name, at) = &found[0];
+        assert_eq!(&source[*at..*at + name.len()], "upper");
+        assert!(filter_exists("upper") && filter_exists("replace"));
+        assert!(!filter_exists("nosuchfilter"));
+    }
 
     fn dotted(source: &str) -> Vec<String> {
         references(source).unwrap().iter().map(Reference::dotted).collect()

@@ -6,9 +6,17 @@
 //! (syntax, and every name they read: declared inputs, the fan-out item, agents this
 //! one needs, fields those agents' output schemas declare), `setup` and `synthesis`.
 //! Agents that failed to deserialize are known by id but not checked further, so one
-//! mistake is reported once.
+//! mistake is reported once. The checks `orch run` would otherwise make late are here
+//! too: empty prompts and control characters in them, `backend: container` without an
+//! image, `mcp__<server>__<tool>` naming a server nobody configures, unknown template
+//! filters.
+//!
+//! The checks are linear in the size of the file: agents are found through an index,
+//! never by scanning the list; cycles are found by one iterative depth-first search; an
+//! agent's transitive `needs` are walked only when a template reads an agent it does not
+//! need directly; "did you mean" over the agent ids has a total budget.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde_json::Value;
 
@@ -16,7 +24,14 @@ use crate::diagnostic::{Diagnostic, Location, SourceFile};
 use crate::load::{did_you_mean, key_list, push_sentence, suggest};
 use crate::schema::{Agent, ForEach, KNOWN_TOOLS, Limits, Permissions, SandboxConfig, Workflow, is_known_tool};
 use crate::template::{self, Reference};
-use crate::yaml::{Node, Seg};
+use crate::yaml::{Entry, Node, Seg, Span};
+
+/// Most names compared for one "did you mean" over the agent ids, and for all of them
+/// together: beyond, suggestions are left out rather than making validation quadratic.
+const SUGGEST_BUDGET: usize = 2_000_000;
+
+/// Most agent ids listed in a hint.
+const MAX_LISTED_IDS: usize = 20;
 
 /// Agent ids that name something else in a run (`orch/<run>/integration`, the synthesis
 /// transcript, the setup step).
@@ -54,22 +69,32 @@ fn with(mut base: Vec<Seg>, seg: Seg) -> Vec<Seg> {
     base
 }
 
-/// Runs every check; returns the problems found.
-pub(crate) fn validate(workflow: &Workflow, broken: &HashSet<String>) -> Vec<Diagnostic> {
+/// Runs every check; returns the problems found. `mcp_servers`: the MCP servers
+/// configured outside the workflow, if the caller knows them.
+pub(crate) fn validate(
+    workflow: &Workflow,
+    broken: &HashSet<String>,
+    mcp_servers: Option<&[String]>,
+) -> Vec<Diagnostic> {
     let root = workflow.source.tree.as_ref();
-    let all_ids: Vec<String> = root
-        .entry("agents")
-        .and_then(|e| e.value.entries())
-        .map(|entries| entries.iter().map(|e| e.key.clone()).collect())
-        .unwrap_or_default();
+    let entries: &[Entry] = root.entry("agents").and_then(|e| e.value.entries()).unwrap_or_default();
+    let all_ids: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
+    let mut servers: HashSet<&str> = workflow.mcp_servers.keys().map(String::as_str).collect();
+    servers.extend(mcp_servers.unwrap_or_default().iter().map(String::as_str));
     let mut checker = Checker {
         workflow,
         source: workflow.source.file.as_ref(),
         root,
         diagnostics: Vec::new(),
+        ids: entries.iter().map(|e| e.key.as_str()).collect(),
+        entries: entries.iter().map(|e| (e.key.as_str(), e)).collect(),
+        agents: workflow.agents.iter().map(|a| (a.id.as_str(), a)).collect(),
         all_ids,
         broken,
         upstream: HashMap::new(),
+        servers,
+        filters: HashMap::new(),
+        suggest_budget: SUGGEST_BUDGET,
     };
     checker.run();
     checker.diagnostics
@@ -82,9 +107,21 @@ struct Checker<'a> {
     diagnostics: Vec<Diagnostic>,
     /// Every agent id in the file, in order, including agents that did not deserialize.
     all_ids: Vec<String>,
+    /// The same ids, to look up.
+    ids: HashSet<&'a str>,
+    /// The `agents:` entries of the tree by id (the first, for a duplicate).
+    entries: HashMap<&'a str, &'a Entry>,
+    /// The agents that deserialized, by id.
+    agents: HashMap<&'a str, &'a Agent>,
     broken: &'a HashSet<String>,
-    /// Each agent's transitive `needs`.
-    upstream: HashMap<String, BTreeSet<String>>,
+    /// The transitive `needs` of the agents asked about so far.
+    upstream: HashMap<&'a str, HashSet<&'a str>>,
+    /// The MCP servers an `mcp__<server>__<tool>` may name.
+    servers: HashSet<&'a str>,
+    /// Whether each template filter seen so far exists.
+    filters: HashMap<String, bool>,
+    /// Names "did you mean" may still compare (see [`SUGGEST_BUDGET`]).
+    suggest_budget: usize,
 }
 
 /// What a template may read.
@@ -95,13 +132,12 @@ struct Scope<'s> {
     owner: Option<&'s str>,
     /// The fan-out item's name.
     item: Option<&'s str>,
-    /// Agents it may read; `None` when `agents` is not available at all.
-    upstream: Option<&'s BTreeSet<String>>,
+    /// Whether it may read `agents` at all (then: the agents `owner` needs).
+    reads_agents: bool,
 }
 
 impl<'a> Checker<'a> {
     fn run(&mut self) {
-        self.compute_upstream();
         self.check_ids();
         if self.workflow.concurrency == Some(0) {
             let at = self.at(&path(&["concurrency"]));
@@ -145,10 +181,24 @@ impl<'a> Checker<'a> {
 
     // ----- positions -------------------------------------------------------------
 
+    /// [`Node::find`] from the root, through the index for `agents.<id>`.
+    fn find(&self, path: &[Seg]) -> Option<(&'a Node, Option<Span>)> {
+        if let [Seg::Key(agents), Seg::Key(id), rest @ ..] = path
+            && agents == "agents"
+        {
+            let entry = self.entries.get(id.as_str())?;
+            return match rest {
+                [] => Some((&entry.value, Some(entry.key_span))),
+                _ => entry.value.find(rest),
+            };
+        }
+        self.root.find(path)
+    }
+
     /// The location of the value at `path`, or of its nearest ancestor that exists.
     fn at(&self, path: &[Seg]) -> Location {
         for len in (0..=path.len()).rev() {
-            if let Some((node, _)) = self.root.find(&path[..len]) {
+            if let Some((node, _)) = self.find(&path[..len]) {
                 return self.source.span(node.span);
             }
         }
@@ -157,14 +207,59 @@ impl<'a> Checker<'a> {
 
     /// The location of the key at the end of `path` (or of the value, for an index).
     fn key_at(&self, path: &[Seg]) -> Location {
-        match self.root.find(path) {
+        match self.find(path) {
             Some((_, Some(key_span))) => self.source.span(key_span),
             _ => self.at(path),
         }
     }
 
     fn node(&self, path: &[Seg]) -> Option<&'a Node> {
-        self.root.find(path).map(|(node, _)| node)
+        self.find(path).map(|(node, _)| node)
+    }
+
+    fn agent(&self, id: &str) -> Option<&'a Agent> {
+        self.agents.get(id).copied()
+    }
+
+    /// "did you mean" over the agent ids, within [`SUGGEST_BUDGET`].
+    fn suggest_id(&mut self, name: &str) -> String {
+        if self.all_ids.len() > self.suggest_budget {
+            return String::new();
+        }
+        self.suggest_budget -= self.all_ids.len();
+        did_you_mean(name, self.all_ids.iter().map(String::as_str))
+    }
+
+    /// The agent ids for a hint, at most [`MAX_LISTED_IDS`] of them.
+    fn id_list(&self) -> String {
+        let shown: Vec<&str> = self.all_ids.iter().take(MAX_LISTED_IDS).map(String::as_str).collect();
+        let mut list = key_list(&shown);
+        if self.all_ids.len() > MAX_LISTED_IDS {
+            list.push_str(&format!(" and {} more", self.all_ids.len() - MAX_LISTED_IDS));
+        }
+        list
+    }
+
+    /// Whether `owner` needs `other`, directly or through other agents.
+    fn needs_transitively(&mut self, owner: &str, other: &str) -> bool {
+        let Some(agent) = self.agent(owner) else { return false };
+        let owner = agent.id.as_str();
+        if agent.needs.iter().any(|n| n == other) {
+            return true;
+        }
+        if !self.upstream.contains_key(owner) {
+            let mut seen: HashSet<&'a str> = HashSet::new();
+            let mut queue: VecDeque<&'a str> = agent.needs.iter().map(String::as_str).collect();
+            while let Some(id) = queue.pop_front() {
+                if seen.insert(id)
+                    && let Some(next) = self.agent(id)
+                {
+                    queue.extend(next.needs.iter().map(String::as_str));
+                }
+            }
+            self.upstream.insert(owner, seen);
+        }
+        self.upstream.get(owner).is_some_and(|seen| seen.contains(other))
     }
 
     fn error(&mut self, location: Location, message: impl Into<String>, hint: impl Into<String>) {
@@ -172,21 +267,6 @@ impl<'a> Checker<'a> {
     }
 
     // ----- graph -------------------------------------------------------------------
-
-    fn compute_upstream(&mut self) {
-        let needs: HashMap<&str, &[String]> =
-            self.workflow.agents.iter().map(|a| (a.id.as_str(), a.needs.as_slice())).collect();
-        for agent in &self.workflow.agents {
-            let mut seen = BTreeSet::new();
-            let mut stack: Vec<&str> = agent.needs.iter().map(String::as_str).collect();
-            while let Some(id) = stack.pop() {
-                if seen.insert(id.to_string()) {
-                    stack.extend(needs.get(id).copied().unwrap_or_default().iter().map(String::as_str));
-                }
-            }
-            self.upstream.insert(agent.id.clone(), seen);
-        }
-    }
 
     fn check_ids(&mut self) {
         let mut lower: HashMap<String, String> = HashMap::new();
@@ -236,34 +316,46 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|a| (a.id.as_str(), a.needs.iter().map(String::as_str).filter(|n| order.contains_key(n)).collect()))
             .collect();
-        let mut state: HashMap<&str, u8> = HashMap::new(); // 1 = on the stack, 2 = done
+        // Iterative depth-first search: 1 = on the stack, 2 = done. `on_stack` maps an
+        // agent on the current path to its place in `path`, so a cycle is cut out at once.
+        let mut state: HashMap<&str, u8> = HashMap::new();
         let mut cycles: Vec<Vec<&str>> = Vec::new();
-        fn visit<'g>(
-            id: &'g str,
-            needs: &HashMap<&'g str, Vec<&'g str>>,
-            state: &mut HashMap<&'g str, u8>,
-            stack: &mut Vec<&'g str>,
-            cycles: &mut Vec<Vec<&'g str>>,
-        ) {
-            state.insert(id, 1);
-            stack.push(id);
-            for &next in needs.get(id).map(Vec::as_slice).unwrap_or_default() {
-                match state.get(next) {
+        for agent in &self.workflow.agents {
+            if state.contains_key(agent.id.as_str()) {
+                continue;
+            }
+            let mut path: Vec<&str> = Vec::new();
+            let mut on_stack: HashMap<&str, usize> = HashMap::new();
+            // (agent, index of the next need to follow)
+            let mut stack: Vec<(&str, usize)> = vec![(agent.id.as_str(), 0)];
+            state.insert(agent.id.as_str(), 1);
+            on_stack.insert(agent.id.as_str(), 0);
+            path.push(agent.id.as_str());
+            while let Some(top) = stack.last_mut() {
+                let (id, next) = *top;
+                let list = needs.get(id).map(Vec::as_slice).unwrap_or_default();
+                let Some(&need) = list.get(next) else {
+                    state.insert(id, 2);
+                    on_stack.remove(id);
+                    path.pop();
+                    stack.pop();
+                    continue;
+                };
+                top.1 += 1;
+                match state.get(need) {
                     Some(1) => {
-                        if let Some(pos) = stack.iter().position(|&s| s == next) {
-                            cycles.push(stack[pos..].to_vec());
+                        if let Some(&pos) = on_stack.get(need) {
+                            cycles.push(path[pos..].to_vec());
                         }
                     }
                     Some(_) => {}
-                    None => visit(next, needs, state, stack, cycles),
+                    None => {
+                        state.insert(need, 1);
+                        on_stack.insert(need, path.len());
+                        path.push(need);
+                        stack.push((need, 0));
+                    }
                 }
-            }
-            stack.pop();
-            state.insert(id, 2);
-        }
-        for agent in &self.workflow.agents {
-            if !state.contains_key(agent.id.as_str()) {
-                visit(&agent.id, &needs, &mut state, &mut Vec::new(), &mut cycles);
             }
         }
         let mut reported: HashSet<BTreeSet<&str>> = HashSet::new();
@@ -276,7 +368,7 @@ impl<'a> Checker<'a> {
             cycle.rotate_left(first.unwrap_or(0));
             let from = cycle[0];
             let to = cycle.get(1).copied().unwrap_or(from);
-            let index = self.workflow.agent(from).and_then(|a| a.needs.iter().position(|n| n == to)).unwrap_or(0);
+            let index = self.agent(from).and_then(|a| a.needs.iter().position(|n| n == to)).unwrap_or(0);
             let at = self.at(&with(path(&["agents", from, "needs"]), Seg::Index(index)));
             let mut shown: Vec<&str> = cycle.clone();
             shown.push(from);
@@ -331,6 +423,28 @@ impl<'a> Checker<'a> {
     fn check_tools(&mut self, tools: &[String], base: Vec<Seg>) {
         for (i, tool) in tools.iter().enumerate() {
             if is_known_tool(tool) {
+                if let Some(server) = mcp_server(tool)
+                    && !self.servers.contains(server)
+                {
+                    let at = self.at(&with(base.clone(), Seg::Index(i)));
+                    let mut known: Vec<&str> = self.servers.iter().copied().collect();
+                    known.sort_unstable();
+                    let mut hint = did_you_mean(server, known.iter().copied());
+                    push_sentence(
+                        &mut hint,
+                        &if known.is_empty() {
+                            format!(
+                                "no MCP server is configured: add `mcp_servers: {{ {server}: {{ command: … }} }}`, or declare it in `.mcp.json`"
+                            )
+                        } else {
+                            format!(
+                                "the configured servers are {}; add `{server}` to `mcp_servers:` or `.mcp.json`",
+                                key_list(&known)
+                            )
+                        },
+                    );
+                    self.error(at, format!("`{tool}` names the MCP server `{server}`, which is not configured"), hint);
+                }
                 continue;
             }
             let at = self.at(&with(base.clone(), Seg::Index(i)));
@@ -489,7 +603,9 @@ impl<'a> Checker<'a> {
         let synthesis = &self.workflow.synthesis;
         self.check_model(synthesis.model.as_deref(), path(&["synthesis", "model"]));
         if let Some(prompt) = &synthesis.prompt {
-            let scope = Scope { what: "the synthesis prompt".to_string(), owner: None, item: None, upstream: None };
+            let scope =
+                Scope { what: "the synthesis prompt".to_string(), owner: None, item: None, reads_agents: false };
+            self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), &scope.what);
             self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
         }
     }
@@ -522,16 +638,100 @@ impl<'a> Checker<'a> {
         if let Some(output) = &agent.output {
             self.check_schema(&output.schema, with(with(base.clone(), Seg::key("output")), Seg::key("schema")), id);
         }
+        self.check_container_image(agent, &base);
         if let Some(prompt) = &agent.prompt {
-            let upstream = self.upstream.get(id).cloned().unwrap_or_default();
             let scope = Scope {
                 what: format!("the prompt of `{id}`"),
                 owner: Some(id),
                 item: agent.for_each.as_ref().map(|_| agent.item_name()),
-                upstream: Some(&upstream),
+                reads_agents: true,
             };
+            self.check_prompt_text(prompt, with(base.clone(), Seg::key("prompt")), &scope.what);
             self.check_template(prompt, with(base, Seg::key("prompt")), &scope);
         }
+    }
+
+    /// A prompt says something, and holds no control characters but tab and line breaks.
+    fn check_prompt_text(&mut self, prompt: &str, at_path: Vec<Seg>, what: &str) {
+        if prompt.trim().is_empty() {
+            let at = self.at(&at_path);
+            self.error(
+                at,
+                format!("{what} is empty"),
+                "write the task in `prompt:`, or remove the key to take the prompt from `uses:`",
+            );
+            return;
+        }
+        if let Some((offset, c)) =
+            prompt.char_indices().find(|&(_, c)| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        {
+            let at = match self.node(&at_path) {
+                Some(node) => self.escape_at(node, c).unwrap_or_else(|| self.source.inside(node, prompt, offset, 1)),
+                None => self.at(&at_path),
+            };
+            self.error(
+                at,
+                format!("{what} contains the control character U+{:04X}", u32::from(c)),
+                "remove it (a `\\x..` or `\\u....` escape in a double-quoted string makes one); a prompt is text for \
+                 the model, and control characters reach it as noise or cut it short",
+            );
+        }
+    }
+
+    /// Where a double-quoted scalar spells the control character `c` as an escape
+    /// (`\x1b`, `\u001B`, `\e`, ...), searching the lines the scalar covers.
+    fn escape_at(&self, node: &Node, c: char) -> Option<Location> {
+        let code = u32::from(c);
+        let mut spellings = vec![
+            format!("\\x{code:02x}"),
+            format!("\\x{code:02X}"),
+            format!("\\u{code:04x}"),
+            format!("\\u{code:04X}"),
+        ];
+        let named = match c {
+            '\0' => Some("\\0"),
+            '\u{7}' => Some("\\a"),
+            '\u{8}' => Some("\\b"),
+            '\u{b}' => Some("\\v"),
+            '\u{c}' => Some("\\f"),
+            '\u{1b}' => Some("\\e"),
+            _ => None,
+        };
+        spellings.extend(named.map(str::to_string));
+        for line in node.span.start.line..=node.span.end.line.max(node.span.start.line) {
+            let text = self.source.line(line);
+            let skip = if line == node.span.start.line { node.span.start.col } else { 0 };
+            let from = text.char_indices().nth(skip).map_or(text.len(), |(i, _)| i);
+            let found =
+                spellings.iter().filter_map(|s| text[from..].find(s.as_str()).map(|i| (from + i, s.len()))).min();
+            if let Some((byte, len)) = found {
+                return Some(self.source.at(line, text[..byte].chars().count(), len));
+            }
+        }
+        None
+    }
+
+    /// `backend: container` (the agent's or from `defaults`) needs an image from either.
+    fn check_container_image(&mut self, agent: &Agent, base: &[Seg]) {
+        let defaults = &self.workflow.defaults.sandbox;
+        let backend = agent.sandbox.backend.or(defaults.backend);
+        if backend != Some(crate::schema::Backend::Container)
+            || agent.sandbox.image.is_some()
+            || defaults.image.is_some()
+        {
+            return;
+        }
+        let own = with(with(base.to_vec(), Seg::key("sandbox")), Seg::key("backend"));
+        let (at, place) = if agent.sandbox.backend.is_some() {
+            (self.at(&own), "")
+        } else {
+            (self.key_at(base), " (from `defaults.sandbox`)")
+        };
+        self.error(
+            at,
+            format!("agent `{}` uses the container backend{place} without an image", agent.id),
+            "add `image:` to its `sandbox` or to `defaults.sandbox`, e.g. `image: rust:1.88`",
+        );
     }
 
     fn check_needs(&mut self, agent: &Agent, base: &[Seg]) {
@@ -540,15 +740,9 @@ impl<'a> Checker<'a> {
             let at = self.at(&with(with(base.to_vec(), Seg::key("needs")), Seg::Index(i)));
             if !seen.insert(need.as_str()) {
                 self.error(at, format!("`{need}` is listed twice in `needs`"), "remove the repeated id");
-            } else if !self.all_ids.contains(need) {
-                let mut hint = did_you_mean(need, self.all_ids.iter().map(String::as_str));
-                push_sentence(
-                    &mut hint,
-                    &format!(
-                        "`needs` lists ids of agents in this file: {}",
-                        key_list(&self.all_ids.iter().map(String::as_str).collect::<Vec<_>>())
-                    ),
-                );
+            } else if !self.ids.contains(need.as_str()) {
+                let mut hint = self.suggest_id(need);
+                push_sentence(&mut hint, &format!("`needs` lists ids of agents in this file: {}", self.id_list()));
                 self.error(at, format!("`{}` needs `{need}`, which is not an agent", agent.id), hint);
             }
         }
@@ -615,6 +809,7 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
+        self.check_filters(node, text, &format!("`for_each` of `{id}`"));
         let mut sources: BTreeSet<&str> = BTreeSet::new();
         for reference in &refs {
             let at = match reference.offset {
@@ -632,7 +827,7 @@ impl<'a> Checker<'a> {
                         );
                         continue;
                     };
-                    if !self.all_ids.contains(source) {
+                    if !self.ids.contains(source.as_str()) {
                         self.unknown_agent(source, at);
                         continue;
                     }
@@ -694,7 +889,7 @@ impl<'a> Checker<'a> {
     }
 
     fn is_fan_out(&self, id: &str) -> bool {
-        self.workflow.agent(id).is_some_and(|a| a.for_each.is_some())
+        self.agent(id).is_some_and(|a| a.for_each.is_some())
     }
 
     fn check_schema(&mut self, schema: &Value, at_path: Vec<Seg>, id: &str) {
@@ -731,6 +926,31 @@ impl<'a> Checker<'a> {
 
     // ----- templates ---------------------------------------------------------------
 
+    /// Every filter a template applies exists (minijinja would only say so when it
+    /// renders, after the agents before it ran).
+    fn check_filters(&mut self, node: &Node, text: &str, what: &str) {
+        for (name, offset) in template::filters(text) {
+            let exists = match self.filters.get(&name) {
+                Some(&exists) => exists,
+                None => {
+                    let exists = template::filter_exists(&name);
+                    self.filters.insert(name.clone(), exists);
+                    exists
+                }
+            };
+            if !exists {
+                let at = self.source.inside(node, text, offset, name.len());
+                let mut hint = did_you_mean(&name, template::KNOWN_FILTERS.iter().copied());
+                push_sentence(
+                    &mut hint,
+                    "see the minijinja built-in filters, e.g. `upper`, `lower`, `trim`, `join`, `length`, `tojson`, \
+                     `default`, `replace`",
+                );
+                self.error(at, format!("unknown filter `{name}` in {what}"), hint);
+            }
+        }
+    }
+
     fn check_template(&mut self, text: &str, at_path: Vec<Seg>, scope: &Scope<'_>) {
         let Some(node) = self.node(&at_path) else { return };
         let refs = match template::references(text) {
@@ -745,6 +965,7 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
+        self.check_filters(node, text, &scope.what);
         for reference in &refs {
             let at = match reference.offset {
                 Some(o) => self.source.inside(node, text, o, reference.len),
@@ -754,16 +975,16 @@ impl<'a> Checker<'a> {
                 "inputs" => self.check_input_ref(reference, at),
                 root if Some(root) == scope.item => {}
                 "agents" => {
-                    let Some(upstream) = scope.upstream else {
+                    if !scope.reads_agents {
                         self.error(
                             at,
                             format!("{} cannot read `agents`", scope.what),
                             "the agents' reports are added to the synthesis prompt for you; refer to them in words",
                         );
                         continue;
-                    };
+                    }
                     let Some(other) = reference.parts.get(1) else { continue };
-                    if !self.all_ids.contains(other) {
+                    if !self.ids.contains(other.as_str()) {
                         self.unknown_agent(other, at);
                     } else if scope.owner == Some(other.as_str()) {
                         self.error(
@@ -771,7 +992,7 @@ impl<'a> Checker<'a> {
                             format!("{} reads its own result", scope.what),
                             "an agent can only read agents it needs",
                         );
-                    } else if !upstream.contains(other) {
+                    } else if !scope.owner.is_some_and(|owner| self.needs_transitively(owner, other)) {
                         let owner = scope.owner.unwrap_or("this agent");
                         self.error(
                             at,
@@ -807,14 +1028,11 @@ impl<'a> Checker<'a> {
     }
 
     fn unknown_agent(&mut self, name: &str, at: Location) {
-        let mut hint = did_you_mean(name, self.all_ids.iter().map(String::as_str));
+        let mut hint = self.suggest_id(name);
         if let Some(dashed) = self.all_ids.iter().find(|id| id.contains('-') && id.starts_with(&format!("{name}-"))) {
             hint = format!("an id with `-` needs brackets in a template: `agents[\"{dashed}\"]`. ");
         }
-        push_sentence(
-            &mut hint,
-            &format!("the agents are {}", key_list(&self.all_ids.iter().map(String::as_str).collect::<Vec<_>>())),
-        );
+        push_sentence(&mut hint, &format!("the agents are {}", self.id_list()));
         self.error(at, format!("unknown agent `{name}`"), hint);
     }
 
@@ -838,7 +1056,7 @@ impl<'a> Checker<'a> {
     /// `agents.<id>…` where `<id>` is known and allowed: checks the rest of the chain.
     fn check_agent_ref(&mut self, reference: &Reference, at: Location, what: &str) {
         let Some(other) = reference.parts.get(1) else { return };
-        let Some(agent) = self.workflow.agent(other) else { return };
+        let Some(agent) = self.agent(other) else { return };
         if agent.for_each.is_some() {
             if reference.parts.len() > 2 {
                 self.error(
@@ -899,6 +1117,11 @@ fn missing_property(schema: &Value, name: &str) -> Option<Vec<String>> {
         None | Some(Value::Bool(false)) => Some(properties.keys().cloned().collect()),
         Some(_) => None,
     }
+}
+
+/// The server of an `mcp__<server>__<tool>` name.
+fn mcp_server(tool: &str) -> Option<&str> {
+    tool.strip_prefix("mcp__")?.split_once("__").map(|(server, _)| server)
 }
 
 /// Checks the shape of a permission rule: `Tool` or `Tool(pattern)`.

@@ -7,13 +7,34 @@
 //! kept so that loading can go on and report more problems. Anchors and aliases work;
 //! tags other than the core ones (`!!str`, `!!int`, ...) and multiple documents are
 //! errors.
+//!
+//! Input is bounded: [`read_capped`] stops reading a file at [`MAX_FILE_BYTES`], and the
+//! nodes that aliases copy are counted against [`MAX_ALIAS_EXPANSION`], so a nested-alias
+//! bomb ("billion laughs") fails at the alias that crosses the budget instead of using
+//! gigabytes. [`load_value`] is the one positioned loader for every other YAML file orch
+//! reads: same caps, same `file:line:column` diagnostics.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span as ParserSpan, StrInput};
+use serde_json::Value;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
 
 /// Mappings and lists nested deeper than this are refused (a stack guard).
 const MAX_DEPTH: usize = 64;
+
+/// The default cap on the size of a file orch parses: 1 MiB.
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
+/// The most that aliases may copy in one document, in approximate bytes: each node
+/// copied counts [`NODE_WEIGHT`], and each scalar its text twice (the raw text and the
+/// value). A workflow that reuses a list of tools in a thousand agents stays far below.
+pub const MAX_ALIAS_EXPANSION: usize = 16 << 20;
+
+/// What one node counts against [`MAX_ALIAS_EXPANSION`], besides its text.
+const NODE_WEIGHT: usize = 64;
 
 /// A position in the source: 1-based line, 0-based column in characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
@@ -247,11 +268,84 @@ pub(crate) fn shorten(s: &str) -> String {
     out
 }
 
+/// Parses `bytes`, the contents of the YAML file `name`, into plain data, with the caps
+/// and checks of workflow files: at most [`MAX_FILE_BYTES`], UTF-8, no control
+/// characters, aliases within [`MAX_ALIAS_EXPANSION`], no duplicate keys, one document.
+/// An empty document is `null`. The error names `name:line:column`.
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_value(name: &str, bytes: &[u8]) -> Result<Value, Diagnostic> {
+    load_value_capped(name, bytes, MAX_FILE_BYTES)
+}
+
+/// [`load_value`] with another size cap.
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_value_capped(name: &str, bytes: &[u8], max_bytes: usize) -> Result<Value, Diagnostic> {
+    let text = crate::input::decode(name, bytes, max_bytes)?;
+    let source = SourceFile::new(name, text);
+    let to_diagnostic = |e: YamlError| {
+        let mut diagnostic = Diagnostic::new(e.message, source.span(e.span), e.hint);
+        diagnostic.notes = e.notes;
+        diagnostic
+    };
+    let root = match parse(text) {
+        Ok((root, errors)) => match errors.into_iter().next() {
+            Some(first) => return Err(to_diagnostic(first)),
+            None => root,
+        },
+        Err(errors) => {
+            return Err(errors.into_iter().next().map(to_diagnostic).unwrap_or_else(|| {
+                Diagnostic::new("invalid YAML", source.at(1, 0, 1), "check the syntax of the file")
+            }));
+        }
+    };
+    match root {
+        None => Ok(Value::Null),
+        Some(node) => to_value(&node).map_err(|span| {
+            Diagnostic::new(
+                "this number cannot be represented (`.inf` and `.nan` are not plain data)",
+                source.span(span),
+                "write a finite number, or quote the value to keep it as text",
+            )
+        }),
+    }
+}
+
+/// Reads the YAML file at `path` (stopping at [`MAX_FILE_BYTES`]) and loads it with
+/// [`load_value`].
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_value_file(path: &Path) -> Result<Value, Diagnostic> {
+    let bytes = crate::input::read_capped(path, MAX_FILE_BYTES, "the file")?;
+    load_value(&path.display().to_string(), &bytes)
+}
+
+/// Plain data from a tree; the error is the span of a number JSON cannot hold.
+fn to_value(node: &Node) -> Result<Value, Span> {
+    Ok(match &node.kind {
+        Kind::Scalar { value, .. } => match value {
+            Scalar::Null => Value::Null,
+            Scalar::Bool(b) => Value::Bool(*b),
+            Scalar::Int(n) => Value::from(*n),
+            Scalar::Float(f) => Value::Number(serde_json::Number::from_f64(*f).ok_or(node.span)?),
+            Scalar::Str(s) => Value::String(s.clone()),
+        },
+        Kind::Seq(items) => Value::Array(items.iter().map(to_value).collect::<Result<_, _>>()?),
+        Kind::Map(entries) => Value::Object(
+            entries.iter().map(|e| Ok((e.key.clone(), to_value(&e.value)?))).collect::<Result<_, Span>>()?,
+        ),
+    })
+}
+
 /// Parses one YAML document. `Ok(None)` means the text holds no document at all.
 /// Non-fatal problems (duplicate keys) come back next to the tree; a syntax error is
 /// fatal and comes back alone (after any duplicate keys found before it).
 pub(crate) fn parse(text: &str) -> Result<(Option<Node>, Vec<YamlError>), Vec<YamlError>> {
-    let mut builder = Builder { parser: Parser::new_from_str(text), anchors: HashMap::new(), errors: Vec::new() };
+    let mut builder = Builder {
+        parser: Parser::new_from_str(text),
+        anchors: HashMap::new(),
+        errors: Vec::new(),
+        produced: 0,
+        expanded: 0,
+    };
     match builder.document() {
         Ok(node) => Ok((node, builder.errors)),
         Err(fatal) => {
@@ -264,8 +358,13 @@ pub(crate) fn parse(text: &str) -> Result<(Option<Node>, Vec<YamlError>), Vec<Ya
 
 struct Builder<'a> {
     parser: Parser<'a, StrInput<'a>>,
-    anchors: HashMap<usize, Node>,
+    /// Each anchor's node and its weight (see [`MAX_ALIAS_EXPANSION`]).
+    anchors: HashMap<usize, (Node, usize)>,
     errors: Vec<YamlError>,
+    /// The weight of every node built so far, copies included.
+    produced: usize,
+    /// The weight of the nodes that aliases copied.
+    expanded: usize,
 }
 
 fn syntax_hint(info: &str) -> String {
@@ -345,6 +444,7 @@ impl<'a> Builder<'a> {
                 notes: Vec::new(),
             });
         }
+        let before = self.produced;
         match event {
             Event::Scalar(text, style, anchor, tag) => {
                 let forced_str = match tag.as_deref() {
@@ -358,8 +458,9 @@ impl<'a> Builder<'a> {
                 } else {
                     resolve_plain(&text)
                 };
+                self.produced += NODE_WEIGHT + 2 * text.len();
                 let node = Node { kind: Kind::Scalar { value, raw: text.to_string(), style }, span };
-                self.remember(anchor, &node);
+                self.remember(anchor, &node, before);
                 Ok(node)
             }
             Event::SequenceStart(anchor, tag) => {
@@ -376,8 +477,9 @@ impl<'a> Builder<'a> {
                     (Some(first), Some(last)) => Span::cover(first.span, last.span),
                     _ => Span::cover(span, end),
                 };
+                self.produced += NODE_WEIGHT;
                 let node = Node { kind: Kind::Seq(items), span: whole };
-                self.remember(anchor, &node);
+                self.remember(anchor, &node, before);
                 Ok(node)
             }
             Event::MappingStart(anchor, tag) => {
@@ -415,12 +517,31 @@ impl<'a> Builder<'a> {
                     (Some(first), Some(last)) => Span::cover(first.key_span, last.value.span),
                     _ => Span::cover(span, end),
                 };
+                self.produced += NODE_WEIGHT;
                 let node = Node { kind: Kind::Map(entries), span: whole };
-                self.remember(anchor, &node);
+                self.remember(anchor, &node, before);
                 Ok(node)
             }
             Event::Alias(id) => match self.anchors.get(&id) {
-                Some(node) => Ok(node.clone()),
+                Some((node, weight)) => {
+                    self.expanded = self.expanded.saturating_add(*weight);
+                    if self.expanded > MAX_ALIAS_EXPANSION {
+                        return Err(YamlError {
+                            message: format!(
+                                "aliases copy too much: this one takes the copies past {} MiB (nested aliases, a \
+                                 \"billion laughs\"?)",
+                                MAX_ALIAS_EXPANSION >> 20
+                            ),
+                            hint: "write the repeated parts out, or reuse them fewer times; an alias of an alias \
+                                   multiplies the copies"
+                                .to_string(),
+                            span,
+                            notes: Vec::new(),
+                        });
+                    }
+                    self.produced = self.produced.saturating_add(*weight);
+                    Ok(node.clone())
+                }
                 None => Err(YamlError {
                     message: "this alias refers to an unknown anchor".to_string(),
                     hint: "define the anchor (`&name`) before using it as an alias (`*name`)".to_string(),
@@ -432,9 +553,10 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn remember(&mut self, anchor: usize, node: &Node) {
+    /// Keeps an anchored node for its aliases; `before` is [`Self::produced`] before it.
+    fn remember(&mut self, anchor: usize, node: &Node, before: usize) {
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), self.produced - before));
         }
     }
 }

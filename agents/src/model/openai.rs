@@ -248,6 +248,21 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
 /// `tool` message per `tool_result` (in order), then a `user` message with its text.
 /// An assistant message becomes one `assistant` message with its text and its
 /// `tool_calls`. Thinking blocks are not sent.
+/// An image or document block as a Chat Completions content part (a data URL).
+fn media_part(block: &ContentBlock) -> Option<Value> {
+    match block {
+        ContentBlock::Image { source } => Some(json!({
+            "type": "image_url",
+            "image_url": {"url": format!("data:{};base64,{}", source.media_type, source.data)},
+        })),
+        ContentBlock::Document { source } => Some(json!({
+            "type": "file",
+            "file": {"filename": "document.pdf", "file_data": format!("data:{};base64,{}", source.media_type, source.data)},
+        })),
+        _ => None,
+    }
+}
+
 pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len() + 1);
     let system_text =
@@ -259,17 +274,27 @@ pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<V
         let mut texts = Vec::new();
         match message.role {
             Role::User => {
+                // Tool messages carry text only: images and documents of tool results
+                // follow in one user message, as content parts.
+                let mut media = Vec::new();
                 for block in &message.content {
                     match block {
                         ContentBlock::Text { text } => texts.push(text.as_str()),
-                        ContentBlock::ToolResult { tool_use_id, content, is_error } => {
+                        ContentBlock::ToolResult { tool_use_id, content, is_error, attachments } => {
                             let content = if *is_error { format!("Error: {content}") } else { content.clone() };
                             out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                            media.extend(attachments.iter().filter_map(media_part));
                         }
+                        ContentBlock::Image { .. } | ContentBlock::Document { .. } => media.extend(media_part(block)),
                         ContentBlock::Thinking { .. }
                         | ContentBlock::RedactedThinking { .. }
                         | ContentBlock::ToolUse { .. } => {}
                     }
+                }
+                if !media.is_empty() {
+                    let mut parts = vec![json!({"type": "text", "text": "The files the tool results above refer to:"})];
+                    parts.extend(media);
+                    out.push(json!({"role": "user", "content": parts}));
                 }
                 if !texts.is_empty() {
                     out.push(json!({"role": "user", "content": texts.join("\n\n")}));
@@ -287,7 +312,9 @@ pub(crate) fn chat_messages(system: &[SystemPart], history: &[Message]) -> Vec<V
                         })),
                         ContentBlock::Thinking { .. }
                         | ContentBlock::RedactedThinking { .. }
-                        | ContentBlock::ToolResult { .. } => {}
+                        | ContentBlock::ToolResult { .. }
+                        | ContentBlock::Image { .. }
+                        | ContentBlock::Document { .. } => {}
                     }
                 }
                 let mut m = json!({"role": "assistant"});

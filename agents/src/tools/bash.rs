@@ -70,6 +70,10 @@ pub struct BashInput {
     /// A few words saying what the command does, e.g. "Run the unit tests".
     #[serde(default)]
     pub description: Option<String>,
+    /// Run the command in the background and return at once with a shell id; read its
+    /// output with BashOutput and stop it with KillShell.
+    #[serde(default)]
+    pub run_in_background: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,8 +100,11 @@ impl Tool for Bash {
          spaces.\n\
          The command is killed after 120000 ms (2 minutes) by default; set `timeout` in \
          milliseconds, up to 600000 (10 minutes), for long builds or test suites. When the \
-         command ends, anything it left running in the background is killed, so do not start \
-         servers expecting them to stay up. A non-zero exit code is returned as an error that \
+         command ends, anything it left running in the background is killed; to keep a server \
+         or a long build running while you do other work, set `run_in_background: true` \
+         instead of adding `&`: the call returns at once with a shell id, BashOutput shows \
+         its new output and status, KillShell stops it, and it ends with your session (the \
+         timeout does not apply to it). A non-zero exit code is returned as an error that \
          includes the output. Output longer than 30000 characters is cut in the middle, so \
          narrow noisy commands (e.g. pipe through `tail -n 100` or grep for what you need)."
     }
@@ -135,6 +142,12 @@ impl Tool for Bash {
         Tool::validate(self, &input).map_err(ToolError)?;
         let timeout_ms = input.timeout.unwrap_or(DEFAULT_TIMEOUT_MS);
         tracing::debug!(command = %input.command, description = ?input.description, timeout_ms, "Bash");
+        if input.run_in_background == Some(true) {
+            if ctx.cancel.is_cancelled() {
+                return Err(ToolError::new("Command cancelled before it started"));
+            }
+            return super::background::start_for_bash(&input.command, ctx);
+        }
         let run = run(&input.command, ctx, Duration::from_millis(timeout_ms)).await?;
         let output = run.output();
         match run.end {
@@ -333,12 +346,16 @@ pub fn set_orphan_hook(hook: fn(&[i32]) -> usize) {
 
 /// Registers a running command's process group; when dropped (after the command ended
 /// or was abandoned), unregisters it and runs the orphan hook for the others.
-struct Running {
+pub(super) struct Running {
     pgid: Option<i32>,
 }
 
 impl Running {
-    fn register(&mut self, pgid: Option<i32>) {
+    pub(super) fn new() -> Self {
+        Self { pgid: None }
+    }
+
+    pub(super) fn register(&mut self, pgid: Option<i32>) {
         if let Some(pgid) = pgid {
             RUNNING_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).push(pgid);
             self.pgid = Some(pgid);
@@ -409,6 +426,24 @@ fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child
         .spawn()
 }
 
+/// Starts `command` with bash (or sh where bash is missing) in its own process group.
+pub(super) fn start(command: &str, ctx: &ToolContext) -> Result<Child, ToolError> {
+    if BASH_MISSING.load(Ordering::Relaxed) {
+        spawn("sh", command, ctx)
+    } else {
+        match spawn("bash", command, ctx) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Not there (a busybox image): every later call goes straight to `sh`
+                // instead of searching PATH for bash first.
+                BASH_MISSING.store(true, Ordering::Relaxed);
+                spawn("sh", command, ctx)
+            }
+            other => other,
+        }
+    }
+    .map_err(|e| ToolError(format!("could not start the shell: {e}")))
+}
+
 async fn read_into(mut pipe: impl AsyncRead + Unpin, capture: Arc<Mutex<Capture>>) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
@@ -436,20 +471,7 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
     // Declared before `child`, so it drops last: the orphan hook runs after the group
     // kill and after the shell is reaped (or abandoned).
     let mut running = Running { pgid: None };
-    let mut child = if BASH_MISSING.load(Ordering::Relaxed) {
-        spawn("sh", command, ctx)
-    } else {
-        match spawn("bash", command, ctx) {
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                // Not there (a busybox image): every later call goes straight to `sh`
-                // instead of searching PATH for bash first.
-                BASH_MISSING.store(true, Ordering::Relaxed);
-                spawn("sh", command, ctx)
-            }
-            other => other,
-        }
-    }
-    .map_err(|e| ToolError(format!("could not start the shell: {e}")))?;
+    let mut child = start(command, ctx)?;
     // Declared after `child`, so it drops first: the group is killed while the shell is
     // not yet reaped and its pid (the group id) cannot have been reused.
     let mut group = GroupGuard { pgid: child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw) };

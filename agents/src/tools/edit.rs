@@ -177,7 +177,7 @@ async fn create(path: &std::path::Path, content: &str, ctx: &ToolContext) -> Res
     Ok(format!("Created {} with new_string ({lines} line{}).", path.display(), if lines == 1 { "" } else { "s" }))
 }
 
-async fn write_and_stamp(path: &std::path::Path, bytes: &[u8], ctx: &ToolContext) -> Result<(), ToolError> {
+pub(super) async fn write_and_stamp(path: &std::path::Path, bytes: &[u8], ctx: &ToolContext) -> Result<(), ToolError> {
     tokio::fs::write(path, bytes).await.map_err(|e| ToolError(text::io_error_message("write", path, &e)))?;
     let metadata =
         tokio::fs::metadata(path).await.map_err(|e| ToolError(text::io_error_message("inspect", path, &e)))?;
@@ -187,24 +187,24 @@ async fn write_and_stamp(path: &std::path::Path, bytes: &[u8], ctx: &ToolContext
 
 /// A successful replacement.
 #[derive(Debug, PartialEq, Eq)]
-struct Applied {
+pub(super) struct Applied {
     /// The whole new text.
-    text: String,
-    count: usize,
+    pub(super) text: String,
+    pub(super) count: usize,
     /// Byte range of the first replacement in `text`.
-    first: (usize, usize),
+    pub(super) first: (usize, usize),
     /// The match needed quote normalization.
-    quotes: bool,
+    pub(super) quotes: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum EditError {
+pub(super) enum EditError {
     NotFound { line_numbers: bool },
     Ambiguous(usize),
 }
 
 impl EditError {
-    fn message(&self, given: &str) -> ToolError {
+    pub(super) fn message(&self, given: &str) -> ToolError {
         match self {
             Self::NotFound { line_numbers } => {
                 let mut msg = format!(
@@ -229,7 +229,7 @@ impl EditError {
 
 /// Replaces `old` by `new` in `text`: exact (line endings aside) first, then with curly
 /// and straight quotes treated alike. Spliced as plain strings; nothing is a pattern.
-fn apply(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Applied, EditError> {
+pub(super) fn apply(text: &str, old: &str, new: &str, replace_all: bool) -> Result<Applied, EditError> {
     let has_curly = |s: &str| s.contains(CURLY);
     let stages: &[bool] = if has_curly(text) || has_curly(old) { &[false, true] } else { &[false] };
     for &quotes in stages {
@@ -378,7 +378,7 @@ fn restyle_quotes(new: &str, span: &str, old: &str) -> String {
 }
 
 /// A few numbered lines of `text` around the byte range `first`.
-fn snippet(text: &str, first: (usize, usize), count: usize) -> String {
+pub(super) fn snippet(text: &str, first: (usize, usize), count: usize) -> String {
     let lines = text::split_lines(text);
     if lines.is_empty() {
         return "The file is now empty.\n".to_owned();

@@ -18,6 +18,17 @@ use crate::tool::ToolOutput;
 pub struct HostRequest {
     pub tool: String,
     pub input: Value,
+    /// The sub-agent the call is made for (`None`: the agent the host was started for).
+    /// Each scope has its own read stamps and todo list; see [`Session::scoped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+impl HostRequest {
+    /// A request of the host's own agent.
+    pub fn new(tool: impl Into<String>, input: Value) -> Self {
+        Self { tool: tool.into(), input, scope: None }
+    }
 }
 
 /// Runs calls where the agent's tools live. The product's executor talks to the
@@ -32,6 +43,8 @@ pub trait ToolExecutor: Send + Sync {
 pub struct HostTools {
     tools: Vec<Arc<dyn DynTool>>,
     session: Arc<Session>,
+    /// The sessions of the sub-agents that called through this host, by scope.
+    scoped: std::sync::Mutex<std::collections::HashMap<String, Arc<Session>>>,
 }
 
 impl std::fmt::Debug for dyn DynTool {
@@ -42,7 +55,28 @@ impl std::fmt::Debug for dyn DynTool {
 
 impl HostTools {
     pub fn new(tools: Vec<Arc<dyn DynTool>>, session: Arc<Session>) -> Self {
-        Self { tools, session }
+        Self { tools, session, scoped: Default::default() }
+    }
+
+    /// The session of `scope`: the host's own for `None`, else one per sub-agent that
+    /// shares the working directory and background shells but not the read stamps.
+    fn session(&self, scope: Option<&str>) -> Arc<Session> {
+        match scope {
+            None => self.session.clone(),
+            Some(scope) => self
+                .scoped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(scope.to_string())
+                .or_insert_with(|| Arc::new(self.session.scoped()))
+                .clone(),
+        }
+    }
+
+    /// Kills the background shells of this host's agent and its sub-agents. Call it when
+    /// the agent ends; dropping the host does the same.
+    pub fn shutdown(&self) -> usize {
+        self.session.shells().kill_all()
     }
 
     /// Runs one request. Unknown tools and bad input are error results, not failures.
@@ -63,9 +97,9 @@ impl HostTools {
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
-        let ctx = ToolContext { session: self.session.clone(), cancel };
-        match tool.call(request.input, &ctx).await {
-            Ok(content) => ToolOutput::ok(content),
+        let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
+        match tool.call_with_attachments(request.input, &ctx).await {
+            Ok(rich) => ToolOutput::ok(rich.text).with_attachments(rich.attachments),
             Err(e) => ToolOutput::error(e.0),
         }
     }

@@ -5,6 +5,7 @@
 //! coordinator only sees a tool's metadata (name, description, schema, safety flags,
 //! permission subject) and runs the pipeline around the call.
 
+pub mod background;
 pub mod bash;
 mod bash_readonly;
 pub mod edit;
@@ -12,6 +13,9 @@ pub mod glob;
 pub mod grep;
 pub mod host;
 pub mod ls;
+pub mod media;
+pub mod multi_edit;
+pub mod notebook_edit;
 pub mod read;
 pub mod text;
 pub mod todo;
@@ -98,6 +102,25 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs the call. This happens inside the tool host.
     async fn call(&self, input: Self::Input, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// Runs the call for a result that may carry image or document blocks besides its
+    /// text (`Read` of an image or a PDF). Other tools keep the default: [`Tool::call`].
+    async fn call_with_attachments(&self, input: Self::Input, ctx: &ToolContext) -> Result<Rich, ToolError> {
+        self.call(input, ctx).await.map(Rich::text)
+    }
+}
+
+/// A result with image or document blocks besides its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rich {
+    pub text: String,
+    pub attachments: Vec<crate::message::ContentBlock>,
+}
+
+impl Rich {
+    pub fn text(text: String) -> Self {
+        Self { text, attachments: Vec::new() }
+    }
 }
 
 /// The object-safe face of a [`Tool`], over JSON values. Every method that takes an
@@ -117,6 +140,10 @@ pub trait DynTool: Send + Sync {
     fn writes(&self, input: &Value) -> Vec<PathBuf>;
     fn max_result_bytes(&self) -> usize;
     async fn call(&self, input: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+    /// [`Tool::call_with_attachments`]; by default the plain call.
+    async fn call_with_attachments(&self, input: Value, ctx: &ToolContext) -> Result<Rich, ToolError> {
+        self.call(input, ctx).await.map(Rich::text)
+    }
 }
 
 fn parse<I: DeserializeOwned>(input: &Value) -> Result<I, String> {
@@ -176,16 +203,25 @@ impl<T: Tool> DynTool for T {
         let parsed = parse::<T::Input>(&input).map_err(|e| ToolError(format!("invalid input for {}: {e}", T::NAME)))?;
         Tool::call(self, parsed, ctx).await
     }
+
+    async fn call_with_attachments(&self, input: Value, ctx: &ToolContext) -> Result<Rich, ToolError> {
+        let parsed = parse::<T::Input>(&input).map_err(|e| ToolError(format!("invalid input for {}: {e}", T::NAME)))?;
+        Tool::call_with_attachments(self, parsed, ctx).await
+    }
 }
 
 /// Every core tool, sorted by name.
 pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
     let mut tools: Vec<Arc<dyn DynTool>> = vec![
         Arc::new(bash::Bash),
+        Arc::new(background::BashOutput),
+        Arc::new(background::KillShell),
         Arc::new(edit::Edit),
         Arc::new(glob::Glob),
         Arc::new(grep::Grep),
         Arc::new(ls::Ls),
+        Arc::new(multi_edit::MultiEdit),
+        Arc::new(notebook_edit::NotebookEdit),
         Arc::new(read::Read),
         Arc::new(todo::TodoWrite),
         Arc::new(write::Write),
@@ -194,5 +230,5 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
     tools
 }
 
-/// The names of the core tools.
-pub const CORE_TOOL_NAMES: &[&str] = &["Bash", "Edit", "Glob", "Grep", "LS", "Read", "TodoWrite", "Write"];
+/// The names of the core tools, in the tool catalog's order.
+pub const CORE_TOOL_NAMES: &[&str] = &orch_types::tools::CORE_NAMES;

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::text::{self, MAX_TEXT_FILE_BYTES};
-use super::{FileStamp, Tool, ToolContext, ToolError};
+use super::{FileStamp, Rich, Tool, ToolContext, ToolError};
 
 /// Lines shown when no limit is given.
 pub const DEFAULT_LIMIT: u64 = 2000;
@@ -45,8 +45,9 @@ impl Tool for Read {
          from. For a large file, use Grep to find the part you need, then Read it with \
          `offset` and `limit`. Lines longer than 2000 characters are cut. A file must be \
          Read before Write may overwrite it or Edit may change it, and Read again if it \
-         changed since. UTF-8 and UTF-16 (with a byte order mark) are decoded; binary files \
-         are refused, and so are directories (use LS for those). Reading several files at \
+         changed since. UTF-8 and UTF-16 (with a byte order mark) are decoded. Images \
+         (PNG, JPEG, GIF, WebP, up to about 3.7 MB) are shown to you as images, and PDFs \
+         (up to 20 MB) as documents; other binary files are refused, and so are directories (use LS for those). Reading several files at \
          once is fine."
     }
 
@@ -77,6 +78,16 @@ impl Tool for Read {
 
     fn permission_subject(&self, input: &Self::Input) -> Option<String> {
         Some(input.file_path.clone())
+    }
+
+    /// Images (PNG, JPEG, GIF, WebP) and PDFs go to the model as blocks; see
+    /// [`super::media`].
+    async fn call_with_attachments(&self, input: Self::Input, ctx: &ToolContext) -> Result<Rich, ToolError> {
+        let path = ctx.session.resolve(&input.file_path);
+        if let Some(rich) = super::media::read(&path, ctx).await? {
+            return Ok(rich);
+        }
+        self.call(input, ctx).await.map(Rich::text)
     }
 
     async fn call(&self, input: Self::Input, ctx: &ToolContext) -> Result<String, ToolError> {

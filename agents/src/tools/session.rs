@@ -1,12 +1,14 @@
 //! Per-agent state shared by the tools of one agent inside its tool host: the working
-//! directory, what was read and when, and the todo list.
+//! directory, what was read and when, the todo list, and the background shells.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
+
+use super::background::Shells;
 
 /// What a file looked like when the agent read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,11 +64,34 @@ pub struct Session {
     cwd: PathBuf,
     reads: Mutex<HashMap<PathBuf, FileStamp>>,
     todos: Mutex<Vec<Todo>>,
+    shells: Arc<Shells>,
 }
 
 impl Session {
     pub fn new(cwd: impl Into<PathBuf>) -> Self {
-        Self { cwd: cwd.into(), reads: Mutex::new(HashMap::new()), todos: Mutex::new(Vec::new()) }
+        Self {
+            cwd: cwd.into(),
+            reads: Mutex::new(HashMap::new()),
+            todos: Mutex::new(Vec::new()),
+            shells: Arc::new(Shells::default()),
+        }
+    }
+
+    /// A session for a sub-agent: the same working directory and background shells,
+    /// but its own read stamps and todo list, so it cannot edit a file only its caller
+    /// read.
+    pub fn scoped(&self) -> Self {
+        Self {
+            cwd: self.cwd.clone(),
+            reads: Mutex::new(HashMap::new()),
+            todos: Mutex::new(Vec::new()),
+            shells: self.shells.clone(),
+        }
+    }
+
+    /// The background shells started by `Bash` with `run_in_background`.
+    pub fn shells(&self) -> &Shells {
+        &self.shells
     }
 
     /// The agent's working directory (its worktree).

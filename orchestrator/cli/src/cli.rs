@@ -60,35 +60,15 @@ pub enum SandboxCommand {
     Run(SandboxRunArgs),
 }
 
-/// Which sandbox backend confines the tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    /// Landlock, seccomp and rlimits; as root also a per-agent uid and cgroup.
-    Landlock,
-    /// One Docker container per agent.
-    Container,
-    /// No confinement at all (warns on every run).
-    None,
-}
-
-/// Network access inside the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum NetworkKind {
-    /// No sockets at all (`socketpair` still works).
-    None,
-    /// Unrestricted network.
-    Full,
-}
-
 /// The sandbox policy flags shared by `orch exec` and `orch sandbox run`.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// The sandbox backend.
     #[arg(long, value_enum, default_value = "landlock")]
-    pub backend: BackendKind,
+    pub backend: Backend,
     /// Network access.
     #[arg(long, value_enum, default_value = "none")]
-    pub network: NetworkKind,
+    pub network: Network,
     /// An extra readable (and executable) path. Repeatable.
     #[arg(long = "read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
@@ -104,15 +84,8 @@ impl SandboxArgs {
     /// The typed sandbox settings these flags ask for.
     pub fn spec(&self) -> SandboxSpec {
         SandboxSpec {
-            backend: match self.backend {
-                BackendKind::Landlock => Backend::Landlock,
-                BackendKind::Container => Backend::Container,
-                BackendKind::None => Backend::None,
-            },
-            network: match self.network {
-                NetworkKind::None => Network::None,
-                NetworkKind::Full => Network::Full,
-            },
+            backend: self.backend,
+            network: self.network,
             read: self.read.clone(),
             write: self.write.clone(),
             image: self.image.clone(),
@@ -549,33 +522,20 @@ pub struct PermissionArgs {
 }
 
 fn parse_mode(text: &str) -> Result<orch_agents::permissions::Mode, String> {
-    use orch_agents::permissions::Mode;
-    match text {
-        "default" => Ok(Mode::Default),
-        "accept-edits" | "acceptEdits" => Ok(Mode::AcceptEdits),
-        "plan" => Ok(Mode::Plan),
-        "bypass" | "bypassPermissions" => Ok(Mode::Bypass),
-        other => Err(format!("unknown permission mode `{other}`; use default, accept-edits, plan or bypass")),
-    }
+    text.parse().map_err(|_| {
+        format!("unknown permission mode `{text}`; use default, acceptEdits, plan, dontAsk or bypassPermissions")
+    })
 }
 
-/// Parses `500ms`, `90s`, `10m`, `2h` or a bare number of seconds.
+/// Parses a duration in orch's one grammar (`500ms`, `90s`, `1.5h`, `1h30m`, or a bare
+/// number of seconds) and keeps it between zero and a week.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (num, unit) = text.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{text}` is not a duration; write it like 90s, 10m or 1h"))?;
-    let secs = match unit.trim() {
-        "" | "s" | "sec" | "secs" => value,
-        "ms" => value / 1000.0,
-        "m" | "min" | "mins" => value * 60.0,
-        "h" | "hr" | "hours" => value * 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{text}`; use ms, s, m or h")),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 24.0 * 3600.0 {
-        return Err(format!("`{text}` is out of range; give a positive duration of at most a week"));
+    let duration = orch_types::Duration::parse(text).map_err(|e| format!("{e}; write it like 90s, 10m or 1.5h"))?;
+    let duration = duration.as_std();
+    if duration.is_zero() || duration > std::time::Duration::from_secs(7 * 24 * 3600) {
+        return Err(format!("`{}` is out of range; give a positive duration of at most a week", text.trim()));
     }
-    Ok(std::time::Duration::from_secs_f64(secs))
+    Ok(duration)
 }
 
 #[cfg(test)]

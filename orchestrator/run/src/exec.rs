@@ -31,7 +31,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         max_turns: Some(args.max_turns),
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
-        timeout: args.timeout,
+        timeout: args.timeout.map(Into::into),
     };
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
@@ -54,7 +54,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let run = format!("exec-{}", std::process::id());
     // Only an agent that can write gets the working directory writable (as root, that
     // hands it to the sandbox uid for the run).
-    let writes = args.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    let writes = orch_types::tools::any_writes(&args.tools);
     // Results too large to send inline land here; the agent may Read them.
     let big_results = results_dir.join("tool-results");
     std::fs::create_dir_all(&big_results).context("cannot create the directory for large tool results")?;

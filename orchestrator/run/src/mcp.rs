@@ -252,7 +252,7 @@ impl ToolExecutor for McpRouter {
 
 /// Asks the tool host for its stdio servers' tools.
 pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -> McpListing {
-    let request = HostRequest { tool: LIST_REQUEST.to_string(), input: Value::Null };
+    let request = HostRequest { tool: LIST_REQUEST.to_string(), input: Value::Null, scope: None };
     match host.execute(request, cancel.child_token()).await {
         Ok(out) if !out.is_error => serde_json::from_str(&out.content).unwrap_or_else(|e| McpListing {
             tools: Vec::new(),

@@ -137,7 +137,7 @@ async fn main() -> std::process::ExitCode {
                 cache_read += usage.cache_read_input_tokens;
                 cache_write += usage.cache_creation_input_tokens;
             }
-            Event::Compaction { reason, .. } => *compactions.entry(reason.clone()).or_default() += 1,
+            Event::Compaction { reason, .. } => *compactions.entry(reason.to_string()).or_default() += 1,
             _ => {}
         }
     }

@@ -54,7 +54,7 @@ impl World {
             .unwrap()
             .iter()
             .filter_map(|e| match e {
-                Event::Hook { event, outcome, .. } => Some((event.clone(), outcome.clone())),
+                Event::Hook { event, outcome, .. } => Some((event.to_string(), outcome.clone())),
                 _ => None,
             })
             .collect()

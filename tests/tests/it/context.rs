@@ -108,7 +108,7 @@ fn compactions(events: &Collect) -> Vec<String> {
         .events()
         .into_iter()
         .filter_map(|e| match e {
-            Event::Compaction { reason, .. } => Some(reason),
+            Event::Compaction { reason, .. } => Some(reason.to_string()),
             _ => None,
         })
         .collect()

@@ -169,7 +169,7 @@ async fn timeout_during_streaming() {
     let mock = MockServer::start().await;
     mock.push(Step::Stall);
     let mut cfg = config();
-    cfg.limits.timeout = Some(Duration::from_millis(300));
+    cfg.limits.timeout = Some(Duration::from_millis(300).into());
     let started = Instant::now();
     let (out, _) = run(&anthropic(&mock.url()), &cfg).await;
     assert!(matches!(out.terminal, Terminal::Timeout { .. }), "{:?}", out.terminal);
@@ -181,7 +181,7 @@ async fn timeout_during_tools_pairs_the_call() {
     let mock = MockServer::start().await;
     mock.push(Step::tool("Sleep", json!({"ms": 60_000})));
     let mut cfg = config();
-    cfg.limits.timeout = Some(Duration::from_millis(300));
+    cfg.limits.timeout = Some(Duration::from_millis(300).into());
     let (out, _) = run(&anthropic(&mock.url()), &cfg).await;
     assert!(matches!(out.terminal, Terminal::Timeout { .. }), "{:?}", out.terminal);
     match &out.messages.last().unwrap().content[0] {

@@ -55,12 +55,22 @@ async fn run_tree(
     config: QueryConfig,
     cancel: &CancellationToken,
 ) -> (QueryOutcome, Tree) {
+    run_tree_in(provider, SubagentRun::new(limits, definitions), config, cancel).await
+}
+
+/// [`run_tree`] with a prepared [`SubagentRun`].
+async fn run_tree_in(
+    provider: Arc<dyn ModelProvider>,
+    run: SubagentRun,
+    config: QueryConfig,
+    cancel: &CancellationToken,
+) -> (QueryOutcome, Tree) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
     let cwd = dir.path().canonicalize().unwrap();
     let host = HostTools::new(core_tools(), Arc::new(Session::new(&cwd)));
     let pool = ToolPool::new("root", core_tools(), Arc::new(InProcess(host)), Permissions::allow_all(&cwd)).unwrap();
-    let run = Arc::new(SubagentRun::new(limits, definitions));
+    let run = Arc::new(run);
     let records = Arc::new(Mutex::new(Vec::new()));
     let events = Collect::default();
     let sink: Arc<dyn EventSink> = Arc::new(events.clone());
@@ -247,7 +257,34 @@ agents:
 }
 
 #[tokio::test]
-async fn the_concurrency_limit_is_a_clear_tool_error() {
+async fn calls_beyond_the_concurrency_limit_wait_for_a_slot() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Agent, input: { prompt: "one" } }
+        - { name: Agent, input: { prompt: "two" } }
+        - { name: Agent, input: { prompt: "three" } }
+    - text: all three ran
+  "root/sub-*":
+    - text: done
+"#,
+    );
+    let slow = ["root/sub-1", "root/sub-2", "root/sub-3"].map(String::from).to_vec();
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow { inner: provider, slow, delay: Duration::from_millis(200) });
+    let limits = SubagentLimits { max_concurrent: 2, ..SubagentLimits::default() };
+    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert_eq!(results.iter().filter(|(_, e)| *e).count(), 0, "{results:?}");
+    assert_eq!(tree.records().len(), 3);
+    assert_eq!(tree.run.peak_concurrent(), 2);
+}
+
+#[tokio::test]
+async fn a_queued_call_that_waits_too_long_is_a_clear_tool_error() {
     let provider = scripted(
         r#"
 version: 1
@@ -264,14 +301,81 @@ agents:
 "#,
     );
     let slow = ["root/sub-1", "root/sub-2", "root/sub-3"].map(String::from).to_vec();
-    let provider: Arc<dyn ModelProvider> = Arc::new(Slow { inner: provider, slow, delay: Duration::from_millis(200) });
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow { inner: provider, slow, delay: Duration::from_millis(2000) });
     let limits = SubagentLimits { max_concurrent: 2, ..SubagentLimits::default() };
-    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    let run = SubagentRun::new(limits, Vec::new()).with_queue_wait(Duration::from_millis(100));
+    let (outcome, tree) = run_tree_in(provider, run, config(), &CancellationToken::new()).await;
     assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
     let results = root_results(&outcome);
     assert_eq!(results.iter().filter(|(_, e)| *e).count(), 1, "{results:?}");
     assert_eq!(tree.records().len(), 2);
     assert_eq!(tree.run.peak_concurrent(), 2);
+}
+
+#[tokio::test]
+async fn task_is_agent_and_the_built_in_types_exist() {
+    // The inputs Claude Code's model sends to Task: description, prompt, subagent_type.
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Task, input: { description: "Find the notes", prompt: "look for notes", subagent_type: Explore } }
+    - tool_calls:
+        - { name: Task, input: { description: "Plan it", prompt: "plan a change", subagent_type: Plan } }
+    - tool_calls:
+        - { name: Task, input: { description: "Do it", prompt: "change notes.txt", subagent_type: general-purpose } }
+    - text: done
+  root/sub-1:
+    - tool_calls: [{ name: Write, input: { file_path: "notes.txt", content: "changed" } }]
+    - text: could not write
+      expect: { contains: "no tool named `Write`" }
+  root/sub-2:
+    - tool_calls: [{ name: Bash, input: { command: "touch made-by-plan" } }]
+    - text: could not run
+      expect: { contains: "no tool named `Bash`" }
+  root/sub-3:
+    - tool_calls: [{ name: Bash, input: { command: "echo general > general.txt" } }]
+    - text: wrote it
+"#,
+    );
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(results.iter().all(|(_, e)| !e), "{results:?}");
+    assert_eq!(tree.record("root/sub-1").subagent_type.as_deref(), Some("Explore"));
+    let dir = tree._dir.path();
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "alpha\n");
+    assert!(!dir.join("made-by-plan").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("general.txt")).unwrap(), "general\n");
+}
+
+#[tokio::test]
+async fn a_sub_agent_cannot_edit_a_file_only_its_caller_read() {
+    let provider = scripted(
+        r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Read, input: { file_path: "notes.txt" } }]
+    - tool_calls: [{ name: Task, input: { description: "Edit", prompt: "edit notes.txt", subagent_type: general-purpose } }]
+    - tool_calls: [{ name: Edit, input: { file_path: "notes.txt", old_string: "alpha", new_string: "root" } }]
+    - text: done
+  root/sub-1:
+    - tool_calls: [{ name: Edit, input: { file_path: "notes.txt", old_string: "alpha", new_string: "beta" } }]
+    - text: refused
+      expect: { contains: "has not been read" }
+"#,
+    );
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(results.iter().all(|(_, e)| !e), "{results:?}");
+    // The sub-agent's edit did not happen; the caller's own edit did.
+    assert_eq!(std::fs::read_to_string(tree._dir.path().join("notes.txt")).unwrap(), "root\n");
 }
 
 /// A provider that answers the agents in `slow` only after `delay` (the scripted
@@ -413,7 +517,12 @@ agents:
     assert_eq!((record.status.as_str(), record.turns), ("completed", 2));
     assert_eq!(record.subagent_type.as_deref(), Some("reviewer"));
     let results = root_results(&outcome);
-    assert!(results[1].1 && results[1].0.contains("no agent type `nobody`; the agent types are: reviewer"));
+    assert!(
+        results[1].1
+            && results[1]
+                .0
+                .contains("no agent type `nobody`; the agent types are: reviewer, general-purpose, Explore, Plan")
+    );
     assert!(results[2].1 && results[2].0.contains("you asked for the tool `WebFetch`"), "{:?}", results[2]);
     // The tool description offers the definitions by name and description.
     let spec = {

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use orch_agents::permissions::{Mode, Permissions, RuleSet};
+use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
-use orch_workflows::{AgentSpec, PermissionMode};
+use orch_workflows::AgentSpec;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -114,23 +114,18 @@ async fn drive(
     read.extend(git.read_only.iter().cloned());
     read.extend(shared.cache_dir.iter().cloned());
     let args = SandboxSpec {
-        backend: crate::sandbox::backend_of(spec.sandbox.backend),
-        network: crate::sandbox::network_of(spec.sandbox.network),
+        backend: spec.sandbox.backend,
+        network: spec.sandbox.network,
         read,
         write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
         image: spec.sandbox.image.clone(),
         source: SettingSource::Workflow,
     };
-    let writes = spec.tools.iter().any(|t| matches!(t.as_str(), "Write" | "Edit" | "Bash"));
+    let writes = orch_types::tools::any_writes(&spec.tools);
     let results = shared.run_dir.join("tool-results");
     let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
     let rules = RuleSet {
-        mode: match spec.permissions.mode {
-            PermissionMode::Default => Mode::Default,
-            PermissionMode::AcceptEdits => Mode::AcceptEdits,
-            PermissionMode::Plan => Mode::Plan,
-            PermissionMode::Bypass => Mode::Bypass,
-        },
+        mode: spec.permissions.mode,
         allow: spec.permissions.allow.clone(),
         deny: spec.permissions.deny.clone(),
         ask: spec.permissions.ask.clone(),
@@ -183,7 +178,7 @@ async fn drive(
             max_turns: capped.max_turns,
             max_tokens: capped.max_tokens,
             max_cost_usd: capped.max_cost_usd,
-            timeout: capped.timeout.map(|d| d.as_std()),
+            timeout: capped.timeout,
         };
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
         if spec.tools.iter().any(|t| t == AGENT_TOOL) {

@@ -62,12 +62,7 @@ pub fn load(git_dir: &Path, commit: Oid) -> AgentFiles {
 }
 
 pub fn mode(mode: PermissionMode) -> Mode {
-    match mode {
-        PermissionMode::Default => Mode::Default,
-        PermissionMode::AcceptEdits => Mode::AcceptEdits,
-        PermissionMode::Plan => Mode::Plan,
-        PermissionMode::Bypass => Mode::Bypass,
-    }
+    mode
 }
 
 /// A definition as the `Agent` tool uses it.

@@ -100,6 +100,7 @@ pub async fn run(
         let request = HostRequest {
             tool: "Bash".into(),
             input: json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
+            scope: None,
         };
         let result = match session.host() {
             Some(host) => host.execute(request, cancel.clone()).await,

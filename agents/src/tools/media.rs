@@ -1,0 +1,180 @@
+//! Images and PDFs for `Read`: recognised by their first bytes, checked against the
+//! provider's size limits, and returned as base64 image or document blocks that travel
+//! with the tool result to the model.
+
+use std::path::Path;
+
+use base64::Engine;
+use tokio::io::AsyncReadExt;
+
+use super::text;
+use super::{FileStamp, Rich, ToolContext, ToolError};
+use crate::message::{ContentBlock, MediaSource};
+
+/// The largest image file sent: its base64 form stays within the Anthropic API's 5 MB
+/// per image.
+pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024 / 4 * 3;
+/// The largest PDF sent: its base64 form stays well within the API's 32 MB request.
+pub const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
+
+/// The media type announced by a file's first bytes, for the kinds `Read` sends as
+/// blocks: PNG, JPEG, GIF, WebP and PDF.
+pub fn sniff(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if head.starts_with(b"%PDF-") {
+        Some("application/pdf")
+    } else {
+        None
+    }
+}
+
+/// Reads `path` as an image or document block when it is one; `None` for every other
+/// file (and for paths that are no regular file: the text path reports those).
+pub async fn read(path: &Path, ctx: &ToolContext) -> Result<Option<Rich>, ToolError> {
+    let Ok(metadata) = tokio::fs::metadata(path).await else { return Ok(None) };
+    if !metadata.is_file() {
+        return Ok(None);
+    }
+    let mut head = [0u8; 16];
+    let n = match tokio::fs::File::open(path).await {
+        Ok(mut f) => read_head(&mut f, &mut head).await,
+        Err(_) => return Ok(None),
+    };
+    let Some(media_type) = sniff(&head[..n]) else { return Ok(None) };
+    let pdf = media_type == "application/pdf";
+    let limit = if pdf { MAX_PDF_BYTES } else { MAX_IMAGE_BYTES };
+    let size = metadata.len();
+    if size > limit {
+        let what = if pdf { "PDF" } else { "image" };
+        return Err(ToolError(format!(
+            "{} is a {what} of {size} bytes, more than the {limit} bytes the model accepts for one {what}. \
+             Make a smaller copy with Bash (for example with ImageMagick or pdftk, if installed) and Read that.",
+            path.display()
+        )));
+    }
+    let bytes = tokio::fs::read(path).await.map_err(|e| ToolError(text::io_error_message("read", path, &e)))?;
+    ctx.session.record_read(path, FileStamp::of(&bytes, &metadata));
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let source = MediaSource::base64(media_type, data);
+    let (block, kind) = if pdf {
+        (ContentBlock::Document { source }, "PDF document")
+    } else {
+        (ContentBlock::Image { source }, "image")
+    };
+    Ok(Some(Rich {
+        text: format!("{} is an {kind} ({media_type}, {size} bytes); it is attached below.", path.display()),
+        attachments: vec![block],
+    }))
+}
+
+async fn read_head(file: &mut tokio::fs::File, buf: &mut [u8]) -> usize {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => filled += n,
+        }
+    }
+    filled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::host::{HostRequest, HostTools};
+    use crate::tools::{Session, core_tools};
+    use serde_json::json;
+    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
+
+    /// A 1x1 transparent PNG.
+    const PNG: &[u8] = &[
+        0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00,
+        0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4, 0x89, 0x00, 0x00, 0x00,
+        0x0A, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00, 0x01, 0x00, 0x00, 0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D,
+        0xB4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+    ];
+
+    const PDF: &[u8] = b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n\
+2 0 obj << /Type /Pages /Kids [] /Count 0 >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n";
+
+    #[test]
+    fn sniffs_the_four_image_kinds_and_pdf() {
+        assert_eq!(sniff(PNG), Some("image/png"));
+        assert_eq!(sniff(&[0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10]), Some("image/jpeg"));
+        assert_eq!(sniff(b"GIF89a\x01\x00"), Some("image/gif"));
+        assert_eq!(sniff(b"RIFF\x24\x00\x00\x00WEBPVP8 "), Some("image/webp"));
+        assert_eq!(sniff(PDF), Some("application/pdf"));
+        assert_eq!(sniff(b"RIFF\x24\x00\x00\x00WAVEfmt "), None);
+        assert_eq!(sniff(b"fn main() {}\n"), None);
+    }
+
+    async fn read_via_host(dir: &Path, name: &str) -> crate::tool::ToolOutput {
+        let host = HostTools::new(core_tools(), Arc::new(Session::new(dir)));
+        // The input Claude Code's model sends to Read.
+        host.run(HostRequest::new("Read", json!({ "file_path": dir.join(name) })), CancellationToken::new()).await
+    }
+
+    #[tokio::test]
+    async fn an_image_comes_back_as_an_image_block_on_the_wire() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pixel.png"), PNG).unwrap();
+        let out = read_via_host(dir.path(), "pixel.png").await;
+        assert!(!out.is_error, "{}", out.content);
+        let data = base64::engine::general_purpose::STANDARD.encode(PNG);
+        assert_eq!(
+            out.attachments,
+            vec![ContentBlock::Image { source: MediaSource::base64("image/png", data.clone()) }]
+        );
+        // Through the tool host's JSON and into the Anthropic request shape.
+        let wire: crate::tool::ToolOutput = serde_json::from_value(serde_json::to_value(&out).unwrap()).unwrap();
+        let block = ContentBlock::tool_result_with("t1", wire.content, false, wire.attachments);
+        let json = serde_json::to_value(&block).unwrap();
+        assert_eq!(json["type"], "tool_result");
+        assert_eq!(json["content"][0]["type"], "text");
+        assert_eq!(
+            json["content"][1],
+            json!({ "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": data } })
+        );
+        // And back: a history read from disk keeps the image.
+        let back: ContentBlock = serde_json::from_value(json).unwrap();
+        assert_eq!(back, block);
+    }
+
+    #[tokio::test]
+    async fn a_pdf_is_a_document_block_and_text_files_stay_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("doc.pdf"), PDF).unwrap();
+        std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+        let out = read_via_host(dir.path(), "doc.pdf").await;
+        assert!(!out.is_error, "{}", out.content);
+        assert!(
+            matches!(&out.attachments[..], [ContentBlock::Document { source }] if source.media_type == "application/pdf")
+        );
+        let out = read_via_host(dir.path(), "a.txt").await;
+        assert!(out.attachments.is_empty());
+        assert!(out.content.contains("hello"));
+        // A plain tool result still goes out as a string.
+        let json = serde_json::to_value(ContentBlock::tool_result("t", "x", false)).unwrap();
+        assert_eq!(json, json!({ "type": "tool_result", "tool_use_id": "t", "content": "x" }));
+    }
+
+    #[tokio::test]
+    async fn an_image_over_the_limit_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut big = PNG.to_vec();
+        big.resize(MAX_IMAGE_BYTES as usize + 1, 0);
+        std::fs::write(dir.path().join("big.png"), big).unwrap();
+        let out = read_via_host(dir.path(), "big.png").await;
+        assert!(out.is_error);
+        assert!(out.content.contains("more than the"), "{}", out.content);
+        assert!(out.attachments.is_empty());
+    }
+}

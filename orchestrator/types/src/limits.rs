@@ -1,0 +1,68 @@
+//! [`Limits`]: the turn, token, cost and time budget of a run or of one agent, as a
+//! workflow file writes it and as the agent loop enforces it.
+
+use crate::Duration;
+
+/// Turn, token, cost and time limits. `None` leaves a limit unset (unlimited).
+///
+/// A workflow gives them for the whole run (`limits:`) or per agent
+/// (`defaults.limits`, `agents.<id>.limits`); the agent loop stops when one is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Limits {
+    /// Most model calls.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub max_turns: Option<u32>,
+    /// Most tokens processed (input, cache reads and writes, output).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub max_tokens: Option<u64>,
+    /// Most spend, in US dollars.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock limit.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub timeout: Option<Duration>,
+}
+
+impl Limits {
+    /// `self`, with every unset field taken from `fallback`.
+    pub fn or(self, fallback: Limits) -> Limits {
+        Limits {
+            max_turns: self.max_turns.or(fallback.max_turns),
+            max_tokens: self.max_tokens.or(fallback.max_tokens),
+            max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
+            timeout: self.timeout.or(fallback.timeout),
+        }
+    }
+
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn or_fills_only_the_unset_fields() {
+        let own = Limits { max_turns: Some(5), ..Limits::default() };
+        let fallback = Limits { max_turns: Some(50), max_cost_usd: Some(2.0), ..Limits::default() };
+        let merged = own.or(fallback);
+        assert_eq!(merged.max_turns, Some(5));
+        assert_eq!(merged.max_cost_usd, Some(2.0));
+        assert!(merged.timeout.is_none() && !merged.is_empty());
+        assert!(Limits::default().is_empty());
+    }
+
+    #[test]
+    fn serde_writes_only_what_is_set_and_rejects_unknown_keys() {
+        let limits: Limits = serde_json::from_str(r#"{"max_turns": 3, "timeout": "1.5h"}"#).unwrap();
+        assert_eq!(limits.timeout.map(|d| d.as_std().as_secs()), Some(5400));
+        assert_eq!(serde_json::to_string(&limits).unwrap(), r#"{"max_turns":3,"timeout":"1h30m"}"#);
+        assert!(serde_json::from_str::<Limits>(r#"{"max_turn": 3}"#).is_err());
+    }
+}
