@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Message;
+use crate::model::ModelErrorKind;
 use crate::usage::Usage;
 
 /// Why a loop ended. Every loop ends with exactly one of these.
@@ -35,7 +36,7 @@ pub enum Terminal {
         message: String,
     },
     ModelError {
-        kind: String,
+        kind: ModelErrorKind,
         message: String,
     },
     HookStopped {
@@ -88,9 +89,7 @@ impl Terminal {
             | Self::Timeout { .. }
             | Self::MaxOutputTokens { .. } => (Status::Partial, 4),
             Self::Aborted { .. } => (Status::Cancelled, 1),
-            Self::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
-                (Status::Failed, 3)
-            }
+            Self::ModelError { kind, .. } if kind.is_infrastructure() => (Status::Failed, 3),
             Self::ModelError { .. }
             | Self::PromptTooLong { .. }
             | Self::HookStopped { .. }
@@ -343,15 +342,16 @@ mod disposition_tests {
 
     #[test]
     fn every_terminal_has_a_status_and_a_code() {
-        let model = |kind: &str| Terminal::ModelError { kind: kind.into(), message: String::new() };
+        let model = |kind: ModelErrorKind| Terminal::ModelError { kind, message: String::new() };
         let cases = [
             (Terminal::Completed, Status::Succeeded, 0),
             (Terminal::MaxTurns { limit: 1 }, Status::Partial, 4),
             (Terminal::Timeout { after_ms: 1 }, Status::Partial, 4),
             (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, 1),
-            (model("auth"), Status::Failed, 3),
-            (model("network"), Status::Failed, 3),
-            (model("overloaded"), Status::Failed, 1),
+            (model(ModelErrorKind::Auth), Status::Failed, 3),
+            (model(ModelErrorKind::Network), Status::Failed, 3),
+            (model(ModelErrorKind::Config), Status::Failed, 3),
+            (model(ModelErrorKind::Overloaded), Status::Failed, 1),
             (Terminal::HookStopped { message: String::new() }, Status::Failed, 1),
         ];
         for (terminal, status, code) in cases {
