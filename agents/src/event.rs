@@ -13,7 +13,7 @@ use crate::model::ModelErrorKind;
 use crate::usage::Usage;
 
 /// Why a loop ended. Every loop ends with exactly one of these.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Terminal {
     /// The model answered without asking for tools.
@@ -154,7 +154,7 @@ impl std::fmt::Display for Terminal {
 }
 
 /// Which budget ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Budget {
     Tokens,
@@ -171,7 +171,7 @@ impl std::fmt::Display for Budget {
 }
 
 /// What the loop was doing when it was aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Streaming,
@@ -190,7 +190,7 @@ impl std::fmt::Display for Phase {
 }
 
 /// Something that happened in a loop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     TurnStarted {
@@ -203,6 +203,8 @@ pub enum Event {
     /// The whole assistant message of a turn, once it is complete.
     AssistantMessage {
         turn: u32,
+        /// A message in the Anthropic Messages shape (`role`, `content` blocks).
+        #[schemars(with = "serde_json::Value")]
         message: Message,
     },
     ToolUseStarted {
@@ -282,6 +284,7 @@ impl Event {
     Ord,
     Serialize,
     Deserialize,
+    schemars::JsonSchema,
     strum::Display,
     strum::IntoStaticStr,
     strum::EnumIter,

@@ -17,6 +17,7 @@ use crate::exit::{Code, UsageError};
 use crate::hooks_config::Extensions;
 use crate::options::ExecOptions;
 use crate::repo_config::{RepoConfig, Trust};
+use crate::run_event::RunEvent;
 use crate::session::{AgentSession, SessionSpec};
 use crate::{provider, signals};
 use orch_workflows::extensions::HookSettings;
@@ -58,7 +59,6 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     // Results too large to send inline land here; the agent may Read them.
     let big_results = results_dir.join("tool-results");
     std::fs::create_dir_all(&big_results).context("cannot create the directory for large tool results")?;
-    let out: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
     let transcript = match &args.transcript {
         Some(path) => Some(
             crate::run::Transcript::create(path)
@@ -66,6 +66,8 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         ),
         None => None,
     };
+    let out: Box<dyn EventSink> =
+        if args.json { Box::new(JsonLines { agent: args.agent_id.clone() }) } else { Box::new(StderrLog) };
     let sink: Arc<dyn EventSink> = Arc::new(Tee { agent: args.agent_id.clone(), out, transcript });
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;
@@ -162,21 +164,23 @@ impl EventSink for Tee {
         if let Some(t) = &self.transcript
             && !matches!(event, Event::TextDelta { .. })
         {
-            t.record(&serde_json::json!({ "agent": self.agent, "event": event }));
+            t.record(&RunEvent::of(&self.agent, event.clone()).to_value());
         }
         self.out.emit(event);
     }
 }
 
-/// `--json`: every event as one JSON line on stdout, flushed per line.
-struct JsonLines;
+/// `--json`: every event as one [`RunEvent`] line on stdout, flushed per line.
+struct JsonLines {
+    agent: String,
+}
 
 impl EventSink for JsonLines {
     fn emit(&self, event: Event) {
         if matches!(event, Event::TextDelta { .. }) {
             return;
         }
-        if let Ok(line) = serde_json::to_string(&event) {
+        if let Ok(line) = serde_json::to_string(&RunEvent::of(&self.agent, event)) {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

@@ -16,6 +16,7 @@ pub mod provider;
 pub mod record;
 pub mod repo_config;
 pub mod run;
+pub mod run_event;
 pub mod sandbox;
 pub mod session;
 pub mod signals;

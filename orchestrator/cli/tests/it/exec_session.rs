@@ -15,7 +15,7 @@ fn events(stdout: &str) -> Vec<Value> {
 }
 
 fn finished(events: &[Value]) -> Vec<&Value> {
-    events.iter().filter(|e| e["type"] == "tool_use_finished").collect()
+    events.iter().map(|e| &e["event"]).filter(|e| e["type"] == "tool_use_finished").collect()
 }
 
 fn exec(dir: &Path, script: &str, args: &[&str]) -> (i32, String, String) {

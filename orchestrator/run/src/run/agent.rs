@@ -11,7 +11,6 @@ use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::AgentSpec;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{AgentSink, Transcript};
@@ -20,6 +19,7 @@ use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, Worktree, safe_name};
 use crate::options::{SandboxSpec, SettingSource};
+use crate::run_event::{RunEvent, RunStep};
 use crate::session::{AgentSession, SessionSpec};
 
 /// A finished agent: its report and the spec it ran.
@@ -68,7 +68,7 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     report.timings.worktree_ms = ms(at);
     report.branch = Some(worktree.branch().to_string());
     let cancel = shared.run_cancel.child_token();
-    if let Err(e) = drive(&shared, &spec, prompt, &worktree, transcript, &cancel, &mut report).await {
+    if let Err(e) = drive(&shared, &spec, prompt, &worktree, transcript.clone(), &cancel, &mut report).await {
         report.status = AgentStatus::Failed;
         report.infrastructure = true;
         report.reason = Some(format!("{e:#}"));
@@ -83,7 +83,26 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     }
     report.timings.finish_ms += ms(at);
     report.duration_ms = ms(started);
+    finished_line(&shared, transcript.as_deref(), &report);
     Finished { report, spec }
+}
+
+/// The `agent_finished` line, in the transcript and on `--json`.
+fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &AgentReport) {
+    let step = RunStep::AgentFinished {
+        status: report.status.as_str().to_string(),
+        reason: report.reason.clone(),
+        turns: report.turns,
+        cost_usd: report.cost_usd,
+        duration_ms: report.duration_ms,
+    };
+    let line = RunEvent::step(&report.id, step).to_value();
+    if let Some(t) = transcript {
+        t.record(&line);
+    }
+    if shared.json {
+        super::events::print_json_line(&line);
+    }
 }
 
 fn ms(since: Instant) -> u64 {
@@ -224,7 +243,7 @@ async fn converse(
     if let Some(schema) = schema {
         text.push_str(&schema.instructions());
     }
-    let line = json!({ "agent": sink.agent, "event": { "type": "prompt", "text": text } });
+    let line = RunEvent::step(&sink.agent, RunStep::Prompt { text: text.clone() }).to_value();
     if let Some(t) = &sink.transcript {
         t.record(&line);
     }
