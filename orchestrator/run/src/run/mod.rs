@@ -26,6 +26,8 @@ mod github;
 mod junit;
 mod merge;
 mod output;
+#[cfg(test)]
+mod render_snapshots;
 pub mod report;
 mod reporter;
 mod schedule;
