@@ -9,10 +9,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Message;
+use crate::model::ModelErrorKind;
 use crate::usage::Usage;
 
 /// Why a loop ended. Every loop ends with exactly one of these.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Terminal {
     /// The model answered without asking for tools.
@@ -35,7 +36,7 @@ pub enum Terminal {
         message: String,
     },
     ModelError {
-        kind: String,
+        kind: ModelErrorKind,
         message: String,
     },
     HookStopped {
@@ -88,9 +89,7 @@ impl Terminal {
             | Self::Timeout { .. }
             | Self::MaxOutputTokens { .. } => (Status::Partial, 4),
             Self::Aborted { .. } => (Status::Cancelled, 1),
-            Self::ModelError { kind, .. } if matches!(kind.as_str(), "auth" | "network" | "config") => {
-                (Status::Failed, 3)
-            }
+            Self::ModelError { kind, .. } if kind.is_infrastructure() => (Status::Failed, 3),
             Self::ModelError { .. }
             | Self::PromptTooLong { .. }
             | Self::HookStopped { .. }
@@ -155,7 +154,7 @@ impl std::fmt::Display for Terminal {
 }
 
 /// Which budget ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Budget {
     Tokens,
@@ -172,7 +171,7 @@ impl std::fmt::Display for Budget {
 }
 
 /// What the loop was doing when it was aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Streaming,
@@ -191,7 +190,7 @@ impl std::fmt::Display for Phase {
 }
 
 /// Something that happened in a loop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     TurnStarted {
@@ -204,6 +203,8 @@ pub enum Event {
     /// The whole assistant message of a turn, once it is complete.
     AssistantMessage {
         turn: u32,
+        /// A message in the Anthropic Messages shape (`role`, `content` blocks).
+        #[schemars(with = "serde_json::Value")]
         message: Message,
     },
     ToolUseStarted {
@@ -283,6 +284,7 @@ impl Event {
     Ord,
     Serialize,
     Deserialize,
+    schemars::JsonSchema,
     strum::Display,
     strum::IntoStaticStr,
     strum::EnumIter,
@@ -343,15 +345,16 @@ mod disposition_tests {
 
     #[test]
     fn every_terminal_has_a_status_and_a_code() {
-        let model = |kind: &str| Terminal::ModelError { kind: kind.into(), message: String::new() };
+        let model = |kind: ModelErrorKind| Terminal::ModelError { kind, message: String::new() };
         let cases = [
             (Terminal::Completed, Status::Succeeded, 0),
             (Terminal::MaxTurns { limit: 1 }, Status::Partial, 4),
             (Terminal::Timeout { after_ms: 1 }, Status::Partial, 4),
             (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, 1),
-            (model("auth"), Status::Failed, 3),
-            (model("network"), Status::Failed, 3),
-            (model("overloaded"), Status::Failed, 1),
+            (model(ModelErrorKind::Auth), Status::Failed, 3),
+            (model(ModelErrorKind::Network), Status::Failed, 3),
+            (model(ModelErrorKind::Config), Status::Failed, 3),
+            (model(ModelErrorKind::Overloaded), Status::Failed, 1),
             (Terminal::HookStopped { message: String::new() }, Status::Failed, 1),
         ];
         for (terminal, status, code) in cases {

@@ -821,7 +821,7 @@ impl Loop<'_> {
                 None
             }
             ModelError::PromptTooLong { message } => Some(Terminal::PromptTooLong { message }),
-            other => Some(Terminal::ModelError { kind: other.kind().as_str().to_string(), message: other.to_string() }),
+            other => Some(Terminal::ModelError { kind: other.kind(), message: other.to_string() }),
         }
     }
 

@@ -78,7 +78,7 @@ fn terminals() -> Vec<Terminal> {
         Terminal::Timeout { after_ms: 600_000 },
         Terminal::Aborted { during: Phase::Tools },
         Terminal::PromptTooLong { message: "prompt is too long: 210000 tokens > 200000 maximum".into() },
-        Terminal::ModelError { kind: "auth".into(), message: "invalid x-api-key".into() },
+        Terminal::ModelError { kind: crate::model::ModelErrorKind::Auth, message: "invalid x-api-key".into() },
         Terminal::HookStopped { message: "a Stop hook asked to stop".into() },
         Terminal::CompactionFailed { failures: 3, message: "the summary request failed".into() },
         Terminal::MaxOutputTokens { continuations: 3 },

@@ -6,7 +6,7 @@ use std::ops::AddAssign;
 use serde::{Deserialize, Serialize};
 
 /// Tokens reported by the model API for one call, or summed over many.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Usage {
     #[serde(default)]
     pub input_tokens: u64,

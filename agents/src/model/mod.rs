@@ -143,7 +143,7 @@ pub enum ModelError {
 }
 
 /// The kind of a [`ModelError`], as reports and exit codes name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelErrorKind {
     Auth,

@@ -62,18 +62,15 @@ pub enum SandboxCommand {
     Run(SandboxRunArgs),
 }
 
-/// Which sandbox backend confines the tools, and the network access inside it.
-pub use orch_types::{Backend as BackendKind, Network as NetworkKind};
-
 /// The sandbox policy flags shared by `orch exec` and `orch sandbox run`.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// The sandbox backend.
     #[arg(long, value_enum, default_value = "landlock")]
-    pub backend: BackendKind,
+    pub backend: Backend,
     /// Network access.
     #[arg(long, value_enum, default_value = "none")]
-    pub network: NetworkKind,
+    pub network: Network,
     /// An extra readable (and executable) path. Repeatable.
     #[arg(long = "read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
@@ -89,15 +86,8 @@ impl SandboxArgs {
     /// The typed sandbox settings these flags ask for.
     pub fn spec(&self) -> SandboxSpec {
         SandboxSpec {
-            backend: match self.backend {
-                BackendKind::Landlock => Backend::Landlock,
-                BackendKind::Container => Backend::Container,
-                BackendKind::None => Backend::None,
-            },
-            network: match self.network {
-                NetworkKind::None => Network::None,
-                NetworkKind::Full => Network::Full,
-            },
+            backend: self.backend,
+            network: self.network,
             read: self.read.clone(),
             write: self.write.clone(),
             image: self.image.clone(),

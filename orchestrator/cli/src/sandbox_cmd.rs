@@ -51,7 +51,7 @@ use orch_run::sandbox::{PolicyInput, PrivateDirs, TMPFS_MOUNT_POINT, build_polic
 use orch_sandbox::policy::{Backend, Limits, Network, Policy};
 use orch_sandbox::{SandboxError, identity, reaper};
 
-use crate::cli::{BackendKind, NetworkKind, SandboxRunArgs};
+use crate::cli::SandboxRunArgs;
 
 /// Set (to `1`) by the outer orch in the environment of a container it runs
 /// `orch sandbox run --backend none` in: the inner orch is then the container's
@@ -83,21 +83,21 @@ pub fn run(args: SandboxRunArgs) -> ExitCode {
 
 fn run_inner(args: SandboxRunArgs) -> Result<u8, SandboxError> {
     match args.sandbox.backend {
-        BackendKind::Container if args.sandbox.image.as_deref().is_none_or(|i| i.trim().is_empty()) => {
+        Backend::Container if args.sandbox.image.as_deref().is_none_or(|i| i.trim().is_empty()) => {
             return Err(SandboxError::InvalidPolicy(
                 "--backend container needs an image: pass --image NAME (`.ci/docker.sh` builds orch-test:busybox)"
                     .into(),
             ));
         }
-        BackendKind::None if in_container() => return in_container_run(&args),
-        BackendKind::None => warn_unconfined(SettingSource::Flags),
-        BackendKind::Landlock | BackendKind::Container => {}
+        Backend::None if in_container() => return in_container_run(&args),
+        Backend::None => warn_unconfined(SettingSource::Flags),
+        Backend::Landlock | Backend::Container => {}
     }
     let cwd = std::env::current_dir()
         .and_then(std::fs::canonicalize)
         .map_err(|e| SandboxError::io("cannot read the current directory", e))?;
     let pid = std::process::id();
-    let tmpfs = (args.sandbox.backend == BackendKind::Landlock && identity::is_root())
+    let tmpfs = (args.sandbox.backend == Backend::Landlock && identity::is_root())
         .then(|| PrivateDirs::tmpfs(std::env::temp_dir().join(TMPFS_MOUNT_POINT)))
         .flatten();
     let dirs = match tmpfs {
@@ -172,10 +172,7 @@ fn in_container_run(args: &SandboxRunArgs) -> Result<u8, SandboxError> {
         backend: Backend::Container,
         read: vec![],
         write: vec![],
-        network: match args.sandbox.network {
-            NetworkKind::None => Network::None,
-            NetworkKind::Full => Network::Full,
-        },
+        network: args.sandbox.network,
         limits: Limits { wall_time: args.timeout, ..Limits::default() },
         env,
         cwd,
@@ -194,7 +191,7 @@ fn run_in_container(args: &SandboxRunArgs, policy: &Policy, name: &str) -> Resul
     let unavailable = |reason: String| SandboxError::BackendUnavailable { backend: "container", reason };
     let exe = std::env::current_exe().map_err(|e| SandboxError::io("cannot find the orch binary to mount", e))?;
     let mut inner: Vec<String> = ["sandbox", "run", "--backend", "none"].map(String::from).into();
-    if args.sandbox.network == NetworkKind::Full {
+    if args.sandbox.network == Network::Full {
         inner.extend(["--network".into(), "full".into()]);
     }
     if let Some(t) = args.timeout {

@@ -3,21 +3,24 @@
 
 use std::io::Write;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::Context as _;
 use orch_agents::permissions::{Permissions, RuleSet};
-use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
 use orch_agents::{Event, EventSink, Limits, Message, QueryConfig, Terminal, query};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{Code, UsageError};
-use crate::host::{AgentSandbox, HostExecutor};
+use crate::hooks_config::Extensions;
 use crate::options::ExecOptions;
-use crate::{host, provider, signals};
+use crate::repo_config::{RepoConfig, Trust};
+use crate::run_event::RunEvent;
+use crate::session::{AgentSession, SessionSpec};
+use crate::{provider, signals};
+use orch_workflows::extensions::HookSettings;
 
 pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let mut model_args = args.model.clone();
@@ -49,40 +52,15 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let permissions =
         Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
-    // `Agent` (sub-agents, default limits) runs here; the tool host gets the others.
-    let host_tools: Vec<String> = args.tools.iter().filter(|t| t.as_str() != AGENT_TOOL).cloned().collect();
-    let tools = host::select_tools(&host_tools)?;
+    let extensions = extensions(&cwd, &args.tools)?;
     let results_dir = std::env::temp_dir().join(format!("orch-exec-{}", std::process::id()));
     let run = format!("exec-{}", std::process::id());
-    let sandbox_name = host::sandbox_name(&format!("{run}-{}", args.agent_id));
     // Only an agent that can write gets the working directory writable (as root, that
     // hands it to the sandbox uid for the run).
     let writes = orch_types::tools::any_writes(&args.tools);
     // Results too large to send inline land here; the agent may Read them.
     let big_results = results_dir.join("tool-results");
     std::fs::create_dir_all(&big_results).context("cannot create the directory for large tool results")?;
-    let sandbox = AgentSandbox::prepare(
-        &args.sandbox,
-        &cwd,
-        writes,
-        vec![big_results.clone()],
-        &sandbox_name,
-        results_dir.join("sandbox"),
-    )?;
-    // On an early return, dropping `sandbox` tears it down.
-    let started = host::spawn(&run, &args.agent_id, &cwd, &host_tools, &sandbox.policy).await?;
-    let container = started.container;
-    let executor = Arc::new(HostExecutor::new(started.client));
-    let pool = ToolPool::new(&args.agent_id, tools, executor.clone(), permissions)
-        .map_err(|e| UsageError(e.to_string()))?
-        .with_results_dir(big_results);
-
-    let cancel = CancellationToken::new();
-    let interrupts = signals::watch(cancel.clone())?;
-    // After the tool host started: it reads the instruction files.
-    config.system =
-        crate::agent_prompt::build(&cwd, &config.model, !args.no_instructions, executor.as_ref(), &cancel).await;
-    let out: Box<dyn EventSink> = if args.json { Box::new(JsonLines) } else { Box::new(StderrLog) };
     let transcript = match &args.transcript {
         Some(path) => Some(
             crate::run::Transcript::create(path)
@@ -90,28 +68,49 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         ),
         None => None,
     };
+    let out: Box<dyn EventSink> =
+        if args.json { Box::new(JsonLines { agent: args.agent_id.clone() }) } else { Box::new(StderrLog) };
     let sink: Arc<dyn EventSink> = Arc::new(Tee { agent: args.agent_id.clone(), out, transcript });
-    let pool = if args.tools.iter().any(|t| t == AGENT_TOOL) {
+    let cancel = CancellationToken::new();
+    let interrupts = signals::watch(cancel.clone())?;
+    let spec = SessionSpec {
+        run: run.clone(),
+        agent: args.agent_id.clone(),
+        cwd: cwd.clone(),
+        sandbox: args.sandbox.clone(),
+        writes,
+        read: vec![big_results.clone()],
+        private: results_dir.join("sandbox"),
+        env: Vec::new(),
+        tools: args.tools.clone(),
+        permissions,
+        results_dir: Some(big_results),
+        hooks: extensions.hooks,
+        mcp_servers: extensions.mcp_servers,
+        session_id: format!("{run}/{}", args.agent_id),
+    };
+    let mut session = AgentSession::start(spec, sink.clone(), &cancel).await?;
+    // After the tool host started: it reads the instruction files.
+    config.system = session.instructions(&config.model, !args.no_instructions, &cancel).await;
+    if args.tools.iter().any(|t| t == AGENT_TOOL) {
         let run = Arc::new(SubagentRun::new(SubagentLimits::default(), Vec::new()));
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
-        AgentTool::new(run, provider.clone(), config.clone(), sink.clone(), records)
-            .install(pool)
-            .map_err(|e| UsageError(e.to_string()))?
-    } else {
-        pool
+        let tool = AgentTool::new(run, provider.clone(), config.clone(), sink.clone(), records);
+        if let Err(e) = session.map_pool(|pool| tool.install(pool)) {
+            session.stop().await;
+            return Err(UsageError(e.to_string()).into());
+        }
+    }
+    let outcome = match session.pool() {
+        Some(pool) => {
+            query(provider.as_ref(), pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await
+        }
+        None => {
+            session.stop().await;
+            return Err(crate::error::Error::Message("the tool pool is missing".into()));
+        }
     };
-    let outcome =
-        query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
-    drop(pool);
-    if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
-    }
-    if let Some(container) = container
-        && let Err(e) = container.stop().await
-    {
-        tracing::warn!("could not remove the agent's container: {e}");
-    }
-    sandbox.teardown();
+    session.stop().await;
     // Left only if a result was saved there for the agent to read.
     let _ = std::fs::remove_dir(results_dir.join("tool-results"));
     let _ = std::fs::remove_dir(&results_dir);
@@ -127,6 +126,34 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     Ok(interrupts.code().unwrap_or_else(|| Code::for_terminal(&outcome.terminal)))
 }
 
+/// The hooks and MCP servers of the repository around `cwd` (from the base ref in a
+/// pull-request run, see [`crate::repo_config`]); none when that cannot be resolved.
+/// Every `mcp__` tool in `tools` must name a declared server.
+fn extensions(cwd: &std::path::Path, tools: &[String]) -> crate::error::Result<Extensions> {
+    let trust = Trust::from_env(false, None);
+    let extensions = match RepoConfig::resolve(cwd, &trust) {
+        Ok(config) => crate::hooks_config::load(&config, &HookSettings::default(), &BTreeMap::new())
+            .map_err(|e| UsageError(format!("{e:#}")))?,
+        Err(e) => {
+            eprintln!("orch: no repository hooks or MCP servers: {e}");
+            Extensions::default()
+        }
+    };
+    for tool in tools {
+        if let Some((server, _)) = orch_agents::mcp::split_name(tool)
+            && !extensions.mcp_servers.contains_key(server)
+        {
+            let known: Vec<&str> = extensions.mcp_servers.keys().map(String::as_str).collect();
+            return Err(UsageError(format!(
+                "--tools lists `{tool}`, but no MCP server `{server}` is declared (declared: {}); add it to `.mcp.json`",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            ))
+            .into());
+        }
+    }
+    Ok(extensions)
+}
+
 /// The output sink, and the transcript file (`--transcript`) when there is one.
 struct Tee {
     agent: String,
@@ -139,21 +166,23 @@ impl EventSink for Tee {
         if let Some(t) = &self.transcript
             && !matches!(event, Event::TextDelta { .. })
         {
-            t.record(&serde_json::json!({ "agent": self.agent, "event": event }));
+            t.record(&RunEvent::of(&self.agent, event.clone()).to_value());
         }
         self.out.emit(event);
     }
 }
 
-/// `--json`: every event as one JSON line on stdout, flushed per line.
-struct JsonLines;
+/// `--json`: every event as one [`RunEvent`] line on stdout, flushed per line.
+struct JsonLines {
+    agent: String,
+}
 
 impl EventSink for JsonLines {
     fn emit(&self, event: Event) {
         if matches!(event, Event::TextDelta { .. }) {
             return;
         }
-        if let Ok(line) = serde_json::to_string(&event) {
+        if let Ok(line) = serde_json::to_string(&RunEvent::of(&self.agent, event)) {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

@@ -18,6 +18,8 @@ pub mod publish;
 pub mod record;
 pub mod repo_config;
 pub mod run;
+pub mod run_event;
 pub mod sandbox;
+pub mod session;
 pub mod signals;
 pub mod workflow;

@@ -6,27 +6,10 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use orch_sandbox::policy::{Backend, Limits, Network, Policy, default_read_roots, filter_env};
+use orch_sandbox::policy::{Limits, Policy, default_read_roots, filter_env};
 use orch_sandbox::{SandboxError, identity};
 
 use crate::options::{SandboxSpec, SettingSource};
-
-/// The sandbox backend a workflow names.
-pub fn backend_of(backend: orch_workflows::Backend) -> Backend {
-    match backend {
-        orch_workflows::Backend::Landlock => Backend::Landlock,
-        orch_workflows::Backend::Container => Backend::Container,
-        orch_workflows::Backend::None => Backend::None,
-    }
-}
-
-/// The network access a workflow names.
-pub fn network_of(network: orch_workflows::Network) -> Network {
-    match network {
-        orch_workflows::Network::None => Network::None,
-        orch_workflows::Network::Full => Network::Full,
-    }
-}
 
 /// An agent's private tmp and home, under `base`.
 #[derive(Debug)]

@@ -331,7 +331,7 @@ async fn retries_give_up_after_the_policy_limit() {
     let (out, _) = run(&anthropic(&mock.url()), &config()).await;
     match out.terminal {
         Terminal::ModelError { kind, message } => {
-            assert_eq!(kind, "server");
+            assert_eq!(kind.as_str(), "server");
             assert!(message.contains("after 4 attempts"), "{message}");
         }
         other => panic!("{other:?}"),
@@ -349,7 +349,7 @@ async fn non_retryable_errors_surface_at_once_with_the_server_message() {
         let (out, _) = run(&anthropic(&mock.url()), &config()).await;
         match out.terminal {
             Terminal::ModelError { kind: k, message } => {
-                assert_eq!(k, kind);
+                assert_eq!(k.as_str(), kind);
                 assert!(message.contains(&format!("server says no ({code})")), "{message}");
             }
             other => panic!("{code}: {other:?}"),
@@ -412,5 +412,9 @@ async fn openai_prompt_too_long_and_auth() {
     let mock = MockServer::start().await;
     mock.push(Step::status(401));
     let (out, _) = run(&openai(&mock.url()), &config()).await;
-    assert!(matches!(&out.terminal, Terminal::ModelError { kind, .. } if kind == "auth"), "{:?}", out.terminal);
+    assert!(
+        matches!(&out.terminal, Terminal::ModelError { kind, .. } if kind.as_str() == "auth"),
+        "{:?}",
+        out.terminal
+    );
 }

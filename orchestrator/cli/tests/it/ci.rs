@@ -154,8 +154,8 @@ agents:
     let shape: Vec<String> = lines
         .iter()
         .map(|l| {
-            if l["type"] == "run_finished" {
-                return format!("run_finished {}", l["report"]["status"]);
+            if l["event"]["type"] == "run_finished" {
+                return format!("run_finished {}", l["event"]["report"]["status"]);
             }
             let e = &l["event"];
             let detail = match e["type"].as_str().unwrap() {
@@ -178,6 +178,7 @@ agents:
     reader usage
     reader assistant_message 2
     reader terminal completed
+    reader agent_finished
     run_finished "succeeded"
     "#);
 }

@@ -649,6 +649,7 @@ agents:
     let finished: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["event"].clone())
         .filter(|v| v["type"] == "tool_use_finished")
         .collect();
     assert_eq!(finished.len(), 8, "{stdout}");

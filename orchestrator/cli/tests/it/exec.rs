@@ -181,7 +181,7 @@ async fn json_events_stream_on_stdout() {
     assert_eq!(code, 0, "{stderr}");
     let kinds: Vec<String> = stdout
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].as_str().unwrap().to_string())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]["type"].as_str().unwrap().to_string())
         .collect();
     insta::assert_snapshot!(kinds.join("\n"), @r"
     turn_started

@@ -7,6 +7,7 @@ mod cli_output;
 mod containment;
 mod examples;
 mod exec;
+mod exec_session;
 mod hooks;
 mod mcp;
 mod publish;

@@ -22,13 +22,13 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
-fn server_script() -> PathBuf {
+pub(crate) fn server_script() -> PathBuf {
     workspace().join("tests/fixtures/mcp/server.py")
 }
 
 /// A Python that has the MCP SDK: `$ORCH_MCP_PYTHON`, the venv `.ci/run` makes, or
 /// `python3`. `None` only when `ORCH_SKIP_MCP_TESTS=1`.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let candidates: Vec<PathBuf> = std::env::var_os("ORCH_MCP_PYTHON")
         .map(PathBuf::from)
         .into_iter()
@@ -58,7 +58,7 @@ fn python() -> Option<PathBuf> {
 
 /// What the sandbox must be able to read for the server to start: the fixture and the
 /// venv (or nothing extra for a system python).
-fn read_roots(python: &Path) -> String {
+pub(crate) fn read_roots(python: &Path) -> String {
     let mut roots = vec![server_script().parent().unwrap().to_path_buf()];
     if let Some(venv) = python.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file()) {
         roots.push(venv.to_path_buf());

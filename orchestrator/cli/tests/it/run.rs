@@ -1122,9 +1122,9 @@ fn json_streams_events_and_ends_with_the_report() {
     run.expect_code(0);
     let lines: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
     let last = lines.last().unwrap();
-    assert_eq!(last["type"], "run_finished");
-    assert_eq!(last["report"]["run_id"], "t-json");
-    assert_eq!(last["report"]["agents"], run.report["agents"]);
+    assert_eq!(last["event"]["type"], "run_finished");
+    assert_eq!(last["event"]["report"]["run_id"], "t-json");
+    assert_eq!(last["event"]["report"]["agents"], run.report["agents"]);
     for agent in ["one", "two", "synthesis"] {
         let terminal = lines.iter().any(|l| l["agent"] == agent && l["event"]["type"] == "terminal");
         assert!(terminal, "no terminal event for {agent}");

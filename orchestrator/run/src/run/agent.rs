@@ -4,17 +4,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use orch_agents::command_hooks::CommandHooks;
-use orch_agents::mcp;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
-use orch_agents::tools::host::ToolExecutor;
 use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::AgentSpec;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
@@ -23,8 +19,9 @@ use super::output::{MAX_RETRIES, OutputSchema};
 use super::report::{AgentReport, AgentStatus, ChangedFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, CommitInfo, Worktree, safe_name};
-use crate::host::{self, AgentSandbox, HostExecutor};
 use crate::options::{SandboxSpec, SettingSource};
+use crate::run_event::{RunEvent, RunStep};
+use crate::session::{AgentSession, SessionSpec};
 
 /// A finished agent: its report and the spec it ran.
 pub struct Finished {
@@ -85,7 +82,8 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
     let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message);
     let cancel = shared.run_cancel.child_token();
-    let driven = drive(&shared, &spec, prompt, &worktree, transcript, checkpoints.clone(), &cancel, &mut report).await;
+    let driven =
+        drive(&shared, &spec, prompt, &worktree, transcript.clone(), checkpoints.clone(), &cancel, &mut report).await;
     if let Err(e) = driven {
         report.status = AgentStatus::Failed;
         report.infrastructure = true;
@@ -104,7 +102,26 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     }
     report.timings.finish_ms += ms(at);
     report.duration_ms = ms(started);
+    finished_line(&shared, transcript.as_deref(), &report);
     Finished { report, spec }
+}
+
+/// The `agent_finished` line, in the transcript and on `--json`.
+fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &AgentReport) {
+    let step = RunStep::AgentFinished {
+        status: report.status.as_str().to_string(),
+        reason: report.reason.clone(),
+        turns: report.turns,
+        cost_usd: report.cost_usd,
+        duration_ms: report.duration_ms,
+    };
+    let line = RunEvent::step(&report.id, step).to_value();
+    if let Some(t) = transcript {
+        t.record(&line);
+    }
+    if shared.json {
+        super::events::print_json_line(&line);
+    }
 }
 
 fn ms(since: Instant) -> u64 {
@@ -154,8 +171,8 @@ async fn drive(
     read.extend(git.read_only.iter().cloned());
     read.extend(shared.cache_dir.iter().cloned());
     let args = SandboxSpec {
-        backend: crate::sandbox::backend_of(spec.sandbox.backend),
-        network: crate::sandbox::network_of(spec.sandbox.network),
+        backend: spec.sandbox.backend,
+        network: spec.sandbox.network,
         read,
         write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
         image: spec.sandbox.image.clone(),
@@ -163,38 +180,7 @@ async fn drive(
     };
     let writes = orch_types::tools::any_writes(&spec.tools);
     let results = shared.run_dir.join("tool-results");
-    let name = host::sandbox_name(&format!("{}-{}", shared.run_id, spec.id));
     let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
-    let mut sandbox = AgentSandbox::prepare(&args, &cwd, writes, vec![results.clone()], &name, private)?;
-    sandbox.policy.env.extend(git.env.iter().cloned());
-    sandbox.policy.env.extend(shared.cache_env.iter().cloned());
-    // `Agent` runs in the coordinator; the tool host gets the others.
-    // MCP tools are served by their servers: stdio ones in the tool host, HTTP ones here.
-    let host_tools: Vec<String> =
-        spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(mcp::PREFIX)).cloned().collect();
-    let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &shared.extensions.mcp_servers);
-    let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
-    let started =
-        host::spawn_with_mcp(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy, stdio_json.as_deref())
-            .await?;
-    let container = started.container;
-    let executor = Arc::new(HostExecutor::new(started.client));
-    let mut listing = mcp::McpListing::default();
-    if stdio_json.is_some() {
-        listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
-    }
-    let http_hub = if http_mcp.is_empty() {
-        None
-    } else {
-        let (hub, http_listing) = crate::mcp::McpHub::start(&http_mcp, &cwd).await;
-        listing.tools.extend(http_listing.tools);
-        listing.failed.extend(http_listing.failed);
-        Some(Arc::new(hub))
-    };
-    let router: Arc<dyn ToolExecutor> =
-        Arc::new(crate::mcp::McpRouter { host: executor.clone(), http: http_hub.clone() });
-    report.timings.host_ms = ms(at);
-
     let rules = RuleSet {
         // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
         mode: match spec.permissions.mode {
@@ -207,19 +193,43 @@ async fn drive(
         ..RuleSet::default()
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
+        .map_err(|e| crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id)))?;
+    let sink = Arc::new(AgentSink {
+        agent: spec.id.clone(),
+        transcript: transcript.clone(),
+        meter: shared.meter.clone(),
+        stop: shared.stop.clone(),
+        run_cancel: shared.run_cancel.clone(),
+        json: shared.json,
+        reporter: shared.reporter.clone(),
+        checkpoints,
+    });
+    let session = SessionSpec {
+        run: shared.run_id.clone(),
+        agent: spec.id.clone(),
+        cwd: cwd.clone(),
+        sandbox: args,
+        writes,
+        read: vec![results.clone()],
+        private,
+        env: git.env.iter().chain(shared.cache_env.iter()).cloned().collect(),
+        tools: spec.tools.clone(),
+        permissions,
+        results_dir: Some(results),
+        hooks: shared.extensions.hooks.clone(),
+        mcp_servers: shared.extensions.mcp_servers.clone(),
+        session_id: format!("{}/{}", shared.run_id, spec.id),
+    };
+    let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
+    report.timings.host_ms = ms(at);
+
     let outcome = async {
-        let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| {
-            crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id))
-        })?;
-        let mut tools = host::select_tools(&host_tools)?;
-        tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
-        let hook_tools = tools.clone();
-        let pool = ToolPool::new(&spec.id, tools, router.clone(), permissions)?.with_results_dir(results);
         let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
         let mut config = QueryConfig::new(&spec.id, &model);
         config.fallback_model = shared.fallback_model.clone();
         config.prices = shared.prices.clone();
-        config.system = crate::agent_prompt::build(&cwd, &model, spec.instructions, executor.as_ref(), cancel).await;
+        config.system = session.instructions(&model, spec.instructions, cancel).await;
         if let Some(uses) = shared.uses.get(&spec.agent)
             && let Some(first) = config.system.first_mut()
         {
@@ -234,34 +244,8 @@ async fn drive(
             checkpoint_every: None,
         };
         config.apply_settings(&model_settings(&spec.model_settings));
-        let sink = Arc::new(AgentSink {
-            agent: spec.id.clone(),
-            transcript: transcript.clone(),
-            meter: shared.meter.clone(),
-            stop: shared.stop.clone(),
-            run_cancel: shared.run_cancel.clone(),
-            json: shared.json,
-            reporter: shared.reporter.clone(),
-            checkpoints,
-        });
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let pool = if shared.extensions.hooks.is_empty() {
-            pool
-        } else {
-            let hooks = CommandHooks::new(
-                &spec.id,
-                &cwd,
-                shared.extensions.hooks.clone(),
-                hook_tools,
-                router.clone(),
-                sink.clone(),
-            )
-            .map_err(|e| crate::error::Error::Message(format!("the hooks of `{}` are invalid: {e}", spec.id)))?
-            .with_session_id(format!("{}/{}", shared.run_id, spec.id))
-            .with_cancel(cancel.clone());
-            pool.with_hooks(Arc::new(hooks))
-        };
-        let pool = if spec.tools.iter().any(|t| t == AGENT_TOOL) {
+        if spec.tools.iter().any(|t| t == AGENT_TOOL) {
             let tool = AgentTool::new(
                 shared.subagents.clone(),
                 shared.provider.clone(),
@@ -269,34 +253,20 @@ async fn drive(
                 sink.clone(),
                 records.clone(),
             );
-            tool.install(pool)?
-        } else {
-            pool
+            session.map_pool(|pool| tool.install(pool))?;
+        }
+        let Some(pool) = session.pool() else {
+            return Err(crate::error::Error::Message(format!("the tool pool of `{}` is missing", spec.id)));
         };
         let at = Instant::now();
-        converse(shared, &pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
+        converse(shared, pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
         report.timings.loop_ms = ms(at);
         report.subagents = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
         Ok::<(), crate::error::Error>(())
     }
     .await;
     let at = Instant::now();
-    drop(router);
-    if let Some(hub) = http_hub.and_then(Arc::into_inner) {
-        hub.shutdown().await;
-    }
-    // The pool holds the other reference to the executor; it is gone by now.
-    if let Ok(executor) = Arc::try_unwrap(executor) {
-        // After a second signal, no grace: the commit comes first.
-        let grace = if crate::signals::hurried() { Duration::from_millis(100) } else { Duration::from_secs(2) };
-        executor.shutdown(grace).await;
-    }
-    if let Some(container) = container
-        && let Err(e) = container.stop().await
-    {
-        tracing::warn!(agent = %spec.id, "could not remove the agent's container: {e}");
-    }
-    sandbox.teardown();
+    session.stop().await;
     report.timings.finish_ms = ms(at);
     outcome
 }
@@ -318,7 +288,7 @@ async fn converse(
     if let Some(schema) = schema {
         text.push_str(&schema.instructions());
     }
-    let line = json!({ "agent": sink.agent, "event": { "type": "prompt", "text": text } });
+    let line = RunEvent::step(&sink.agent, RunStep::Prompt { text: text.clone() }).to_value();
     if let Some(t) = &sink.transcript {
         t.record(&line);
     }

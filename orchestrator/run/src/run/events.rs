@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use orch_agents::{Event, EventSink};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::StopReason;
@@ -152,7 +151,7 @@ impl EventSink for AgentSink {
         }
         self.meter.add(&event);
         self.reporter.event(&self.agent, &event);
-        let line = json!({ "agent": self.agent, "event": event });
+        let line = crate::run_event::RunEvent::of(&self.agent, event.clone()).to_value();
         if let Some(t) = &self.transcript {
             t.record(&line);
         }

@@ -149,7 +149,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         out.join("report.md").display()
     );
     if args.json {
-        events::print_json_line(&serde_json::json!({ "type": "run_finished", "report": merged }));
+        events::print_json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
     } else if let Some(s) = &merged.synthesis {
         println!("{}", s.text.trim_end());
     }

@@ -29,6 +29,8 @@ mod live_report;
 mod merge;
 mod output;
 pub mod recover;
+#[cfg(test)]
+mod render_snapshots;
 pub mod report;
 mod reporter;
 mod schedule;
@@ -625,7 +627,7 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
         report.run_dir.join("report.md").display()
     );
     if args.json {
-        events::print_json_line(&serde_json::json!({ "type": "run_finished", "report": report }));
+        events::print_json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
         return Ok(());
     }
     let answer = match (&report.synthesis, report.agents.as_slice()) {

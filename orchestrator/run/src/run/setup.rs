@@ -12,17 +12,19 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::Context as _;
-use orch_agents::tools::host::{HostRequest, ToolExecutor};
+use orch_agents::tools::host::HostRequest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{SetupCommand, SetupReport};
 use crate::git::RunClone;
-use crate::host::{self, AgentSandbox, HostExecutor};
 use crate::options::{SandboxSpec, SettingSource};
+use crate::session::{AgentSession, SessionSpec};
+use orch_agents::NullSink;
+use orch_agents::permissions::{Permissions, RuleSet};
 use orch_sandbox::policy::{Backend, Network};
 
 /// The longest a setup command may run, in milliseconds (the `Bash` tool's maximum).
@@ -68,13 +70,27 @@ pub async fn run(
         image: None,
         source: SettingSource::Workflow,
     };
-    let name = host::sandbox_name(&format!("{run_id}-setup"));
-    let mut sandbox = AgentSandbox::prepare(&args, &cwd, true, vec![], &name, run_dir.join("sandbox").join("setup"))?;
-    sandbox.policy.env.extend(git.env.iter().cloned());
-    sandbox.policy.env.extend(cache_env(&cache));
-    let tools = ["Bash".to_string()];
-    let started = host::spawn(run_id, "setup", &cwd, &tools, &sandbox.policy).await?;
-    let executor = Arc::new(HostExecutor::new(started.client));
+    // The pool is not used (commands go straight to the tool host), but every session
+    // has one.
+    let permissions = Permissions::new(&RuleSet::default(), &cwd, None, vec![cwd.clone()])
+        .map_err(|e| crate::error::Error::Message(format!("cannot set up the setup session: {e}")))?;
+    let spec = SessionSpec {
+        run: run_id.to_string(),
+        agent: "setup".into(),
+        cwd: cwd.clone(),
+        sandbox: args,
+        writes: true,
+        read: vec![],
+        private: run_dir.join("sandbox").join("setup"),
+        env: git.env.iter().cloned().chain(cache_env(&cache)).collect(),
+        tools: vec!["Bash".to_string()],
+        permissions,
+        results_dir: None,
+        hooks: Vec::new(),
+        mcp_servers: Default::default(),
+        session_id: format!("{run_id}/setup"),
+    };
+    let session = AgentSession::start(spec, Arc::new(NullSink), cancel).await?;
     let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache };
     let mut failed = None;
     for command in commands {
@@ -85,7 +101,10 @@ pub async fn run(
             "Bash",
             json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
         );
-        let result = executor.execute(request, cancel.clone()).await;
+        let result = match session.host() {
+            Some(host) => host.execute(request, cancel.clone()).await,
+            None => Err("the tool host is gone".to_string()),
+        };
         let (exit_code, output, ok) = match result {
             Ok(out) if !out.is_error => (Some(0), out.content, true),
             Ok(out) => (exit_code_of(&out.content), out.content, false),
@@ -108,10 +127,7 @@ pub async fn run(
             break;
         }
     }
-    if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
-    }
-    sandbox.teardown();
+    session.stop().await;
     if let Err(e) = worktree.remove().await {
         tracing::warn!("cannot remove the setup worktree: {e}");
     }

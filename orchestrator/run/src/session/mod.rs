@@ -1,0 +1,279 @@
+//! One agent session: everything an agent needs, started in one place and stopped in
+//! one order. `orch run` agents, `orch exec`, `setup:` and (through the `Agent` tool,
+//! which shares its caller's session) nested agents all start here.
+//!
+//! [`AgentSession::start`] prepares the sandbox policy (private tmp and home, writable
+//! roots handed over), starts the tool host (with the stdio MCP servers the tools name),
+//! lists the MCP tools, connects the HTTP MCP servers, and builds the tool pool with its
+//! permissions and command hooks. [`AgentSession::instructions`] reads the project
+//! instructions through the tool host.
+//!
+//! [`AgentSession::stop`] is the one teardown, in this order: the pool (and with it
+//! every reference to the tool host), the HTTP MCP clients, the tool host and its
+//! processes (stdio MCP servers included), its container, then the sandbox (the cgroup
+//! killed, the writable roots handed back). Only after `stop` returns may the caller
+//! touch the worktree (commit, remove). A failure while starting stops what had started,
+//! in the same order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orch_agents::command_hooks::{CommandHook, CommandHooks};
+use orch_agents::mcp::{self as agent_mcp, McpListing};
+use orch_agents::permissions::Permissions;
+use orch_agents::pipeline::ToolPool;
+
+use orch_agents::pipeline::PoolError;
+use orch_agents::subagent::AGENT_TOOL;
+use orch_agents::tools::host::ToolExecutor;
+use orch_agents::{EventSink, SystemPart};
+use orch_sandbox::container::ContainerHost;
+use orch_workflows::extensions::McpServer;
+use tokio_util::sync::CancellationToken;
+
+use crate::host::{self, AgentSandbox, HostExecutor};
+use crate::mcp::{McpHub, McpRouter};
+use crate::options::SandboxSpec;
+
+/// How long the tool host gets to stop before it is killed.
+const HOST_GRACE: Duration = Duration::from_secs(2);
+
+/// What one session is made of.
+pub struct SessionSpec {
+    /// The run (for sandbox and container names).
+    pub run: String,
+    /// The agent's id.
+    pub agent: String,
+    /// The worktree or directory the agent works in.
+    pub cwd: PathBuf,
+    /// The sandbox settings (backend, network, extra roots, image).
+    pub sandbox: SandboxSpec,
+    /// Whether `cwd` is writable (the agent has a tool that writes).
+    pub writes: bool,
+    /// Extra roots the agent may read (such as the directory of large results).
+    pub read: Vec<PathBuf>,
+    /// Where the private tmp and home are created.
+    pub private: PathBuf,
+    /// Variables added to the sandbox's environment.
+    pub env: Vec<(String, String)>,
+    /// Every tool the agent lists: core tools, `mcp__` tools and `Agent`.
+    pub tools: Vec<String>,
+    /// The parsed permission rules.
+    pub permissions: Permissions,
+    /// Where results too large to send inline are written.
+    pub results_dir: Option<PathBuf>,
+    /// The command hooks.
+    pub hooks: Vec<CommandHook>,
+    /// The declared MCP servers (only those the tools name are started).
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// The session id hooks see.
+    pub session_id: String,
+}
+
+/// A started session. Stop it with [`AgentSession::stop`].
+pub struct AgentSession {
+    agent: String,
+    cwd: PathBuf,
+    pool: Option<ToolPool>,
+    router: Option<Arc<dyn ToolExecutor>>,
+    http: Option<Arc<McpHub>>,
+    executor: Option<Arc<HostExecutor>>,
+    container: Option<ContainerHost>,
+    sandbox: Option<AgentSandbox>,
+}
+
+impl AgentSession {
+    /// Starts the session of `spec`. Hook commands report to `events`; the MCP listing
+    /// and hook conditions are cancelled with `cancel`.
+    pub async fn start(
+        spec: SessionSpec,
+        events: Arc<dyn EventSink>,
+        cancel: &CancellationToken,
+    ) -> crate::error::Result<AgentSession> {
+        // `Agent` runs in the coordinator; MCP tools are served by their servers (stdio
+        // ones in the tool host, HTTP ones here); the tool host gets the others.
+        let host_tools: Vec<String> = spec
+            .tools
+            .iter()
+            .filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(agent_mcp::PREFIX))
+            .cloned()
+            .collect();
+        let core = host::select_tools(&host_tools)?;
+        let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
+        let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
+        sandbox.policy.env.extend(spec.env);
+        let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
+        let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
+        let mut session = AgentSession {
+            agent: spec.agent.clone(),
+            cwd: spec.cwd.clone(),
+            pool: None,
+            router: None,
+            http: None,
+            executor: None,
+            container: None,
+            sandbox: None,
+        };
+        let started = host::spawn_with_mcp(
+            &spec.run,
+            &spec.agent,
+            &spec.cwd,
+            &host_tools,
+            &sandbox.policy,
+            stdio_json.as_deref(),
+        )
+        .await;
+        session.sandbox = Some(sandbox);
+        let started = match started {
+            Ok(s) => s,
+            Err(e) => {
+                session.stop().await;
+                return Err(e);
+            }
+        };
+        session.container = started.container;
+        let executor = Arc::new(HostExecutor::new(started.client));
+        session.executor = Some(executor.clone());
+        let mut listing = McpListing::default();
+        if stdio_json.is_some() {
+            listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
+        }
+        if !http_mcp.is_empty() {
+            let (hub, http_listing) = McpHub::start(&http_mcp, &spec.cwd).await;
+            listing.tools.extend(http_listing.tools);
+            listing.failed.extend(http_listing.failed);
+            session.http = Some(Arc::new(hub));
+        }
+        let router: Arc<dyn ToolExecutor> = Arc::new(McpRouter { host: executor, http: session.http.clone() });
+        session.router = Some(router.clone());
+        let mut tools = core;
+        tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
+        let hooks = HookSpec { hooks: spec.hooks, session_id: spec.session_id, events, cancel: cancel.clone() };
+        match build_pool(&spec.agent, &spec.cwd, tools, router, spec.permissions, spec.results_dir, hooks) {
+            Ok(pool) => {
+                session.pool = Some(pool);
+                Ok(session)
+            }
+            Err(e) => {
+                session.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The tool pool (absent only after [`AgentSession::stop`]).
+    pub fn pool(&self) -> Option<&ToolPool> {
+        self.pool.as_ref()
+    }
+
+    /// Replaces the pool with `f(pool)`, e.g. to install the `Agent` tool. On an error
+    /// the session has no pool left; stop it.
+    pub fn map_pool(&mut self, f: impl FnOnce(ToolPool) -> Result<ToolPool, PoolError>) -> Result<(), PoolError> {
+        if let Some(pool) = self.pool.take() {
+            self.pool = Some(f(pool)?);
+        }
+        Ok(())
+    }
+
+    /// The tool host, for calls outside the pool (setup commands).
+    pub fn host(&self) -> Option<&dyn ToolExecutor> {
+        self.executor.as_deref().map(|e| e as &dyn ToolExecutor)
+    }
+
+    /// The system prompt for `model`: the static part, the environment and git
+    /// snapshot, and (when `with_instructions`) the project instructions, read through
+    /// the tool host.
+    pub async fn instructions(
+        &self,
+        model: &str,
+        with_instructions: bool,
+        cancel: &CancellationToken,
+    ) -> Vec<SystemPart> {
+        match &self.executor {
+            Some(executor) => {
+                crate::agent_prompt::build(&self.cwd, model, with_instructions, executor.as_ref(), cancel).await
+            }
+            None => crate::agent_prompt::build(&self.cwd, model, false, &Stopped, cancel).await,
+        }
+    }
+
+    /// Stops everything, in the order the module documents. The worktree may be
+    /// touched after this returns.
+    pub async fn stop(mut self) {
+        drop(self.pool.take());
+        drop(self.router.take());
+        if let Some(hub) = self.http.take().and_then(Arc::into_inner) {
+            hub.shutdown().await;
+        }
+        if let Some(executor) = self.executor.take() {
+            match Arc::try_unwrap(executor) {
+                Ok(executor) => {
+                    // After a second signal, no grace: the commit comes first.
+                    let grace =
+                        if crate::signals::hurried() { std::time::Duration::from_millis(100) } else { HOST_GRACE };
+                    executor.shutdown(grace).await
+                }
+                // Someone still holds it (a hook or sub-agent task that outlived its
+                // loop); dropping ours closes the pipe once they finish.
+                Err(_) => tracing::warn!(agent = %self.agent, "the tool host is still in use; not waiting for it"),
+            }
+        }
+        if let Some(container) = self.container.take()
+            && let Err(e) = container.stop().await
+        {
+            tracing::warn!(agent = %self.agent, "could not remove the agent's container: {e}");
+        }
+        if let Some(sandbox) = self.sandbox.take() {
+            sandbox.teardown();
+        }
+    }
+}
+
+/// The command hooks of a session and what they report to.
+struct HookSpec {
+    hooks: Vec<CommandHook>,
+    session_id: String,
+    events: Arc<dyn EventSink>,
+    cancel: CancellationToken,
+}
+
+/// The pool of `tools` running through `router`, with the hooks when there are any.
+fn build_pool(
+    agent: &str,
+    cwd: &std::path::Path,
+    tools: Vec<Arc<dyn orch_agents::tools::DynTool>>,
+    router: Arc<dyn ToolExecutor>,
+    permissions: Permissions,
+    results_dir: Option<PathBuf>,
+    hooks: HookSpec,
+) -> crate::error::Result<ToolPool> {
+    let hook_tools = tools.clone();
+    let mut pool = ToolPool::new(agent, tools, router.clone(), permissions)?;
+    if let Some(dir) = results_dir {
+        pool = pool.with_results_dir(dir);
+    }
+    if hooks.hooks.is_empty() {
+        return Ok(pool);
+    }
+    let command_hooks = CommandHooks::new(agent, cwd, hooks.hooks, hook_tools, router, hooks.events)
+        .map_err(|e| crate::error::Error::Message(format!("the hooks of `{agent}` are invalid: {e}")))?
+        .with_session_id(hooks.session_id)
+        .with_cancel(hooks.cancel);
+    Ok(pool.with_hooks(Arc::new(command_hooks)))
+}
+
+/// The executor of a stopped session: every call fails.
+struct Stopped;
+
+#[async_trait::async_trait]
+impl ToolExecutor for Stopped {
+    async fn execute(
+        &self,
+        _request: orch_agents::tools::host::HostRequest,
+        _cancel: CancellationToken,
+    ) -> Result<orch_agents::ToolOutput, String> {
+        Err("the session has stopped".into())
+    }
+}
