@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{AgentSink, Transcript};
 use super::output::{MAX_RETRIES, OutputSchema};
-use super::report::{AgentReport, AgentStatus, ChangedFile};
+use super::report::{AgentReport, AgentStatus, ChangedFile, TooLargeFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, Worktree, safe_name};
 use crate::host::{self, AgentSandbox, HostExecutor};
@@ -77,6 +77,11 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         report.reason = Some(format!("{e:#}"));
     }
     let at = Instant::now();
+    // Invariant: the worktree is read (commit, patch) and written (`.git` restore) only
+    // here, after `drive` has returned, i.e. after the tool host was shut down and its
+    // commands killed (and the container stopped): no process of the agent can swap a
+    // path under the coordinator. The commit also reads through descriptors that never
+    // follow a link (git/capture.rs), so a survivor could not redirect it anyway.
     commit(&shared, &spec, &worktree, &mut report).await;
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
@@ -355,8 +360,12 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         shared.run_id,
         shared.workflow_name
     );
-    match worktree.commit_all(&message, &shared.author).await {
+    // The workflow key `limits.max_file_size` is not wired yet: the default applies.
+    let max_file_size = crate::git::DEFAULT_MAX_FILE_SIZE;
+    match worktree.commit_all_limited(&message, &shared.author, max_file_size).await {
         Ok(Some(info)) => {
+            report.too_large_files =
+                info.too_large.iter().map(|(path, size)| TooLargeFile { path: path.clone(), size: *size }).collect();
             report.commit = Some(info.commit);
             report.changed_files = info
                 .files
