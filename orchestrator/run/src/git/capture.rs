@@ -52,8 +52,10 @@ pub(super) fn open_beneath(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> 
     }
     let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    match rustix::fs::openat2(dir, name, flags, Mode::from_raw_mode(0o644), resolve) {
-        Err(rustix::io::Errno::NOSYS) => Ok(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))?),
+    // openat2 refuses a mode without O_CREAT.
+    let mode = if flags.contains(OFlags::CREATE) { Mode::from_raw_mode(0o644) } else { Mode::empty() };
+    match rustix::fs::openat2(dir, name, flags, mode, resolve) {
+        Err(rustix::io::Errno::NOSYS) => Ok(rustix::fs::openat(dir, name, flags, mode)?),
         other => Ok(other?),
     }
 }
@@ -70,7 +72,18 @@ pub(super) fn open_root(path: &Path) -> Result<OwnedFd> {
 /// Must only run once every process of the agent is dead (see `run/agent.rs`): then
 /// nothing changes under it. The descriptor-based walk keeps it safe even if that
 /// invariant broke: a swapped path is never followed, only skipped or recorded as a link.
-pub(super) fn capture(repo: &Repository, index: &mut Index, checkout: &Path, max_file_size: u64) -> Result<LeftOut> {
+///
+/// With `filters` (the base has a `.gitattributes`), regular files go through libgit2's
+/// clean filters (eol conversion, `ident`) by path, once this walk has checked that the
+/// path is a regular file with no link on the way: libgit2 would follow a link there,
+/// which is safe only because the agent's processes are all dead by then.
+pub(super) fn capture(
+    repo: &Repository,
+    index: &mut Index,
+    checkout: &Path,
+    max_file_size: u64,
+    filters: bool,
+) -> Result<LeftOut> {
     let root = open_root(checkout)?;
     let mut tracked: HashMap<Vec<u8>, IndexEntry> = HashMap::new();
     let mut tracked_dirs: HashSet<Vec<u8>> = HashSet::new();
@@ -84,14 +97,27 @@ pub(super) fn capture(repo: &Repository, index: &mut Index, checkout: &Path, max
         }
         tracked.insert(entry.path.clone(), entry);
     }
-    let mut walk =
-        Walk { repo, checkout, max_file_size, tracked, tracked_dirs, out: Vec::new(), left: LeftOut::default() };
+    let mut walk = Walk {
+        repo,
+        checkout,
+        max_file_size,
+        filters,
+        tracked,
+        tracked_dirs,
+        out: Vec::new(),
+        filtered: Vec::new(),
+        left: LeftOut::default(),
+    };
     let mut ignores = Vec::new();
     walk.dir(root.as_fd(), b"", false, &mut ignores)?;
-    let Walk { out, left, .. } = walk;
+    let Walk { out, filtered, left, .. } = walk;
     index.clear().git(|| "reset the index".to_owned())?;
     for entry in &out {
         index.add(entry).git(|| format!("stage {}", String::from_utf8_lossy(&entry.path)))?;
+    }
+    for rel in &filtered {
+        let path = Path::new(OsStr::from_bytes(rel));
+        index.add_path(path).git(|| format!("stage {}", path.display()))?;
     }
     Ok(left)
 }
@@ -100,9 +126,12 @@ struct Walk<'a> {
     repo: &'a Repository,
     checkout: &'a Path,
     max_file_size: u64,
+    filters: bool,
     tracked: HashMap<Vec<u8>, IndexEntry>,
     tracked_dirs: HashSet<Vec<u8>>,
     out: Vec<IndexEntry>,
+    /// Regular files to stage by path, through the clean filters.
+    filtered: Vec<Vec<u8>>,
     left: LeftOut,
 }
 
@@ -237,6 +266,10 @@ impl Walk<'_> {
             && same_stat(old, &stat)
         {
             self.out.push(entry_for(&stat, rel, mode, old.id, size));
+            return Ok(());
+        }
+        if self.filters {
+            self.filtered.push(rel);
             return Ok(());
         }
         let file = File::from(fd);

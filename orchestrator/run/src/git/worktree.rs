@@ -185,7 +185,8 @@ impl Worktree {
     ) -> Result<Option<CommitInfo>> {
         self.restore_gitlink()?;
         let (repo, mut index) = self.open()?;
-        let left = capture::capture(&repo, &mut index, &self.checkout, max_file_size)?;
+        let filters = self.clone.base_has_attributes(&repo)?;
+        let left = capture::capture(&repo, &mut index, &self.checkout, max_file_size, filters)?;
         let skipped = left.nested;
         if !skipped.is_empty() {
             tracing::warn!(worktree = %self.checkout.display(), ?skipped, "left nested repositories out of the commit");
