@@ -41,6 +41,7 @@
 //! includes the branches of agents the coordinator has already committed and the admin
 //! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
 
+mod capture;
 mod clone;
 mod merge;
 mod names;
@@ -53,6 +54,7 @@ mod tests;
 
 use std::path::PathBuf;
 
+pub use capture::DEFAULT_MAX_FILE_SIZE;
 pub use clone::{CLONE_DIR, Removal, RunClone};
 pub use names::{safe_name, validate_run_id};
 pub use snapshot::snapshot;

@@ -656,3 +656,95 @@ fn agent_git_is_read_only_where_the_sandbox_says() {
     assert_eq!(info.files.len(), 2);
     assert!(!fx.hook_ran());
 }
+
+/// A 0600 file outside the worktree, as an attacker's symlink would target.
+fn victim(fx: &Fixture) -> (PathBuf, &'static str) {
+    let path = fx.tmp.path().join("victim-secret");
+    let text = "VICTIM-CONTENT-7f3a\n";
+    write(&path, text);
+    set_mode(&path, 0o600);
+    (path, text)
+}
+
+#[test]
+fn a_file_swapped_for_a_symlink_is_committed_as_the_link_never_its_target() {
+    let fx = Fixture::new();
+    let (victim, text) = victim(&fx);
+    let clone = fx.clone("r20");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    // A tracked file, an untracked one and a directory, each replaced by a link outside.
+    fs::remove_file(wt.path().join("a.txt")).unwrap();
+    std::os::unix::fs::symlink(&victim, wt.path().join("a.txt")).unwrap();
+    std::os::unix::fs::symlink(&victim, wt.path().join("new-link")).unwrap();
+    fs::remove_dir_all(wt.path().join("src")).unwrap();
+    std::os::unix::fs::symlink(fx.tmp.path(), wt.path().join("src")).unwrap();
+    let info = wt.commit_all_blocking("agent", &author()).unwrap().unwrap();
+
+    // The commit holds the links as links (mode 120000, the target path as content).
+    let ls = git(&fx.run_dir.join("repo.git"), &["ls-tree", "-r", &info.commit]);
+    assert!(ls.lines().any(|l| l.starts_with("120000 ") && l.ends_with("\ta.txt")), "{ls}");
+    assert!(ls.lines().any(|l| l.starts_with("120000 ") && l.ends_with("\tnew-link")), "{ls}");
+    assert!(ls.lines().any(|l| l.starts_with("120000 ") && l.ends_with("\tsrc")), "{ls}");
+    // The victim's content is nowhere: not in the patch, not in the user's repository.
+    let patch = wt.patch_blocking().unwrap();
+    assert!(!String::from_utf8_lossy(&patch).contains(text.trim()), "{}", String::from_utf8_lossy(&patch));
+    clone.fetch_into_user_blocking(&[wt.branch().to_owned()]).unwrap();
+    for path in ["a.txt", "new-link"] {
+        let shown = git(&fx.user, &["show", &format!("{}:{path}", wt.branch())]);
+        assert_eq!(shown, victim.display().to_string());
+    }
+    let id = git(&fx.user, &["hash-object", &victim.display().to_string()]);
+    assert!(git_cmd(&fx.user, &["cat-file", "-e", id.trim()]).output().unwrap().status.code() != Some(0));
+    assert_eq!(fs::read_to_string(&victim).unwrap(), text);
+}
+
+#[test]
+fn a_dot_git_symlink_is_replaced_and_its_target_left_unchanged() {
+    let fx = Fixture::new();
+    let (victim, text) = victim(&fx);
+    let clone = fx.clone("r21");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    let dotgit = wt.path().join(".git");
+    fs::remove_file(&dotgit).unwrap();
+    std::os::unix::fs::symlink(&victim, &dotgit).unwrap();
+    write(&wt.path().join("a.txt"), "changed\n");
+    let info = wt.commit_all_blocking("agent", &author()).unwrap().unwrap();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), text);
+    assert!(fs::symlink_metadata(&dotgit).unwrap().is_file());
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
+}
+
+#[test]
+fn files_over_the_size_limit_are_left_out_and_listed() {
+    let fx = Fixture::new();
+    let clone = fx.clone("r22");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    write(&wt.path().join("big.bin"), vec![7u8; 3000]);
+    write(&wt.path().join("a.txt"), vec![b'x'; 2000]); // tracked, grown over the limit
+    write(&wt.path().join("small.txt"), "small\n");
+    let info = wt.commit_limited_blocking("agent", &author(), 1024).unwrap().unwrap();
+    let mut too_large = info.too_large.clone();
+    too_large.sort();
+    assert_eq!(too_large, [(PathBuf::from("a.txt"), 2000), (PathBuf::from("big.bin"), 3000)]);
+    assert_eq!(info.files, [FileChange { path: "small.txt".into(), kind: ChangeKind::Added }]);
+    let ls = git(&fx.run_dir.join("repo.git"), &["ls-tree", "-r", "--name-only", &info.commit]);
+    assert!(!ls.lines().any(|l| l == "big.bin"), "{ls}");
+    // The tracked file keeps its base content in the commit.
+    assert_eq!(git(&fx.run_dir.join("repo.git"), &["show", &format!("{}:a.txt", info.commit)]), "one\ntwo\nthree\n");
+}
+
+#[test]
+fn large_files_are_streamed_into_blobs() {
+    let fx = Fixture::new();
+    let clone = fx.clone("r23");
+    let wt = clone.add_worktree_blocking("a").unwrap();
+    // Over the whole-read size: takes the streaming path; content must round-trip.
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    write(&wt.path().join("large.bin"), &bytes);
+    let info = wt.commit_all_blocking("agent", &author()).unwrap().unwrap();
+    let id = git(&fx.run_dir.join("repo.git"), &["rev-parse", &format!("{}:large.bin", info.commit)]);
+    let out = git_cmd(&fx.run_dir.join("repo.git"), &["cat-file", "blob", id.trim()]).output().unwrap();
+    assert!(out.stdout == bytes, "the streamed blob differs from the file");
+    // A kept worktree shows a clean status: the stat cache was written.
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+}

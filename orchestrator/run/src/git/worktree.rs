@@ -10,8 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{Delta, DiffFormat, DiffOptions, Index, IndexAddOption, Repository};
+use git2::{Delta, DiffFormat, DiffOptions, Index, Repository};
 
+use super::capture::{self, DEFAULT_MAX_FILE_SIZE};
 use super::clone::{RunClone, remove_all, write_new};
 use super::{Author, Context as _, Result, blocking, io_err};
 
@@ -66,6 +67,9 @@ pub struct CommitInfo {
     /// Nested repositories (directories with their own `.git`, e.g. from `git init`)
     /// that were left out of the commit, relative to the checkout.
     pub skipped: Vec<PathBuf>,
+    /// Files over the size limit that were left out of the commit, relative to the
+    /// checkout, with their size in bytes.
+    pub too_large: Vec<(PathBuf, u64)>,
 }
 
 /// A file that differs between the base and an agent's branch.
@@ -151,31 +155,43 @@ impl Worktree {
         blocking("commit an agent's changes", move || this.commit_all_blocking(&message, &author)).await
     }
 
+    /// [`Worktree::commit_all`] with the limit on file size of the workflow.
+    pub async fn commit_all_limited(
+        &self,
+        message: &str,
+        author: &Author,
+        max_file_size: u64,
+    ) -> Result<Option<CommitInfo>> {
+        let (this, message, author) = (self.clone(), message.to_owned(), author.clone());
+        blocking("commit an agent's changes", move || this.commit_limited_blocking(&message, &author, max_file_size))
+            .await
+    }
+
     /// [`Worktree::commit_all`], on the calling thread.
     pub fn commit_all_blocking(&self, message: &str, author: &Author) -> Result<Option<CommitInfo>> {
+        self.commit_limited_blocking(message, author, DEFAULT_MAX_FILE_SIZE)
+    }
+
+    /// [`Worktree::commit_all_limited`], on the calling thread.
+    ///
+    /// Reads the checkout only through descriptors, never following a link the agent made
+    /// (see [`super::capture`]): a file swapped for a symlink to a file outside is
+    /// committed as that symlink, never as the file's content.
+    pub fn commit_limited_blocking(
+        &self,
+        message: &str,
+        author: &Author,
+        max_file_size: u64,
+    ) -> Result<Option<CommitInfo>> {
         self.restore_gitlink()?;
         let (repo, mut index) = self.open()?;
-        let what = || format!("stage the changes in {}", self.checkout.display());
-        // Untracked directories are walked into, so a directory reaching this callback is
-        // a nested repository: libgit2 cannot add one (git would add a gitlink to a
-        // commit nobody has). Leave it out instead of failing the whole commit.
-        let mut skipped = Vec::new();
-        let mut skip_nested = |path: &Path, _: &[u8]| -> i32 {
-            let text = path.to_string_lossy();
-            if text.ends_with('/') {
-                skipped.push(PathBuf::from(text.trim_end_matches('/')));
-                1
-            } else {
-                0
-            }
-        };
-        // `*` matches every path (no pathspec would too, but then libgit2 passes the
-        // callback a null pathspec, which git2 0.21 dereferences).
-        index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip_nested)).git(what)?;
+        let filters = self.clone.base_has_attributes(&repo)?;
+        let left = capture::capture(&repo, &mut index, &self.checkout, max_file_size, filters)?;
+        let skipped = left.nested;
         if !skipped.is_empty() {
             tracing::warn!(worktree = %self.checkout.display(), ?skipped, "left nested repositories out of the commit");
         }
-        index.update_all(["*"], None).git(what)?;
+        let too_large = left.too_large;
         let tree = index.write_tree().git(|| format!("write the tree of {}", self.checkout.display()))?;
         // Keep the refreshed stat cache: a kept worktree then shows a clean status.
         index.write().git(|| format!("write the index of {}", self.checkout.display()))?;
@@ -185,6 +201,9 @@ impl Worktree {
             .and_then(|r| r.peel_to_commit())
             .git(|| format!("find the branch {}", self.branch))?;
         if parent.tree_id() == tree {
+            if !too_large.is_empty() {
+                tracing::warn!(worktree = %self.checkout.display(), ?too_large, "left files over the size limit out");
+            }
             return Ok(None);
         }
         let tree = repo.find_tree(tree).git(|| "read the new tree".into())?;
@@ -193,7 +212,7 @@ impl Worktree {
             .commit(Some(&refname), &signature, &signature, message, &tree, &[&parent])
             .git(|| format!("commit on {}", self.branch))?;
         let files = self.changes(&repo)?;
-        Ok(Some(CommitInfo { commit: commit.to_string(), branch: self.branch.clone(), files, skipped }))
+        Ok(Some(CommitInfo { commit: commit.to_string(), branch: self.branch.clone(), files, skipped, too_large }))
     }
 
     /// Files that differ between the base and the branch (what was committed).
@@ -301,24 +320,10 @@ impl Worktree {
     /// Puts back the checkout's `.git` file if the agent changed it, so that whoever runs
     /// git in a kept worktree gets our repository and not a planted config or hooks.
     fn restore_gitlink(&self) -> Result<()> {
-        let dotgit = self.checkout.join(".git");
-        let admin = self.admin.display().to_string();
-        match fs::symlink_metadata(&dotgit) {
-            Ok(meta) if meta.is_file() => {
-                let text = fs::read_to_string(&dotgit).unwrap_or_default();
-                let target = text.trim_end().strip_prefix("gitdir: ").map(|t| t.trim_end_matches('/'));
-                if target == Some(admin.as_str()) {
-                    return Ok(());
-                }
-                fs::remove_file(&dotgit).map_err(io_err("remove", &dotgit))?;
-            }
-            Ok(meta) if meta.is_dir() => remove_all(&dotgit)?,
-            Ok(_) => fs::remove_file(&dotgit).map_err(io_err("remove", &dotgit))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("inspect", dotgit)(e)),
+        if capture::restore_gitlink(&self.checkout, &self.admin)? {
+            tracing::warn!(worktree = %self.checkout.display(), "the agent changed its .git; restored it");
         }
-        tracing::warn!(worktree = %self.checkout.display(), "the agent changed its .git; restored it");
-        fs::write(&dotgit, format!("gitdir: {admin}\n")).map_err(io_err("write", dotgit))
+        Ok(())
     }
 
     fn diff<'r>(&self, repo: &'r Repository) -> Result<git2::Diff<'r>> {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::checkpoint::Checkpoints;
 use super::events::{AgentSink, Transcript};
 use super::output::{MAX_RETRIES, OutputSchema};
-use super::report::{AgentReport, AgentStatus, ChangedFile};
+use super::report::{AgentReport, AgentStatus, ChangedFile, TooLargeFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, CommitInfo, Worktree, safe_name};
 use crate::options::{SandboxSpec, SettingSource};
@@ -93,6 +93,11 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     if let Some(c) = &checkpoints {
         c.settle().await;
     }
+    // Invariant: the worktree is read (commit, patch) and written (`.git` restore) only
+    // here, after `drive` has returned, i.e. after the tool host was shut down and its
+    // commands killed (and the container stopped): no process of the agent can swap a
+    // path under the coordinator. The commit also reads through descriptors that never
+    // follow a link (git/capture.rs), so a survivor could not redirect it anyway.
     commit(&shared, &spec, &worktree, &mut report).await;
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
@@ -367,12 +372,20 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         shared.run_id,
         shared.workflow_name
     );
-    let committed = match worktree.commit_all(&message, &shared.author).await {
+    // The workflow key `limits.max_file_size` is not wired yet: the default applies.
+    let max_file_size = crate::git::DEFAULT_MAX_FILE_SIZE;
+    let committed = match worktree.commit_all_limited(&message, &shared.author, max_file_size).await {
         // Nothing new since its last checkpoint (or since the earlier run's work it
         // started from, with `--resume`): its branch holds that work.
         Ok(None) => match super::checkpoint::branch_tip(shared.clone.git_dir(), worktree.branch()) {
             Some(tip) if tip != shared.clone.base().to_string() => worktree.changed_files().await.map(|files| {
-                Some(CommitInfo { commit: tip, branch: worktree.branch().to_owned(), files, skipped: Vec::new() })
+                Some(CommitInfo {
+                    commit: tip,
+                    branch: worktree.branch().to_owned(),
+                    files,
+                    skipped: Vec::new(),
+                    too_large: Vec::new(),
+                })
             }),
             _ => Ok(None),
         },
@@ -380,6 +393,8 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
     };
     match committed {
         Ok(Some(info)) => {
+            report.too_large_files =
+                info.too_large.iter().map(|(path, size)| TooLargeFile { path: path.clone(), size: *size }).collect();
             report.commit = Some(info.commit);
             report.changed_files = info
                 .files

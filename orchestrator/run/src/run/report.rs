@@ -191,6 +191,9 @@ pub struct AgentReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
     pub changed_files: Vec<ChangedFile>,
+    /// Files left out of its commit for being larger than `limits.max_file_size`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub too_large_files: Vec<TooLargeFile>,
     /// The patch against the base, relative to the run directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<PathBuf>,
@@ -224,6 +227,15 @@ pub struct AgentReport {
     pub resumed_from: Option<String>,
 }
 
+/// A file an agent wrote that was too large to commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TooLargeFile {
+    /// Relative to the repository root.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 impl AgentReport {
     /// A report for an agent that did not run (or failed before its loop).
     pub fn empty(id: &str, agent: &str, item: Option<Value>, status: AgentStatus, reason: String) -> Self {
@@ -245,6 +257,7 @@ impl AgentReport {
             branch: None,
             commit: None,
             changed_files: Vec::new(),
+            too_large_files: Vec::new(),
             patch: None,
             transcript: None,
             worktree: None,
@@ -493,6 +506,11 @@ pub fn markdown(r: &RunReport) -> String {
             a.changed_files.len(),
             a.branch.as_deref().filter(|_| a.commit.is_some()).map(|b| format!("`{b}`")).unwrap_or_default(),
         );
+    }
+    for a in r.agents.iter().filter(|a| !a.too_large_files.is_empty()) {
+        let files: Vec<String> =
+            a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
+        let _ = writeln!(md, "\n`{}`: not committed, over the file size limit: {}", a.id, files.join(", "));
     }
     if let Some(s) = &r.synthesis {
         let _ = writeln!(md, "\n## Synthesis ({})\n", s.status.as_str());
