@@ -17,5 +17,6 @@ pub mod record;
 pub mod repo_config;
 pub mod run;
 pub mod sandbox;
+pub mod settings_permissions;
 pub mod signals;
 pub mod workflow;

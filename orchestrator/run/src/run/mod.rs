@@ -402,8 +402,9 @@ fn load_extensions(
     if config.is_base_ref() {
         eprintln!("orch: pull-request run: hooks, MCP servers and agent files come from {}", config.describe());
     }
-    let extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
+    let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
         .map_err(|e| UsageError(format!("{e:#}")))?;
+    extensions.permissions = crate::settings_permissions::load(&config, repo).map_err(|e| UsageError(e.to_string()))?;
     let specs = plan.nodes().map(|n| match n {
         PlanNode::Agent(spec) => spec,
         PlanNode::DynamicFanOut(d) => &d.template,

@@ -196,6 +196,9 @@ pub struct AgentReport {
     /// and cost are already part of this agent's `usage` and `cost_usd`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<orch_agents::subagent::SubagentRecord>,
+    /// Its effective permission rules and where each came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<crate::settings_permissions::PermissionListing>,
 }
 
 impl AgentReport {
@@ -227,6 +230,7 @@ impl AgentReport {
             timings: AgentTimings::default(),
             uses: None,
             subagents: Vec::new(),
+            permissions: None,
         }
     }
 
