@@ -207,6 +207,24 @@ pub fn additional_roots(repo: &RepoPermissions, cwd: &Path, home: Option<&Path>)
         .collect()
 }
 
+/// Tools whose deny rules take a path: what the sandbox would have to hide from Bash.
+const PATH_RULE_TOOLS: &[&str] = &["Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Glob", "Grep", "LS"];
+
+/// The note said once per run (and by `orch validate`) when a deny rule covers paths:
+/// Bash is checked by the paths a command names, but the sandbox does not yet hide those
+/// files, so a command that reaches them another way (a glob, a script) is not stopped.
+pub fn bash_gap_note<'a>(denies: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let example = denies.into_iter().find(|rule| {
+        let rule = rule.trim();
+        rule.split_once('(').is_some_and(|(tool, _)| PATH_RULE_TOOLS.contains(&tool.trim()))
+    })?;
+    Some(format!(
+        "note: path deny rules such as `{example}` stop the file tools and any Bash command that names a denied \
+         path, but the sandbox does not hide those files from Bash, so a command that reaches them another way \
+         (a glob, a script) can still read them; leave such files out of the repository or out of `Bash` agents"
+    ))
+}
+
 /// The mode and rules of one agent: the workflow's rules (highest scope) first, then the
 /// repository's; the workflow's mode when it names one, else the repository's
 /// `defaultMode`, else orch's default (`None`).
@@ -285,6 +303,13 @@ mod tests {
         assert_eq!(rules[0].rule, "Read");
         assert_eq!(rules.len(), 7);
         assert_eq!(merge(&loaded, None, &workflow).0, Some(Mode::Plan));
+    }
+
+    #[test]
+    fn path_denies_get_the_bash_note_and_others_do_not() {
+        let note = bash_gap_note(["Bash(git push:*)", "Read(./.env)"]).unwrap();
+        assert!(note.contains("`Read(./.env)`"), "{note}");
+        assert_eq!(bash_gap_note(["Bash(git push:*)", "WebFetch", "mcp__x"]), None);
     }
 
     #[test]
