@@ -47,7 +47,10 @@ impl ReleaseServer {
                     Some(body) => ("200 OK", body.clone()),
                     None => ("404 Not Found", b"not found".to_vec()),
                 };
-                let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
                 let _ = stream.write_all(head.as_bytes());
                 let _ = stream.write_all(&body);
             }
@@ -62,7 +65,11 @@ fn tarball(dir: &Path) -> Vec<u8> {
     let inner = dir.join(target);
     std::fs::create_dir_all(&inner).unwrap();
     std::fs::write(inner.join("orch"), "#!/bin/sh\necho 'orch 9.9.9 (test release)'\n").unwrap();
-    let status = Command::new("tar").args(["-czf", "release.tar.gz", target]).current_dir(dir).status().unwrap();
+    let status = Command::new("tar")
+        .args(["-czf", "release.tar.gz", target])
+        .current_dir(dir)
+        .status()
+        .unwrap();
     assert!(status.success());
     std::fs::read(dir.join("release.tar.gz")).unwrap()
 }
@@ -157,7 +164,10 @@ fn no_release_for_the_ref_falls_back_to_building() {
     assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "found=false\n");
     assert!(!dest.join("bin/orch").exists());
-    assert_eq!(server.asked.lock().unwrap().as_slice(), ["/main/orch-x86_64-unknown-linux-musl.tar.gz.sha256"]);
+    assert_eq!(
+        server.asked.lock().unwrap().as_slice(),
+        ["/main/orch-x86_64-unknown-linux-musl.tar.gz.sha256"]
+    );
 
     // A commit SHA is never a release: nothing is asked for.
     let sha = "0123456789abcdef0123456789abcdef01234567";
@@ -201,7 +211,11 @@ fn args_are_split_without_globbing_or_expansion() {
 fn inputs_take_newline_separated_values() {
     let dir = tempfile::tempdir().unwrap();
     let args = run_args("base=abc\nfiles=src/a.rs\nsrc/b c.rs\nmode=fast", "", dir.path());
-    let inputs: Vec<&str> =
-        args.iter().zip(args.iter().skip(1)).filter(|(flag, _)| *flag == "--input").map(|(_, v)| v.as_str()).collect();
+    let inputs: Vec<&str> = args
+        .iter()
+        .zip(args.iter().skip(1))
+        .filter(|(flag, _)| *flag == "--input")
+        .map(|(_, v)| v.as_str())
+        .collect();
     assert_eq!(inputs, ["base=abc", "files=src/a.rs\nsrc/b c.rs", "mode=fast"]);
 }
