@@ -24,6 +24,11 @@ pub fn validate(args: &ValidateArgs) -> Code {
                 workflow.name,
                 if agents == 1 { "" } else { "s" }
             );
+            let denies = workflow.agents.iter().flat_map(|a| a.permissions.deny.iter());
+            let denies = workflow.defaults.permissions.deny.iter().chain(denies).map(String::as_str);
+            if let Some(note) = orch_run::settings_permissions::bash_gap_note(denies) {
+                eprintln!("orch: {note}");
+            }
             Code::Success
         }
         Err(code) => code,

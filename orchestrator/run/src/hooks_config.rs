@@ -25,6 +25,8 @@ use crate::repo_config::RepoConfig;
 pub struct Extensions {
     pub hooks: Vec<CommandHook>,
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// The settings files' `permissions` (see [`crate::settings_permissions`]).
+    pub permissions: crate::settings_permissions::RepoPermissions,
 }
 
 /// Reads the repository's files through `repo` and adds the workflow's own.

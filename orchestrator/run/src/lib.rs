@@ -21,5 +21,6 @@ pub mod run;
 pub mod run_event;
 pub mod sandbox;
 pub mod session;
+pub mod settings_permissions;
 pub mod signals;
 pub mod workflow;

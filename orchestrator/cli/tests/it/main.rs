@@ -10,6 +10,7 @@ mod exec;
 mod exec_session;
 mod hooks;
 mod mcp;
+mod permission_settings;
 mod publish;
 mod run;
 mod sandbox_run;

@@ -198,8 +198,13 @@ async fn drive(
         ..RuleSet::default()
     };
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let permissions = Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()])
+    let repo_rules = &shared.extensions.permissions;
+    let (mode, merged) = crate::settings_permissions::merge(repo_rules, rules.mode, &rules.sourced());
+    let mut roots = vec![cwd.clone()];
+    roots.extend(crate::settings_permissions::additional_roots(repo_rules, &cwd, home.as_deref()));
+    let permissions = Permissions::from_rules(mode, &merged, &cwd, home.as_deref(), roots)
         .map_err(|e| crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id)))?;
+    report.permissions = Some(crate::settings_permissions::listing(&permissions, repo_rules, rules.mode.is_some()));
     let sink = Arc::new(AgentSink {
         agent: spec.id.clone(),
         transcript: transcript.clone(),

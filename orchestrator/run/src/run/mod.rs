@@ -443,8 +443,27 @@ fn load_extensions(
     if config.is_base_ref() {
         eprintln!("orch: pull-request run: hooks, MCP servers and agent files come from {}", config.describe());
     }
-    let extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
+    let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
         .map_err(|e| UsageError(format!("{e:#}")))?;
+    extensions.permissions = crate::settings_permissions::load(&config, repo).map_err(|e| UsageError(e.to_string()))?;
+    let bash_agents: Vec<&orch_workflows::AgentSpec> = plan
+        .nodes()
+        .map(|n| match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        })
+        .filter(|spec| spec.tools.iter().any(|t| t == "Bash"))
+        .collect();
+    let repo_denies =
+        extensions.permissions.rules.iter().filter(|r| r.verdict == orch_agents::permissions::Verdict::Deny);
+    let denies = repo_denies
+        .map(|r| r.rule.as_str())
+        .chain(bash_agents.iter().flat_map(|spec| spec.permissions.deny.iter().map(String::as_str)));
+    if !bash_agents.is_empty()
+        && let Some(note) = crate::settings_permissions::bash_gap_note(denies)
+    {
+        eprintln!("orch: {note}");
+    }
     let specs = plan.nodes().map(|n| match n {
         PlanNode::Agent(spec) => spec,
         PlanNode::DynamicFanOut(d) => &d.template,

@@ -225,6 +225,9 @@ pub struct AgentReport {
     /// work or checkpoint then) instead of the base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_from: Option<String>,
+    /// Its effective permission rules and where each came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<crate::settings_permissions::PermissionListing>,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -268,6 +271,7 @@ impl AgentReport {
             subagents: Vec::new(),
             carried_over: false,
             resumed_from: None,
+            permissions: None,
         }
     }
 
