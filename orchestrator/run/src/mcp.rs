@@ -72,7 +72,8 @@ impl McpHub {
                     hub.servers.insert(name.clone(), Server::Up(client));
                 }
                 Err(why) => {
-                    tracing::warn!(server = %name, "the MCP server could not be started: {why}");
+                    // The coordinator names it in the run's output (`announce_failures`).
+                    tracing::debug!(server = %name, "the MCP server could not be started: {why}");
                     listing.failed.push((name.clone(), why.clone()));
                     hub.servers.insert(name.clone(), Server::Down(why));
                 }
@@ -263,20 +264,33 @@ pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -
     }
 }
 
-/// The servers an agent's `tools` name, split into stdio ones (for its tool host) and
-/// HTTP ones (for the coordinator).
+/// MCP server declarations by name.
+pub type Servers = BTreeMap<String, McpServer>;
+
+/// The servers an agent's `tools` name, with their `${VAR}` references expanded
+/// ([`crate::mcp_env`]), split into stdio ones (for its tool host) and HTTP ones (for
+/// the coordinator), and `(server, why)` for those that could not be expanded.
 pub fn servers_for(
     tools: &[String],
     declared: &BTreeMap<String, McpServer>,
-) -> (BTreeMap<String, McpServer>, BTreeMap<String, McpServer>) {
-    let (mut stdio, mut http) = (BTreeMap::new(), BTreeMap::new());
+) -> (Servers, Servers, Vec<(String, String)>) {
+    let mut named = BTreeMap::new();
     for (server, _) in tools.iter().filter_map(|t| split_name(t)) {
         if let Some(spec) = declared.get(server) {
-            let side = if spec.is_http() { &mut http } else { &mut stdio };
-            side.insert(server.to_string(), spec.clone());
+            named.insert(server.to_string(), spec.clone());
         }
     }
-    (stdio, http)
+    let (expanded, failed) = crate::mcp_env::expand_all(named, &crate::mcp_env::process_env);
+    let (http, stdio) = expanded.into_iter().partition(|(_, spec)| spec.is_http());
+    (stdio, http, failed)
+}
+
+/// Names each server of `listing` that failed, as a warning (shown without `-v`): a
+/// stdio server fails inside the tool host, whose log the run's output does not show.
+pub fn announce_failures(agent: &str, listing: &McpListing) {
+    for (server, why) in &listing.failed {
+        tracing::warn!("agent `{agent}`: the MCP server `{server}` is not available: {why}");
+    }
 }
 
 /// The MCP tools of an agent: for each `mcp__<server>__<tool>` it lists, that tool of

@@ -135,7 +135,7 @@ async fn drive(
     // MCP tools are served by their servers: stdio ones in the tool host, HTTP ones here.
     let host_tools: Vec<String> =
         spec.tools.iter().filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(mcp::PREFIX)).cloned().collect();
-    let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &shared.extensions.mcp_servers);
+    let (stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &shared.extensions.mcp_servers);
     let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
     let started =
         host::spawn_with_mcp(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy, stdio_json.as_deref())
@@ -146,6 +146,7 @@ async fn drive(
     if stdio_json.is_some() {
         listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
     }
+    listing.failed.extend(unexpanded);
     let http_hub = if http_mcp.is_empty() {
         None
     } else {
@@ -154,6 +155,7 @@ async fn drive(
         listing.failed.extend(http_listing.failed);
         Some(Arc::new(hub))
     };
+    crate::mcp::announce_failures(&spec.id, &listing);
     let router: Arc<dyn ToolExecutor> =
         Arc::new(crate::mcp::McpRouter { host: executor.clone(), http: http_hub.clone() });
     report.timings.host_ms = ms(at);
