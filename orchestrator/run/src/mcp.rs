@@ -25,7 +25,7 @@ use orch_agents::ToolOutput;
 use orch_agents::mcp::{LIST_REQUEST, McpListing, McpTool, McpToolInfo, split_name};
 use orch_agents::tools::DynTool;
 use orch_agents::tools::host::{HostRequest, ToolExecutor};
-use orch_workflows::extensions::McpServer;
+use orch_workflows::extensions::{McpServer, McpTransport};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -264,6 +264,9 @@ pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -
     }
 }
 
+/// Why a `type: sse` server is not started.
+pub const SSE_REFUSED: &str = "orch does not speak the older `sse` transport; if the server also serves streamable HTTP (usually at `/mcp`), declare it with `type: http` and that url";
+
 /// MCP server declarations by name.
 pub type Servers = BTreeMap<String, McpServer>;
 
@@ -275,12 +278,20 @@ pub fn servers_for(
     declared: &BTreeMap<String, McpServer>,
 ) -> (Servers, Servers, Vec<(String, String)>) {
     let mut named = BTreeMap::new();
+    let mut sse = BTreeMap::new();
     for (server, _) in tools.iter().filter_map(|t| split_name(t)) {
-        if let Some(spec) = declared.get(server) {
-            named.insert(server.to_string(), spec.clone());
+        match declared.get(server) {
+            Some(spec) if spec.transport == McpTransport::Sse => {
+                sse.insert(server.to_string(), SSE_REFUSED.to_string());
+            }
+            Some(spec) => {
+                named.insert(server.to_string(), spec.clone());
+            }
+            None => {}
         }
     }
-    let (expanded, failed) = crate::mcp_env::expand_all(named, &crate::mcp_env::process_env);
+    let (expanded, mut failed) = crate::mcp_env::expand_all(named, &crate::mcp_env::process_env);
+    failed.extend(sse);
     let (http, stdio) = expanded.into_iter().partition(|(_, spec)| spec.is_http());
     (stdio, http, failed)
 }
@@ -316,8 +327,27 @@ pub fn agent_tools(wanted: &[String], listing: &McpListing) -> Vec<Arc<dyn DynTo
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_sse_server_is_refused_alone() {
+        let declared: Servers = serde_json::from_value(json!({
+            "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
+            "new": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "local": {"command": "srv"}
+        }))
+        .unwrap();
+        assert!(declared["old"].problem().is_none());
+        let tools: Vec<String> =
+            ["mcp__old__a", "mcp__new__a", "mcp__old__b", "mcp__local__*"].iter().map(|t| t.to_string()).collect();
+        let (stdio, http, failed) = servers_for(&tools, &declared);
+        assert_eq!(stdio.keys().collect::<Vec<_>>(), ["local"]);
+        assert_eq!(http.keys().collect::<Vec<_>>(), ["new"]);
+        assert_eq!(failed, vec![("old".to_string(), SSE_REFUSED.to_string())]);
+    }
 
     #[test]
     fn results_render_text_and_errors() {

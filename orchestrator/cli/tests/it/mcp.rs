@@ -288,12 +288,13 @@ const EXPANDED: &str = r#"
 version: 1
 name: mcp-expanded
 defaults:
-  tools: [mcp__web__add, mcp__leak__add, mcp__unset__add]
+  tools: [mcp__web__add, mcp__leak__add, mcp__unset__add, mcp__old__add]
   limits: { max_turns: 6, timeout: 1m }
 mcp_servers:
   web: { type: http, url: "http://127.0.0.1:${ORCH_TEST_MCP_PORT_UNSET:-PORT}/mcp" }
   leak: { type: http, url: "http://127.0.0.1:PORT/mcp?k=${ORCH_TEST_MCP_SECRET}" }
   unset: { type: http, url: "http://127.0.0.1:${ORCH_TEST_MCP_PORT_UNSET}/mcp" }
+  old: { type: sse, url: "http://127.0.0.1:PORT/sse" }
 agents:
   a:
     prompt: Add.
@@ -307,6 +308,7 @@ agents:
     - tool_calls: [{ name: mcp__web__add, input: { a: 20, b: 22 } }]
     - tool_calls: [{ name: mcp__leak__add, input: { a: 1, b: 1 } }]
     - tool_calls: [{ name: mcp__unset__add, input: { a: 1, b: 1 } }]
+    - tool_calls: [{ name: mcp__old__add, input: { a: 1, b: 1 } }]
     - text: Done.
   synthesis:
     - text: Summary.
@@ -314,7 +316,7 @@ agents:
 
 /// `${VAR:-default}` is expanded; a variable outside the allowlist (a secret) is not
 /// read into a URL, and a server whose reference fails is named in the run's output
-/// without `-v` and fails alone.
+/// without `-v` and fails alone; so does a `type: sse` server.
 #[test]
 fn env_references_expand_from_an_allowlist_and_fail_one_server_alone() {
     let Some(python) = python() else { return };
@@ -339,12 +341,15 @@ fn env_references_expand_from_an_allowlist_and_fail_one_server_alone() {
     let run = Run::from_output(&fx.out, cmd.output().unwrap());
     run.expect_code(0);
     let results = run.tool_results("a");
-    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results.len(), 4, "{results:?}");
     assert_eq!(results[0], ("mcp__web__add".to_owned(), false, "42".to_owned()));
     assert!(results[1].1 && results[1].2.contains("ORCH_TEST_MCP_SECRET"), "{results:?}");
     assert!(results[2].1 && results[2].2.contains("is not set"), "{results:?}");
+    assert!(results[3].1 && results[3].2.contains("`sse` transport"), "{results:?}");
     // The failed servers are named on stderr without `-v`, and the secret appears nowhere.
-    assert!(run.stderr.contains("MCP server `leak`") && run.stderr.contains("MCP server `unset`"), "{}", run.stderr);
+    for server in ["leak", "unset", "old"] {
+        assert!(run.stderr.contains(&format!("MCP server `{server}`")), "{}", run.stderr);
+    }
     assert!(!run.stderr.contains("s3cr3t-value"), "{}", run.stderr);
     assert!(results.iter().all(|r| !r.2.contains("s3cr3t-value")), "{results:?}");
 }
