@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orch_agents::ToolOutput;
 use orch_agents::mcp::{LIST_REQUEST, McpListing, McpTool, McpToolInfo, split_name};
+use orch_agents::message::{ContentBlock, MediaSource};
 use orch_agents::tools::DynTool;
 use orch_agents::tools::host::{HostRequest, ToolExecutor};
 use orch_workflows::extensions::{McpServer, McpTransport};
@@ -167,13 +168,36 @@ async fn start_one(name: &str, spec: &McpServer, cwd: &Path) -> Result<(Client, 
     Ok((client, tools))
 }
 
-/// The text the model sees for a `CallToolResult` (as JSON): its text blocks, a note
-/// for other blocks, or the structured content when there is no text.
+/// Image types the model accepts as image blocks.
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// The longest base64 image passed on (the provider's limit for one image).
+const MAX_IMAGE_BASE64: usize = 5 * 1024 * 1024;
+
+/// What the model sees for a `CallToolResult` (as JSON): its text blocks, its images
+/// as image blocks (a note for an image the model cannot take, and for other blocks),
+/// or the structured content when there is no text.
 fn render(result: &Value) -> ToolOutput {
     let mut parts = Vec::new();
+    let mut attachments = Vec::new();
     for block in result.get("content").and_then(Value::as_array).into_iter().flatten() {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => parts.push(block.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+            Some("image") => {
+                let mime = block.get("mimeType").and_then(Value::as_str).unwrap_or_default();
+                let data = block.get("data").and_then(Value::as_str).unwrap_or_default();
+                if !IMAGE_TYPES.contains(&mime) {
+                    parts.push(format!("[image content omitted: the model does not take `{mime}` images]"));
+                } else if data.is_empty() || data.len() > MAX_IMAGE_BASE64 {
+                    parts.push(format!(
+                        "[image content omitted: {} base64 characters, the model takes 1 to {MAX_IMAGE_BASE64}]",
+                        data.len()
+                    ));
+                } else {
+                    parts.push(format!("[{mime} image attached]"));
+                    attachments.push(ContentBlock::Image { source: MediaSource::base64(mime, data) });
+                }
+            }
             Some(kind) => parts.push(format!("[{kind} content omitted]")),
             None => {}
         }
@@ -184,11 +208,13 @@ fn render(result: &Value) -> ToolOutput {
         parts.push(structured.to_string());
     }
     let content = parts.join("\n");
-    if result.get("isError").and_then(Value::as_bool).unwrap_or(false) {
+    let mut out = if result.get("isError").and_then(Value::as_bool).unwrap_or(false) {
         ToolOutput::error(content)
     } else {
         ToolOutput::ok(content)
-    }
+    };
+    out.attachments = attachments;
+    out
 }
 
 /// The tool-host side: the stdio servers of the agent, started on the first
@@ -350,9 +376,28 @@ mod tests {
     }
 
     #[test]
+    fn images_become_image_blocks() {
+        let out = render(&json!({"content": [
+            {"type": "text", "text": "a chart"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/tiff"},
+        ]}));
+        assert!(!out.is_error);
+        assert_eq!(
+            out.attachments,
+            vec![ContentBlock::Image { source: MediaSource::base64("image/png", "iVBORw0KGgo=") }]
+        );
+        assert!(out.content.contains("a chart") && out.content.contains("image/png image attached"), "{}", out.content);
+        assert!(out.content.contains("`image/tiff`"), "{}", out.content);
+        let big = "A".repeat(MAX_IMAGE_BASE64 + 1);
+        let out = render(&json!({"content": [{"type": "image", "data": big, "mimeType": "image/png"}]}));
+        assert!(out.attachments.is_empty() && out.content.contains("omitted"), "{}", out.content);
+    }
+
+    #[test]
     fn results_render_text_and_errors() {
-        let ok = render(&json!({"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]}));
-        assert_eq!(ok, ToolOutput::ok("a\n[image content omitted]"));
+        let ok = render(&json!({"content": [{"type": "text", "text": "a"}, {"type": "audio", "data": "x"}]}));
+        assert_eq!(ok, ToolOutput::ok("a\n[audio content omitted]"));
         let err = render(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}));
         assert_eq!(err, ToolOutput::error("bad"));
         assert_eq!(render(&json!({"content": [], "structuredContent": {"n": 1}})), ToolOutput::ok("{\"n\":1}"));
