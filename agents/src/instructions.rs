@@ -1,5 +1,6 @@
-//! Project instructions: the `AGENTS.md` and `CLAUDE.md` files from the repository root
-//! down to the agent's working directory (nearest last), each labelled with its path,
+//! Project instructions: the `AGENTS.md`, `CLAUDE.md`, `.claude/CLAUDE.md` and
+//! `CLAUDE.local.md` files from the repository root down to the agent's working
+//! directory (nearest last), each labelled with its path,
 //! with their `@path` imports followed at most [`MAX_IMPORT_DEPTH`] levels deep.
 //!
 //! Collection ([`collect`]) runs inside the agent's tool host, answering the internal
@@ -18,8 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tools::host::{HostRequest, ToolExecutor};
 
-/// The file names collected in each directory, in this order.
-pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
+/// The file names collected in each directory, in this order. As in Claude Code, the
+/// project file may sit in `.claude/`, and `CLAUDE.local.md` (personal, usually not
+/// committed) comes after the shared ones so that it can refine them.
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md"];
 
 /// Levels of `@path` imports followed below a collected file.
 pub const MAX_IMPORT_DEPTH: usize = 5;
@@ -270,6 +273,22 @@ mod tests {
         assert_eq!(paths(&found), vec!["AGENTS.md", "CLAUDE.md", "a/CLAUDE.md", "a/b/AGENTS.md"]);
         assert_eq!(found.files[3].text, "leaf");
         assert!(found.skipped.is_empty());
+    }
+
+    #[test]
+    fn claude_dir_and_local_files() {
+        let r = repo();
+        let p = r.path();
+        fs::create_dir_all(p.join(".claude")).unwrap();
+        fs::create_dir_all(p.join("sub/.claude")).unwrap();
+        fs::write(p.join("CLAUDE.local.md"), "local").unwrap();
+        fs::write(p.join(".claude/CLAUDE.md"), "in dot claude").unwrap();
+        fs::write(p.join("CLAUDE.md"), "shared").unwrap();
+        fs::write(p.join("sub/.claude/CLAUDE.md"), "sub dot claude").unwrap();
+        fs::write(p.join(".claude/settings.json"), "{}").unwrap();
+        let found = collect(&p.join("sub"));
+        assert_eq!(paths(&found), vec!["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/.claude/CLAUDE.md"]);
+        assert_eq!(found.files[2].text, "local");
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub enum McpTransport {
     Http,
     /// The same as `http` (the name some `.mcp.json` files use).
     StreamableHttp,
+    /// The older HTTP+SSE transport. Accepted in declarations, so that a `.mcp.json`
+    /// written for Claude Code still loads; orch refuses that server alone when an
+    /// agent starts it.
+    Sse,
 }
 
 /// One MCP server, under `mcp_servers.<name>` (or `mcpServers.<name>` of `.mcp.json`).
@@ -99,6 +103,9 @@ impl McpServer {
 
     /// What is wrong with this declaration, if anything: `(message, hint)`.
     pub fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if self.transport == McpTransport::Sse {
+            return None;
+        }
         if self.is_http() {
             if self.url.as_deref().is_none_or(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
                 return Some(("an http MCP server needs a `url`", "write `url: http://host:port/mcp` (http or https)"));

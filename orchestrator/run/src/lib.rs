@@ -11,6 +11,7 @@ pub mod git;
 pub mod hooks_config;
 pub mod host;
 pub mod mcp;
+pub mod mcp_env;
 pub mod options;
 pub mod provider;
 pub mod proxy;

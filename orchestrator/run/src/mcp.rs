@@ -23,9 +23,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orch_agents::ToolOutput;
 use orch_agents::mcp::{LIST_REQUEST, McpListing, McpTool, McpToolInfo, split_name};
+use orch_agents::message::{ContentBlock, MediaSource};
 use orch_agents::tools::DynTool;
 use orch_agents::tools::host::{HostRequest, ToolExecutor};
-use orch_workflows::extensions::McpServer;
+use orch_workflows::extensions::{McpServer, McpTransport};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -72,7 +73,8 @@ impl McpHub {
                     hub.servers.insert(name.clone(), Server::Up(client));
                 }
                 Err(why) => {
-                    tracing::warn!(server = %name, "the MCP server could not be started: {why}");
+                    // The coordinator names it in the run's output (`announce_failures`).
+                    tracing::debug!(server = %name, "the MCP server could not be started: {why}");
                     listing.failed.push((name.clone(), why.clone()));
                     hub.servers.insert(name.clone(), Server::Down(why));
                 }
@@ -166,13 +168,36 @@ async fn start_one(name: &str, spec: &McpServer, cwd: &Path) -> Result<(Client, 
     Ok((client, tools))
 }
 
-/// The text the model sees for a `CallToolResult` (as JSON): its text blocks, a note
-/// for other blocks, or the structured content when there is no text.
+/// Image types the model accepts as image blocks.
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// The longest base64 image passed on (the provider's limit for one image).
+const MAX_IMAGE_BASE64: usize = 5 * 1024 * 1024;
+
+/// What the model sees for a `CallToolResult` (as JSON): its text blocks, its images
+/// as image blocks (a note for an image the model cannot take, and for other blocks),
+/// or the structured content when there is no text.
 fn render(result: &Value) -> ToolOutput {
     let mut parts = Vec::new();
+    let mut attachments = Vec::new();
     for block in result.get("content").and_then(Value::as_array).into_iter().flatten() {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => parts.push(block.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+            Some("image") => {
+                let mime = block.get("mimeType").and_then(Value::as_str).unwrap_or_default();
+                let data = block.get("data").and_then(Value::as_str).unwrap_or_default();
+                if !IMAGE_TYPES.contains(&mime) {
+                    parts.push(format!("[image content omitted: the model does not take `{mime}` images]"));
+                } else if data.is_empty() || data.len() > MAX_IMAGE_BASE64 {
+                    parts.push(format!(
+                        "[image content omitted: {} base64 characters, the model takes 1 to {MAX_IMAGE_BASE64}]",
+                        data.len()
+                    ));
+                } else {
+                    parts.push(format!("[{mime} image attached]"));
+                    attachments.push(ContentBlock::Image { source: MediaSource::base64(mime, data) });
+                }
+            }
             Some(kind) => parts.push(format!("[{kind} content omitted]")),
             None => {}
         }
@@ -183,11 +208,13 @@ fn render(result: &Value) -> ToolOutput {
         parts.push(structured.to_string());
     }
     let content = parts.join("\n");
-    if result.get("isError").and_then(Value::as_bool).unwrap_or(false) {
+    let mut out = if result.get("isError").and_then(Value::as_bool).unwrap_or(false) {
         ToolOutput::error(content)
     } else {
         ToolOutput::ok(content)
-    }
+    };
+    out.attachments = attachments;
+    out
 }
 
 /// The tool-host side: the stdio servers of the agent, started on the first
@@ -263,20 +290,44 @@ pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -
     }
 }
 
-/// The servers an agent's `tools` name, split into stdio ones (for its tool host) and
-/// HTTP ones (for the coordinator).
+/// Why a `type: sse` server is not started.
+pub const SSE_REFUSED: &str = "orch does not speak the older `sse` transport; if the server also serves streamable HTTP (usually at `/mcp`), declare it with `type: http` and that url";
+
+/// MCP server declarations by name.
+pub type Servers = BTreeMap<String, McpServer>;
+
+/// The servers an agent's `tools` name, with their `${VAR}` references expanded
+/// ([`crate::mcp_env`]), split into stdio ones (for its tool host) and HTTP ones (for
+/// the coordinator), and `(server, why)` for those that could not be expanded.
 pub fn servers_for(
     tools: &[String],
     declared: &BTreeMap<String, McpServer>,
-) -> (BTreeMap<String, McpServer>, BTreeMap<String, McpServer>) {
-    let (mut stdio, mut http) = (BTreeMap::new(), BTreeMap::new());
+) -> (Servers, Servers, Vec<(String, String)>) {
+    let mut named = BTreeMap::new();
+    let mut sse = BTreeMap::new();
     for (server, _) in tools.iter().filter_map(|t| split_name(t)) {
-        if let Some(spec) = declared.get(server) {
-            let side = if spec.is_http() { &mut http } else { &mut stdio };
-            side.insert(server.to_string(), spec.clone());
+        match declared.get(server) {
+            Some(spec) if spec.transport == McpTransport::Sse => {
+                sse.insert(server.to_string(), SSE_REFUSED.to_string());
+            }
+            Some(spec) => {
+                named.insert(server.to_string(), spec.clone());
+            }
+            None => {}
         }
     }
-    (stdio, http)
+    let (expanded, mut failed) = crate::mcp_env::expand_all(named, &crate::mcp_env::process_env);
+    failed.extend(sse);
+    let (http, stdio) = expanded.into_iter().partition(|(_, spec)| spec.is_http());
+    (stdio, http, failed)
+}
+
+/// Names each server of `listing` that failed, as a warning (shown without `-v`): a
+/// stdio server fails inside the tool host, whose log the run's output does not show.
+pub fn announce_failures(agent: &str, listing: &McpListing) {
+    for (server, why) in &listing.failed {
+        tracing::warn!("agent `{agent}`: the MCP server `{server}` is not available: {why}");
+    }
 }
 
 /// The MCP tools of an agent: for each `mcp__<server>__<tool>` it lists, that tool of
@@ -302,13 +353,51 @@ pub fn agent_tools(wanted: &[String], listing: &McpListing) -> Vec<Arc<dyn DynTo
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
     use super::*;
     use serde_json::json;
 
     #[test]
+    fn an_sse_server_is_refused_alone() {
+        let declared: Servers = serde_json::from_value(json!({
+            "old": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
+            "new": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+            "local": {"command": "srv"}
+        }))
+        .unwrap();
+        assert!(declared["old"].problem().is_none());
+        let tools: Vec<String> =
+            ["mcp__old__a", "mcp__new__a", "mcp__old__b", "mcp__local__*"].iter().map(|t| t.to_string()).collect();
+        let (stdio, http, failed) = servers_for(&tools, &declared);
+        assert_eq!(stdio.keys().collect::<Vec<_>>(), ["local"]);
+        assert_eq!(http.keys().collect::<Vec<_>>(), ["new"]);
+        assert_eq!(failed, vec![("old".to_string(), SSE_REFUSED.to_string())]);
+    }
+
+    #[test]
+    fn images_become_image_blocks() {
+        let out = render(&json!({"content": [
+            {"type": "text", "text": "a chart"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/tiff"},
+        ]}));
+        assert!(!out.is_error);
+        assert_eq!(
+            out.attachments,
+            vec![ContentBlock::Image { source: MediaSource::base64("image/png", "iVBORw0KGgo=") }]
+        );
+        assert!(out.content.contains("a chart") && out.content.contains("image/png image attached"), "{}", out.content);
+        assert!(out.content.contains("`image/tiff`"), "{}", out.content);
+        let big = "A".repeat(MAX_IMAGE_BASE64 + 1);
+        let out = render(&json!({"content": [{"type": "image", "data": big, "mimeType": "image/png"}]}));
+        assert!(out.attachments.is_empty() && out.content.contains("omitted"), "{}", out.content);
+    }
+
+    #[test]
     fn results_render_text_and_errors() {
-        let ok = render(&json!({"content": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]}));
-        assert_eq!(ok, ToolOutput::ok("a\n[image content omitted]"));
+        let ok = render(&json!({"content": [{"type": "text", "text": "a"}, {"type": "audio", "data": "x"}]}));
+        assert_eq!(ok, ToolOutput::ok("a\n[audio content omitted]"));
         let err = render(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}));
         assert_eq!(err, ToolOutput::error("bad"));
         assert_eq!(render(&json!({"content": [], "structuredContent": {"n": 1}})), ToolOutput::ok("{\"n\":1}"));

@@ -283,3 +283,73 @@ fn a_tool_of_an_undeclared_server_is_a_usage_error() {
     run.expect_code(2);
     assert!(run.stderr.contains("names the MCP server `nowhere`, which is not configured"), "{}", run.stderr);
 }
+
+const EXPANDED: &str = r#"
+version: 1
+name: mcp-expanded
+defaults:
+  tools: [mcp__web__add, mcp__leak__add, mcp__unset__add, mcp__old__add]
+  limits: { max_turns: 6, timeout: 1m }
+mcp_servers:
+  web: { type: http, url: "http://127.0.0.1:${ORCH_TEST_MCP_PORT_UNSET:-PORT}/mcp" }
+  leak: { type: http, url: "http://127.0.0.1:PORT/mcp?k=${ORCH_TEST_MCP_SECRET}" }
+  unset: { type: http, url: "http://127.0.0.1:${ORCH_TEST_MCP_PORT_UNSET}/mcp" }
+  old: { type: sse, url: "http://127.0.0.1:PORT/sse" }
+agents:
+  a:
+    prompt: Add.
+integrate: none
+"#;
+
+const EXPANDED_SCRIPT: &str = r#"
+version: 1
+agents:
+  a:
+    - tool_calls: [{ name: mcp__web__add, input: { a: 20, b: 22 } }]
+    - tool_calls: [{ name: mcp__leak__add, input: { a: 1, b: 1 } }]
+    - tool_calls: [{ name: mcp__unset__add, input: { a: 1, b: 1 } }]
+    - tool_calls: [{ name: mcp__old__add, input: { a: 1, b: 1 } }]
+    - text: Done.
+  synthesis:
+    - text: Summary.
+"#;
+
+/// `${VAR:-default}` is expanded; a variable outside the allowlist (a secret) is not
+/// read into a URL, and a server whose reference fails is named in the run's output
+/// without `-v` and fails alone; so does a `type: sse` server.
+#[test]
+fn env_references_expand_from_an_allowlist_and_fail_one_server_alone() {
+    let Some(python) = python() else { return };
+    let port = free_port();
+    let server = Command::new(&python)
+        .arg(server_script())
+        .args(["http", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = Killed(server);
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the HTTP MCP server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fx = Fixture::new("t-mcp-expanded", &[("f.txt", "f\n")]);
+    let workflow = EXPANDED.replace("PORT", &port.to_string());
+    let mut cmd = run_cmd(&fx, &workflow, Some(EXPANDED_SCRIPT));
+    cmd.env("ORCH_TEST_MCP_SECRET", "s3cr3t-value").env_remove("ORCH_TEST_MCP_PORT_UNSET").env_remove("RUST_LOG");
+    let run = Run::from_output(&fx.out, cmd.output().unwrap());
+    run.expect_code(0);
+    let results = run.tool_results("a");
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert_eq!(results[0], ("mcp__web__add".to_owned(), false, "42".to_owned()));
+    assert!(results[1].1 && results[1].2.contains("ORCH_TEST_MCP_SECRET"), "{results:?}");
+    assert!(results[2].1 && results[2].2.contains("is not set"), "{results:?}");
+    assert!(results[3].1 && results[3].2.contains("`sse` transport"), "{results:?}");
+    // The failed servers are named on stderr without `-v`, and the secret appears nowhere.
+    for server in ["leak", "unset", "old"] {
+        assert!(run.stderr.contains(&format!("MCP server `{server}`")), "{}", run.stderr);
+    }
+    assert!(!run.stderr.contains("s3cr3t-value"), "{}", run.stderr);
+    assert!(results.iter().all(|r| !r.2.contains("s3cr3t-value")), "{results:?}");
+}

@@ -104,7 +104,7 @@ impl AgentSession {
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
-        let (stdio_mcp, http_mcp) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
+        let (stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
         let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
         let mut session = AgentSession {
             agent: spec.agent.clone(),
@@ -140,12 +140,14 @@ impl AgentSession {
         if stdio_json.is_some() {
             listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
         }
+        listing.failed.extend(unexpanded);
         if !http_mcp.is_empty() {
             let (hub, http_listing) = McpHub::start(&http_mcp, &spec.cwd).await;
             listing.tools.extend(http_listing.tools);
             listing.failed.extend(http_listing.failed);
             session.http = Some(Arc::new(hub));
         }
+        crate::mcp::announce_failures(&spec.agent, &listing);
         let router: Arc<dyn ToolExecutor> = Arc::new(McpRouter { host: executor, http: session.http.clone() });
         session.router = Some(router.clone());
         let mut tools = core;
