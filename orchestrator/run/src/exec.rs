@@ -102,13 +102,15 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         query(provider.as_ref(), &pool, &config, vec![Message::user(&args.prompt)], sink.as_ref(), &cancel).await;
     drop(pool);
     if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
+        let _ = executor.shutdown(Duration::from_secs(2)).await;
     }
     if let Some(container) = container
         && let Err(e) = container.stop().await
     {
         tracing::warn!("could not remove the agent's container: {e}");
     }
+    // What a dead tool host left dies before the worktree is handed back.
+    crate::reap::kill_orphans(None).await;
     sandbox.teardown();
     // Left only if a result was saved there for the agent to read.
     let _ = std::fs::remove_dir(results_dir.join("tool-results"));

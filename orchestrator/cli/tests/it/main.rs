@@ -9,6 +9,7 @@ mod examples;
 mod exec;
 mod hooks;
 mod mcp;
+mod reap;
 mod run;
 mod sandbox_run;
 mod subagents;

@@ -78,6 +78,7 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     }
     let at = Instant::now();
     commit(&shared, &spec, &worktree, &mut report).await;
+    crate::reap::partial_if_work(&mut report);
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
         report.worktree = Some(worktree.path().to_path_buf());
@@ -141,7 +142,8 @@ async fn drive(
         host::spawn_with_mcp(&shared.run_id, &spec.id, &cwd, &host_tools, &sandbox.policy, stdio_json.as_deref())
             .await?;
     let container = started.container;
-    let executor = Arc::new(HostExecutor::new(started.client));
+    let host_pid = started.client.pid();
+    let executor = Arc::new(HostExecutor::new(started.client).ending_on_crash(cancel.clone()));
     let mut listing = mcp::McpListing::default();
     if stdio_json.is_some() {
         listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
@@ -246,8 +248,14 @@ async fn drive(
         hub.shutdown().await;
     }
     // The pool holds the other reference to the executor; it is gone by now.
-    if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
+    let died = match Arc::try_unwrap(executor) {
+        Ok(executor) => executor.shutdown(Duration::from_secs(2)).await,
+        Err(_) => None,
+    };
+    // Whatever a dead host left (re-parented to us) dies before the worktree is touched.
+    report.killed_processes += crate::reap::kill_orphans(host_pid).await;
+    if let Some(died) = died {
+        crate::reap::host_died(report, died);
     }
     if let Some(container) = container
         && let Err(e) = container.stop().await

@@ -196,6 +196,14 @@ pub struct AgentReport {
     /// and cost are already part of this agent's `usage` and `cost_usd`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<orch_agents::subagent::SubagentRecord>,
+    /// How many processes its tool host left behind (it died) that the coordinator had
+    /// to kill before it touched the worktree.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub killed_processes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl AgentReport {
@@ -227,6 +235,7 @@ impl AgentReport {
             timings: AgentTimings::default(),
             uses: None,
             subagents: Vec::new(),
+            killed_processes: 0,
         }
     }
 
@@ -474,6 +483,9 @@ pub fn markdown(r: &RunReport) -> String {
         let _ = writeln!(md, "\n### `{}` ({})\n", a.id, a.status.as_str());
         if let Some(reason) = &a.reason {
             let _ = writeln!(md, "{reason}\n");
+        }
+        if a.killed_processes > 0 {
+            let _ = writeln!(md, "{} processes it left running were killed at its end.\n", a.killed_processes);
         }
         if let Some(w) = &a.worktree {
             let _ = writeln!(md, "Worktree kept at `{}`\n", w.display());

@@ -109,8 +109,10 @@ pub async fn run(
         }
     }
     if let Ok(executor) = Arc::try_unwrap(executor) {
-        executor.shutdown(Duration::from_secs(2)).await;
+        let _ = executor.shutdown(Duration::from_secs(2)).await;
     }
+    // What a dead tool host left dies before the worktree is handed back.
+    crate::reap::kill_orphans(None).await;
     sandbox.teardown();
     if let Err(e) = worktree.remove().await {
         tracing::warn!("cannot remove the setup worktree: {e}");
