@@ -206,6 +206,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_dead_host_fails_its_agent_or_makes_it_partial_when_it_committed() {
+        use crate::run::report::{AgentReport, AgentStatus};
+        let mut report = AgentReport::empty("a", "a", None, AgentStatus::Succeeded, String::new());
+        report.killed_processes = 3;
+        host_died(&mut report, "the tool host exited (signal 9, SIGKILL)".into());
+        assert_eq!(report.status, AgentStatus::Failed);
+        let reason = report.reason.clone().unwrap();
+        assert!(reason.starts_with("its tool host died: the tool host exited (signal 9"), "{reason}");
+        assert!(reason.contains("3 processes"), "{reason}");
+        partial_if_work(&mut report);
+        assert_eq!(report.status, AgentStatus::Failed, "no commit, no work");
+        report.commit = Some("abc".into());
+        partial_if_work(&mut report);
+        assert_eq!(report.status, AgentStatus::Partial);
+        // Another failure with a commit stays failed.
+        let mut other = AgentReport::empty("b", "b", None, AgentStatus::Failed, "cannot commit".into());
+        other.commit = Some("abc".into());
+        partial_if_work(&mut other);
+        assert_eq!(other.status, AgentStatus::Failed);
+    }
+
+    #[test]
     fn reads_its_own_session() {
         let mine = session_of(std::process::id() as i32).unwrap();
         assert_eq!(mine, nix::unistd::getsid(None).unwrap().as_raw());
