@@ -122,7 +122,7 @@ async fn a_crash_fails_pending_and_later_calls_with_the_status() {
     }
     let later = call(&client, json!({"echo": 1})).await;
     let error = later.as_ref().unwrap_err().to_string();
-    assert!(error.contains("start a new tool host"), "{error}");
+    assert!(error.contains("the tool host is gone"), "{error}");
     assert_eq!(crashed(later).0.and_then(|s| s.code()), Some(9));
     assert_eq!(client.pid(), None);
     let exit = client.shutdown(Duration::from_secs(1)).await;

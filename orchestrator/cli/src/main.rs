@@ -30,6 +30,15 @@ fn main() -> std::process::ExitCode {
     }
     let cli = cli::Cli::parse();
     logging::init(cli.verbose);
+    // Still one thread: the keys leave the environment before any child or thread exists.
+    let coordinator = !matches!(cli.command, cli::Command::Sandbox(_) | cli::Command::ToolHost(_));
+    if coordinator {
+        orch_run::secrets::protect();
+        // Orphans of a dead tool host come to us, to be killed (see `orch_run::reap`).
+        if let Err(e) = orch_run::reap::become_subreaper() {
+            tracing::warn!("cannot become a child subreaper; processes of a crashed tool host may survive it: {e}");
+        }
+    }
     // Both of these run while the process has a single thread: `sandbox run` never
     // builds the async runtime, and the tool host confines itself before it does.
     let command = match cli.command {
@@ -60,7 +69,11 @@ fn main() -> std::process::ExitCode {
             return exit::Code::Infrastructure.into();
         }
     };
+    let reaper = tokio_util::sync::CancellationToken::new();
     let code: anyhow::Result<exit::Code> = runtime.block_on(async {
+        if coordinator {
+            orch_run::reap::spawn_reaper(reaper.clone());
+        }
         match command {
             Command::ToolHost(options) => Ok(host::serve(options).await.map(|()| exit::Code::Success)?),
             Command::Other(cli::Command::Run(args)) => {
@@ -76,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
         }
     });
+    reaper.cancel();
     match code {
         Ok(code) => code.into(),
         Err(e) => {

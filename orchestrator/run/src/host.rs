@@ -41,6 +41,11 @@ pub const SUBCOMMAND: &str = "__tool-host";
 /// exists (see `main`).
 pub fn confine_self(args: &HostOptions) -> crate::error::Result<()> {
     let policy: Policy = serde_json::from_str(&args.policy).context("the tool host got a malformed --policy")?;
+    // Its own session: nothing its commands start can join the coordinator's, which is
+    // how the coordinator tells a dead host's orphans from its own children (`reap`).
+    if let Err(e) = nix::unistd::setsid() {
+        tracing::debug!("the tool host could not start its own session: {e}");
+    }
     let done = orch_sandbox::confine(&policy)?;
     tracing::debug!(?done, "tool host confined");
     Ok(())
@@ -204,6 +209,9 @@ pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
 pub struct Started {
     pub client: HostClient,
     pub container: Option<ContainerHost>,
+    /// Keeps the host's pid known to the coordinator's reaper while it lives: keep it
+    /// until the host has stopped.
+    pub registered: crate::reap::Registered,
 }
 
 /// `id` as a name for a sandbox (cgroup, container): letters, digits, `-`, `_` and `.`.
@@ -253,7 +261,7 @@ pub async fn spawn_with_mcp(
         let options =
             ContainerOptions { run: run.to_string(), agent: agent.to_string(), ..ContainerOptions::default() };
         let (container, client) = ContainerHost::start(&docker, policy, &exe, &args, &options).await?;
-        return Ok(Started { client, container: Some(container) });
+        return Ok(Started { client, container: Some(container), registered: crate::reap::register(None) });
     }
     let mut command = tokio::process::Command::new(exe);
     command
@@ -269,27 +277,56 @@ pub async fn spawn_with_mcp(
         .envs(&policy.env)
         .current_dir(cwd);
     let started = std::time::Instant::now();
+    let starting = crate::reap::starting().await;
     let client = HostClient::spawn(command).await?;
+    let registered = crate::reap::register(client.pid());
+    drop(starting);
     tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "tool host started");
-    Ok(Started { client, container: None })
+    Ok(Started { client, container: None, registered })
 }
 
 /// Sends calls to one agent's tool host.
 pub struct HostExecutor {
     client: HostClient,
+    on_crash: Option<CancellationToken>,
 }
 
 impl HostExecutor {
     pub fn new(client: HostClient) -> Self {
-        Self { client }
+        Self { client, on_crash: None }
     }
 
-    /// Stops the tool host, killing it after `grace`.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Cancels `token` (the agent's) as soon as a call finds the host dead: the agent
+    /// cannot work without it.
+    pub fn ending_on_crash(mut self, token: CancellationToken) -> Self {
+        self.on_crash = Some(token);
+        self
+    }
+
+    /// Stops the tool host, killing it after `grace`. Returns how it ended when it
+    /// ended on its own (a crash, a signal from outside) rather than at our request,
+    /// e.g. "the tool host exited (signal 9, SIGKILL)".
+    pub async fn shutdown(self, grace: Duration) -> Option<String> {
         let exit = self.client.shutdown(grace).await;
         if exit.killed {
             tracing::warn!("the tool host did not stop in time and was killed");
+            return None;
         }
+        died(exit.status)
+    }
+}
+
+/// How a tool host's exit status reads when it was not a clean stop.
+fn died(status: Option<std::process::ExitStatus>) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let status = status?;
+    if let Some(signal) = status.signal() {
+        let name = nix::sys::signal::Signal::try_from(signal).map(|s| format!(", {s}")).unwrap_or_default();
+        return Some(format!("the tool host exited (signal {signal}{name})"));
+    }
+    match status.code() {
+        Some(0) | None => None,
+        Some(code) => Some(format!("the tool host exited (exit code {code})")),
     }
 }
 
@@ -300,6 +337,12 @@ impl ToolExecutor for HostExecutor {
         match self.client.call(payload, cancel).await {
             Ok(value) => serde_json::from_value(value).map_err(|e| format!("the tool host sent a bad result: {e}")),
             Err(HostError::Cancelled) => Ok(ToolOutput::error("cancelled before the call finished")),
+            Err(e @ HostError::Crashed { .. }) => {
+                if let Some(token) = &self.on_crash {
+                    token.cancel();
+                }
+                Err(e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         }
     }

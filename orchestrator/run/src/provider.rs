@@ -13,8 +13,18 @@ use crate::options::{ModelSpec, Provider};
 
 pub fn build(args: &ModelSpec) -> crate::error::Result<Arc<dyn ModelProvider>> {
     Ok(match args.provider {
-        Provider::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig::from_env())?),
-        Provider::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig::from_env())?),
+        Provider::Anthropic => {
+            // The keys left the environment at start-up (see `secrets`).
+            let mut config = AnthropicConfig::from_env();
+            config.api_key = crate::secrets::var("ANTHROPIC_API_KEY");
+            config.auth_token = crate::secrets::var("ANTHROPIC_AUTH_TOKEN");
+            Arc::new(AnthropicProvider::new(config)?)
+        }
+        Provider::Openai => {
+            let mut config = OpenAiConfig::from_env();
+            config.api_key = crate::secrets::var("OPENAI_API_KEY").map(|k| k.trim().to_string());
+            Arc::new(OpenAiProvider::new(config)?)
+        }
         Provider::Scripted => {
             let path = args.script.as_ref().ok_or_else(|| {
                 UsageError(

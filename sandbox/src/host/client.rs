@@ -57,7 +57,7 @@ pub enum HostError {
     Spawn { program: String, message: String },
     #[error("the tool host `{program}` did not become ready: {message}")]
     NotReady { program: String, status: Option<ExitStatus>, message: String },
-    #[error("{message}; its calls failed, start a new tool host to run more")]
+    #[error("{message}; the tool host is gone, so this call and every later one failed")]
     Crashed { status: Option<ExitStatus>, message: String },
     #[error("the call was cancelled")]
     Cancelled,

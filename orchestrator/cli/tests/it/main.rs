@@ -12,6 +12,7 @@ mod hooks;
 mod mcp;
 mod permission_settings;
 mod publish;
+mod reap;
 mod run;
 mod sandbox_run;
 mod signals;

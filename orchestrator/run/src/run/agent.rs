@@ -99,6 +99,7 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     // path under the coordinator. The commit also reads through descriptors that never
     // follow a link (git/capture.rs), so a survivor could not redirect it anyway.
     commit(&shared, &spec, &worktree, &mut report).await;
+    crate::reap::partial_if_work(&mut report);
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
         report.worktree = Some(worktree.path().to_path_buf());
@@ -276,7 +277,13 @@ async fn drive(
     }
     .await;
     let at = Instant::now();
-    session.stop().await;
+    let stopped = session.stop().await;
+    // Whatever a dead host left (re-parented to us) was killed before the worktree is
+    // touched; a death that was not a requested stop fails the agent.
+    report.killed_processes += stopped.killed;
+    if let Some(died) = stopped.died {
+        crate::reap::host_died(report, died);
+    }
     report.timings.finish_ms = ms(at);
     outcome
 }

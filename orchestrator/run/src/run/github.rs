@@ -15,10 +15,6 @@ use super::report::{AgentStatus, RunReport, RunStatus};
 /// GitHub caps a step summary at 1 MiB; ours stays under this, cut at a line.
 const SUMMARY_LIMIT: usize = 1000 * 1000;
 
-/// Environment variables holding secrets orch itself reads.
-const SECRET_VARS: [&str; 5] =
-    ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "ORCH_GITHUB_TOKEN", "GITHUB_TOKEN"];
-
 /// The GitHub Actions step orch runs in.
 #[derive(Debug, Clone)]
 pub struct Actions {
@@ -50,12 +46,8 @@ impl Actions {
     /// hides them wherever they might appear in the log.
     pub fn mask_secrets(&self) {
         let mut err = std::io::stderr().lock();
-        for var in SECRET_VARS {
-            if let Ok(value) = std::env::var(var)
-                && !value.trim().is_empty()
-            {
-                let _ = writeln!(err, "::add-mask::{}", escape_data(&value));
-            }
+        for value in crate::secrets::values() {
+            let _ = writeln!(err, "::add-mask::{}", escape_data(&value));
         }
     }
 

@@ -228,6 +228,10 @@ pub struct AgentReport {
     /// Its effective permission rules and where each came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<crate::settings_permissions::PermissionListing>,
+    /// How many processes its tool host left behind (it died) that the coordinator had
+    /// to kill before it touched the worktree.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub killed_processes: usize,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -272,6 +276,7 @@ impl AgentReport {
             carried_over: false,
             resumed_from: None,
             permissions: None,
+            killed_processes: 0,
         }
     }
 
@@ -550,6 +555,9 @@ pub fn markdown(r: &RunReport) -> String {
         let _ = writeln!(md, "\n### `{}` ({})\n", a.id, a.status.as_str());
         if let Some(reason) = &a.reason {
             let _ = writeln!(md, "{reason}\n");
+        }
+        if a.killed_processes > 0 {
+            let _ = writeln!(md, "{} processes it left running were killed at its end.\n", a.killed_processes);
         }
         if let Some(w) = &a.worktree {
             let _ = writeln!(md, "Worktree kept at `{}`\n", w.display());

@@ -82,6 +82,19 @@ pub struct AgentSession {
     executor: Option<Arc<HostExecutor>>,
     container: Option<ContainerHost>,
     sandbox: Option<AgentSandbox>,
+    /// The tool host's pid, and its registration with the coordinator's reaper (kept
+    /// until the host has stopped, so it is never taken for an orphan).
+    host_pid: Option<u32>,
+    registered: Option<crate::reap::Registered>,
+}
+
+/// How a session's tool host ended.
+#[derive(Debug, Default)]
+pub struct SessionEnd {
+    /// Why the tool host died, when it was not asked to stop.
+    pub died: Option<String>,
+    /// Processes it left behind that the coordinator killed.
+    pub killed: usize,
 }
 
 impl AgentSession {
@@ -115,6 +128,8 @@ impl AgentSession {
             executor: None,
             container: None,
             sandbox: None,
+            host_pid: None,
+            registered: None,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -134,7 +149,9 @@ impl AgentSession {
             }
         };
         session.container = started.container;
-        let executor = Arc::new(HostExecutor::new(started.client));
+        session.registered = Some(started.registered);
+        session.host_pid = started.client.pid();
+        let executor = Arc::new(HostExecutor::new(started.client).ending_on_crash(cancel.clone()));
         session.executor = Some(executor.clone());
         let mut listing = McpListing::default();
         if stdio_json.is_some() {
@@ -203,7 +220,8 @@ impl AgentSession {
 
     /// Stops everything, in the order the module documents. The worktree may be
     /// touched after this returns.
-    pub async fn stop(mut self) {
+    pub async fn stop(mut self) -> SessionEnd {
+        let mut stopped = SessionEnd::default();
         drop(self.pool.take());
         drop(self.router.take());
         if let Some(hub) = self.http.take().and_then(Arc::into_inner) {
@@ -215,13 +233,16 @@ impl AgentSession {
                     // After a second signal, no grace: the commit comes first.
                     let grace =
                         if crate::signals::hurried() { std::time::Duration::from_millis(100) } else { HOST_GRACE };
-                    executor.shutdown(grace).await
+                    stopped.died = executor.shutdown(grace).await;
                 }
                 // Someone still holds it (a hook or sub-agent task that outlived its
                 // loop); dropping ours closes the pipe once they finish.
                 Err(_) => tracing::warn!(agent = %self.agent, "the tool host is still in use; not waiting for it"),
             }
         }
+        // Whatever a dead host left (re-parented to the coordinator) dies before the
+        // worktree is touched.
+        stopped.killed = crate::reap::kill_orphans(self.host_pid).await;
         if let Some(container) = self.container.take()
             && let Err(e) = container.stop().await
         {
@@ -230,6 +251,8 @@ impl AgentSession {
         if let Some(sandbox) = self.sandbox.take() {
             sandbox.teardown();
         }
+        drop(self.registered.take());
+        stopped
     }
 }
 
