@@ -13,3 +13,4 @@ mod run;
 mod sandbox_run;
 mod subagents;
 mod support;
+mod trust;
