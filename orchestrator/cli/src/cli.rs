@@ -406,8 +406,9 @@ pub struct RunArgs {
     /// Keep every agent's worktree (failed agents' worktrees are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
-    /// Read hooks, `.mcp.json` and agent files from the checked-out files even in a
-    /// pull-request run (by default they come from the base ref there).
+    /// Read the workflow, hooks, `.mcp.json` and agent files from the checked-out files
+    /// even in a pull-request run (by default they come from the base ref there, and
+    /// `backend: none` and `network: full` are refused).
     #[arg(long)]
     pub trust_repo_config: bool,
     /// Treat this as a pull-request run and read hooks, `.mcp.json` and agent files

@@ -23,10 +23,11 @@ use orch_run::run::report::{AgentReport, AgentStatus};
 pub fn for_terminal() -> Box<dyn Reporter> {
     let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
     let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-    if std::io::stderr().is_terminal() && !ci && !dumb {
+    let github = orch_run::fence::github_mode();
+    if std::io::stderr().is_terminal() && !ci && !dumb && !github {
         Box::new(Live::new())
     } else {
-        Box::new(Plain::new(std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")))
+        Box::new(Plain::new(github))
     }
 }
 
@@ -77,6 +78,11 @@ fn finished_line(r: &AgentReport) -> String {
     )
 }
 
+/// `text` with line breaks as spaces (a workflow command's data is one line).
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}
+
 /// One plain line per event worth seeing.
 pub struct Plain {
     github: bool,
@@ -90,7 +96,12 @@ impl Plain {
 
     fn line(&self, text: &str) {
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "orch: {text}");
+        // A line break would start a line that is not orch's: fence the rest.
+        if self.github && text.contains(['\n', '\r']) {
+            let _ = write!(err, "{}", orch_run::fence::fence(&format!("orch: {text}")));
+        } else {
+            let _ = writeln!(err, "orch: {text}");
+        }
     }
 }
 
@@ -114,13 +125,16 @@ impl Reporter for Plain {
             return;
         }
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&report.id).unwrap_or_default();
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "::group::{}", finished_line(report));
-        for line in held {
-            let _ = writeln!(err, "{line}");
-        }
+        // Tool lines and the answer are model and tool text: fenced, so only orch's
+        // own `::group::` and `::endgroup::` reach the runner as commands.
+        let mut body = held.join("\n");
         if !report.text.trim().is_empty() {
-            let _ = writeln!(err, "final answer:\n{}", report.text.trim());
+            body = format!("{body}{}final answer:\n{}", if body.is_empty() { "" } else { "\n" }, report.text.trim());
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "::group::{}", one_line(&finished_line(report)));
+        if !body.is_empty() {
+            let _ = write!(err, "{}", orch_run::fence::fence(&body));
         }
         let _ = writeln!(err, "::endgroup::");
     }

@@ -117,7 +117,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
 
     if !args.json && !outcome.final_text.trim().is_empty() {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", outcome.final_text.trim_end())?;
+        write!(out, "{}", crate::fence::untrusted(outcome.final_text.trim_end()))?;
         out.flush()?;
     }
     if outcome.terminal != Terminal::Completed {

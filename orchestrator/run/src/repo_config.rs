@@ -62,7 +62,9 @@ impl Trust {
     /// The flags, with the rest from this process's environment.
     pub fn from_env(trust_checkout: bool, config_ref: Option<String>) -> Trust {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        Trust { trust_checkout, config_ref, event_name: var("GITHUB_EVENT_NAME"), base_ref: var("GITHUB_BASE_REF") }
+        let base_ref =
+            var("GITHUB_BASE_REF").or_else(|| var("GITHUB_EVENT_PATH").and_then(|p| event_base_ref(Path::new(&p))));
+        Trust { trust_checkout, config_ref, event_name: var("GITHUB_EVENT_NAME"), base_ref }
     }
 
     /// Whether this is a pull-request run.
@@ -145,6 +147,14 @@ impl RepoConfig {
         match &self.source {
             Source::Checkout(_) => None,
             Source::Commit { repo, commit, .. } => Some((repo.as_path(), *commit)),
+        }
+    }
+
+    /// The top of the repository's working tree (the checkout).
+    pub fn root(&self) -> &Path {
+        match &self.source {
+            Source::Checkout(root) => root,
+            Source::Commit { repo, .. } => repo,
         }
     }
 
@@ -237,6 +247,17 @@ impl RepoConfig {
         }
         Ok(out)
     }
+}
+
+/// The base branch named in a GitHub event payload (`pull_request.base.ref`), for a
+/// runner that did not set `GITHUB_BASE_REF`.
+fn event_base_ref(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path).ok()?.take(16 << 20).read_to_string(&mut text).ok()?;
+    let event: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let base = event.pointer("/pull_request/base/ref")?.as_str()?.trim();
+    (!base.is_empty()).then(|| base.to_string())
 }
 
 /// `path` as a relative path with no `..`, `.` or root.

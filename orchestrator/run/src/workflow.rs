@@ -12,6 +12,12 @@ pub fn load(path: &Path) -> Result<Workflow, Code> {
     orch_workflows::load(path).map_err(|diagnostics| report(&diagnostics))
 }
 
+/// Loads a workflow from `text` (read from a commit; `name` for diagnostics), or
+/// prints its diagnostics on stderr.
+pub fn load_str(text: &str, name: &str) -> Result<Workflow, Code> {
+    orch_workflows::load_str(text, name).map_err(|diagnostics| report(&diagnostics))
+}
+
 /// Plans `workflow` with `inputs`, or prints the diagnostics on stderr.
 pub fn plan(workflow: &Workflow, inputs: &[(String, serde_json::Value)]) -> Result<Plan, Code> {
     let inputs: Inputs = inputs.iter().cloned().collect();

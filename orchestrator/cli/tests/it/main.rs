@@ -18,3 +18,4 @@ mod sandbox_run;
 mod signals;
 mod subagents;
 mod support;
+mod trust;

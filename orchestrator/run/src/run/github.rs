@@ -169,28 +169,28 @@ pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "## orch: `{}` {}\n\nRun `{}` · {:.1}s · {} turns · {} tokens · ${:.4}\n",
-        r.workflow.name,
+        "## orch: {} {}\n\nRun {} · {:.1}s · {} turns · {} tokens · ${:.4}\n",
+        code(&r.workflow.name),
         status_name(r.status),
-        r.run_id,
+        code(&r.run_id),
         r.duration_ms as f64 / 1000.0,
         r.totals.turns,
         r.totals.usage.total(),
         r.totals.cost_usd
     );
     if let Some(why) = &r.stopped {
-        let _ = writeln!(md, "Stopped early: {why}\n");
+        let _ = writeln!(md, "Stopped early: {}\n", cell(why));
     }
     let _ = writeln!(md, "| agent | status | turns | tokens | cost | changed files | branch |");
     let _ = writeln!(md, "|---|---|---:|---:|---:|---|---|");
     for a in &r.agents {
-        let files: Vec<String> = a.changed_files.iter().take(10).map(|f| format!("`{}`", f.path.display())).collect();
+        let files: Vec<String> = a.changed_files.iter().take(10).map(|f| code(&f.path.to_string_lossy())).collect();
         let more = a.changed_files.len().saturating_sub(10);
         let files = if more > 0 { format!("{} and {more} more", files.join(", ")) } else { files.join(", ") };
         let fetched = r.integration.fetched.iter().any(|f| Some(&f.branch) == a.branch.as_ref());
         let branch = match (&a.branch, repo_url, a.commit.is_some()) {
-            (Some(b), Some(url), true) if fetched => format!("[`{b}`]({url}/tree/{b})"),
-            (Some(b), _, true) => format!("`{b}`"),
+            (Some(b), Some(url), true) if fetched => format!("[{}]({url}/tree/{b})", code(b)),
+            (Some(b), _, true) => code(b),
             _ => String::new(),
         };
         let status = match &a.reason {
@@ -199,8 +199,8 @@ pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
         };
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {} | ${:.4} | {} | {} |",
-            a.id,
+            "| {} | {} | {} | {} | ${:.4} | {} | {} |",
+            code(&a.id),
             status,
             a.turns,
             a.usage.total(),
@@ -212,16 +212,17 @@ pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
     if let Some(s) = &r.synthesis
         && !s.text.trim().is_empty()
     {
-        let _ = writeln!(md, "\n### Synthesis\n\n{}", s.text.trim());
+        let _ = writeln!(md, "\n### Synthesis\n\n{}", code_block(s.text.trim()));
     } else if let [only] = r.agents.as_slice()
         && !only.text.trim().is_empty()
     {
-        let _ = writeln!(md, "\n### Answer\n\n{}", only.text.trim());
+        let _ = writeln!(md, "\n### Answer\n\n{}", code_block(only.text.trim()));
     }
     if !r.overlaps.is_empty() {
         let _ = writeln!(md, "\n### Likely conflicts\n");
         for o in &r.overlaps {
-            let _ = writeln!(md, "- `{}`: {}", o.path.display(), o.agents.join(", "));
+            let agents: Vec<String> = o.agents.iter().map(|a| code(a)).collect();
+            let _ = writeln!(md, "- {}: {}", code(&o.path.to_string_lossy()), agents.join(", "));
         }
     }
     md.push('\n');
@@ -244,12 +245,50 @@ fn cut(text: String, limit: usize) -> String {
 }
 
 fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default().replace('|', "\\|");
-    if line.chars().count() > 100 { format!("{}…", line.chars().take(100).collect::<String>()) } else { line }
+    let line = text.lines().next().unwrap_or_default();
+    let line = if line.chars().count() > 100 {
+        format!("{}…", line.chars().take(100).collect::<String>())
+    } else {
+        line.into()
+    };
+    cell(&line)
+}
+
+/// Text for a table cell or a line of Markdown: one line, no `|` that ends the cell,
+/// no HTML (`<`, `>`, `&` as entities).
+fn cell(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// `text` as an inline code span that nothing in it can close, fit for a table cell:
+/// delimited by one backtick more than its longest backtick run, `|` escaped.
+fn code(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ").replace('|', "\\|");
+    let ticks = "`".repeat(longest_run(&text, '`') + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') { " " } else { "" };
+    format!("{ticks}{pad}{text}{pad}{ticks}")
+}
+
+/// `text` in a fenced code block whose fence is longer than any backtick run in it, so
+/// model text shows as it is and cannot close the block, open HTML or end a table.
+fn code_block(text: &str) -> String {
+    let fence = "`".repeat((longest_run(text, '`') + 1).max(3));
+    format!("{fence}text\n{text}\n{fence}")
+}
+
+/// The length of the longest run of `c` in `text`.
+fn longest_run(text: &str, c: char) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for ch in text.chars() {
+        run = if ch == c { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::report::AgentReport;
     use super::*;
 
     #[test]
@@ -271,6 +310,49 @@ mod tests {
         let kept = out.split("\n\n*(cut").next().unwrap();
         assert!(text.starts_with(kept) && kept.ends_with(|c: char| c.is_ascii_digit()));
         assert_eq!(cut("short".into(), 200), "short");
+    }
+
+    #[test]
+    fn model_text_cannot_break_the_summary() {
+        let mut agent =
+            AgentReport::empty("a", "a", None, AgentStatus::Failed, "bad | cell </details> <b>x</b>\nsecond".into());
+        agent.text = "| forged | row |\n</details>\n```\nout of the block\n````".into();
+        let report = RunReport {
+            schema_version: 1,
+            run_id: "r".into(),
+            workflow: super::super::report::WorkflowInfo { name: "w".into(), file: "w.yaml".into(), description: None },
+            status: RunStatus::Failed,
+            exit_code: 1,
+            stopped: None,
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_ms: 0,
+            run_dir: PathBuf::new(),
+            repo: PathBuf::new(),
+            base: String::new(),
+            setup: None,
+            agents: vec![agent],
+            synthesis: None,
+            overlaps: Vec::new(),
+            integration: Default::default(),
+            totals: Default::default(),
+            timings: Default::default(),
+        };
+        let md = summary(&report, None);
+        let row = md.lines().find(|l| l.starts_with("| `a`")).unwrap();
+        // Seven cells: eight unescaped pipes.
+        let pipes =
+            row.match_indices('|').filter(|(i, _)| row.as_bytes().get(i.wrapping_sub(1)) != Some(&b'\\')).count();
+        assert_eq!(pipes, 8, "{row}");
+        assert!(!row.contains('<') && row.contains("&lt;/details&gt;"), "{row}");
+        // The answer sits in a block whose fence is longer than any backtick run in it.
+        let answer = md.split("### Answer\n\n").nth(1).unwrap();
+        let fence = answer.lines().next().unwrap().trim_end_matches("text");
+        assert_eq!(fence, "`````");
+        let body: Vec<&str> = answer.lines().skip(1).take_while(|l| !l.starts_with(fence)).collect();
+        assert_eq!(body.join("\n"), "| forged | row |\n</details>\n```\nout of the block\n````");
+        assert_eq!(code("a`b|c"), "``a`b\\|c``");
+        assert_eq!(code("`x"), "`` `x ``");
     }
 
     #[test]

@@ -142,14 +142,17 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(g) = &github {
         g.mask_secrets();
     }
-    let workflow = match workflow::load(&args.workflow) {
-        Ok(w) => w,
+    // The trust rule covers the workflow: from the base ref in a pull-request run.
+    let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    let (workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
+        Ok(loaded) => (loaded.workflow, loaded.untrusted),
         Err(code) => return Ok(code),
     };
     let plan = match workflow::plan(&workflow, &args.inputs) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    crate::workflow_trust::check_plan(&workflow, &plan, untrusted)?;
     preflight(&plan)?;
     let author = args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch);
     if let Some(dir) = args.resume.as_deref()
@@ -656,7 +659,8 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
     };
     if !answer.trim().is_empty() {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", answer.trim_end())?;
+        // Model text: fenced in GitHub mode, so it cannot act as a workflow command.
+        write!(out, "{}", crate::fence::untrusted(answer.trim_end()))?;
         out.flush()?;
     }
     Ok(())

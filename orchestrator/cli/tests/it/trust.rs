@@ -1,0 +1,174 @@
+//! Trust, through the binary: in a pull-request run the workflow file comes from the
+//! base ref (a pull request cannot turn its own sandbox off, and a workflow only the
+//! pull request has is refused), and in GitHub mode model text never reaches the
+//! runner as a workflow command nor breaks the step summary.
+
+use std::path::Path;
+
+use crate::support::{Fixture, Run, git, orch};
+
+/// What a GitHub runner would act on in `log`: every line that starts with `::`
+/// (leading spaces aside), except inside an active `::stop-commands::<token>` block,
+/// which only `::<token>::` ends.
+fn runner_commands(log: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut stopped: Option<String> = None;
+    for line in log.lines().map(str::trim_start) {
+        match &stopped {
+            Some(token) => {
+                if line == format!("::{token}::") {
+                    stopped = None;
+                }
+            }
+            None if line.starts_with("::") => {
+                if let Some(token) = line.strip_prefix("::stop-commands::") {
+                    stopped = Some(token.to_string());
+                }
+                commands.push(line.to_string());
+            }
+            None => {}
+        }
+    }
+    commands
+}
+
+const ATTACK: &str = "::error file=x::forged\n::stop-commands::x\n::warning::forged too\n| forged | row |\n</details>\n```\nout of the block\n````";
+
+#[test]
+fn model_text_never_becomes_a_workflow_command_or_breaks_the_summary() {
+    let fx = Fixture::new("t-fence", &[("f.txt", "f\n")]);
+    let summary = fx.dir.path().join("summary.md");
+    let workflow = "version: 1\nname: fence\ndefaults:\n  limits: { max_turns: 3, timeout: 1m }\nagents:\n  a:\n    prompt: Go.\nintegrate: none\n";
+    let quoted = serde_json::to_string(ATTACK).unwrap();
+    let script = format!("version: 1\nagents:\n  a:\n    - text: {quoted}\n  synthesis:\n    - text: {quoted}\n");
+    let out = fx
+        .command(workflow, &script)
+        .env("GITHUB_ACTIONS", "true")
+        .env("CI", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    let run = Run::from_output(&fx.out, out);
+    run.expect_code(0);
+    for (stream, log) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        // The text was printed...
+        assert!(log.contains("::error file=x::forged"), "{stream}:\n{log}");
+        // ...but only inside a fence of orch's own token.
+        for command in runner_commands(log) {
+            assert!(!command.contains("forged"), "{stream} forged a command: {command}\n{log}");
+            assert_ne!(command, "::stop-commands::x", "{stream}:\n{log}");
+            let own = ["::group::", "::endgroup::", "::add-mask::", "::stop-commands::orch-"];
+            assert!(own.iter().any(|p| command.starts_with(p)), "{stream}: unexpected command {command}\n{log}");
+        }
+    }
+    assert!(runner_commands(&run.stdout).iter().any(|c| c.starts_with("::stop-commands::orch-")));
+    assert!(runner_commands(&run.stderr).iter().any(|c| c == "::endgroup::"), "{}", run.stderr);
+
+    // The step summary: the table keeps its shape and the answer stays in its block.
+    let md = std::fs::read_to_string(&summary).unwrap();
+    let header = md.lines().find(|l| l.starts_with("| agent |")).unwrap();
+    let table = md.split("\n### ").next().unwrap();
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+    assert_eq!(rows.len(), 3, "only the header, the rule and agent a:\n{md}");
+    assert_eq!(rows[2].matches('|').count(), header.matches('|').count(), "{md}");
+    // One agent: its answer (or the synthesis, when one ran) follows the table.
+    let section = md.split("### Synthesis\n\n").nth(1).or_else(|| md.split("### Answer\n\n").nth(1)).unwrap();
+    let fence = section.lines().next().unwrap().trim_end_matches("text");
+    assert!(fence.len() > 4 && fence.chars().all(|c| c == '`'), "{md}");
+    let body: Vec<&str> = section.lines().skip(1).take_while(|l| !l.starts_with(fence)).collect();
+    assert_eq!(body.join("\n"), ATTACK, "{md}");
+}
+
+const REVIEW: &str = ".github/orch/review.yaml";
+
+/// A workflow whose agent tries to write `victim` (outside its sandbox) with Bash.
+fn writer_workflow(victim: &Path, backend: &str) -> String {
+    format!(
+        "version: 1\nname: review\ndefaults:\n  tools: [Bash]\n  limits: {{ max_turns: 3, timeout: 1m }}\n  \
+         sandbox: {{ backend: {backend} }}\nagents:\n  a:\n    prompt: Go.\nintegrate: none\n\
+         # {victim}\n",
+        victim = victim.display()
+    )
+}
+
+/// `orch run <repo>/<workflow>` as GitHub's pull_request event with base `main`.
+fn pr_run(fx: &Fixture, name: &str, workflow: &str, victim: &Path, extra: &[&str]) -> Run {
+    let script = fx.write(
+        "trust-script.yaml",
+        &format!(
+            "version: 1\nagents:\n  a:\n    - tool_calls: [{{ name: Bash, input: {{ command: \"echo x > {}\" }} }}]\n    \
+             - text: Done.\n  synthesis:\n    - text: S.\n",
+            victim.display()
+        ),
+    );
+    let out = fx.dir.path().join(format!("out-{name}"));
+    let mut cmd = orch();
+    cmd.current_dir(fx.dir.path())
+        .env("GITHUB_EVENT_NAME", "pull_request")
+        .env("GITHUB_BASE_REF", "main")
+        .arg("run")
+        .arg(fx.repo.join(workflow))
+        .args(["--provider", "scripted", "--script"])
+        .arg(&script)
+        .arg("--repo")
+        .arg(&fx.repo)
+        .arg("--out")
+        .arg(&out)
+        .args(["--run-id", name])
+        .args(extra);
+    Run::from_output(&out, cmd.output().unwrap())
+}
+
+#[test]
+fn a_pull_request_runs_the_base_refs_workflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    let fx = Fixture::new("t-trust-wf", &[(REVIEW, &writer_workflow(&victim, "landlock"))]);
+    git(&fx.repo, &["checkout", "-q", "-b", "feature"]);
+    std::fs::write(fx.repo.join(REVIEW), writer_workflow(&victim, "none")).unwrap();
+    git(&fx.repo, &["commit", "-q", "-am", "turn the sandbox off"]);
+
+    // The base ref's workflow runs: the agent is sandboxed, the write outside fails.
+    let run = pr_run(&fx, "pr-base", REVIEW, &victim, &[]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("the workflow `.github/orch/review.yaml` comes from the base ref `main`"),
+        "{}",
+        run.stderr
+    );
+    let results = run.tool_results("a");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!victim.exists(), "the pull request's `backend: none` took effect:\n{results:?}");
+
+    // Opting out runs the checked-out workflow, unconfined: the same write lands.
+    let run = pr_run(&fx, "pr-trusted", REVIEW, &victim, &["--trust-repo-config"]);
+    run.expect_code(0);
+    assert!(victim.exists(), "{:?}\n{}", run.tool_results("a"), run.stderr);
+}
+
+#[test]
+fn a_workflow_only_the_pull_request_has_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    let fx = Fixture::new("t-trust-new", &[("f.txt", "f\n")]);
+    git(&fx.repo, &["checkout", "-q", "-b", "feature"]);
+    std::fs::create_dir_all(fx.repo.join(".github/orch")).unwrap();
+    std::fs::write(fx.repo.join(REVIEW), writer_workflow(&victim, "landlock")).unwrap();
+    git(&fx.repo, &["add", "-A"]);
+    git(&fx.repo, &["commit", "-q", "-m", "add a workflow"]);
+    let run = pr_run(&fx, "pr-new", REVIEW, &victim, &[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("exists only in the pull request"), "{}", run.stderr);
+    assert!(run.report.is_null() && !victim.exists(), "an agent ran:\n{}", run.stderr);
+}
+
+#[test]
+fn an_untrusted_run_refuses_no_sandbox_even_from_the_base_ref() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    let fx = Fixture::new("t-trust-none", &[(REVIEW, &writer_workflow(&victim, "none"))]);
+    let run = pr_run(&fx, "pr-none", REVIEW, &victim, &[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("`defaults.sandbox.backend: none` is refused"), "{}", run.stderr);
+    assert!(!victim.exists());
+}

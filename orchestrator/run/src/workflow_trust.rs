@@ -1,0 +1,160 @@
+//! The trust rule applied to the workflow file itself (see [`crate::repo_config`]).
+//!
+//! In a pull-request run (without `--trust-repo-config`) a workflow file that lives in
+//! the repository is read from the base ref, as blobs from the object database, never
+//! from the checked-out pull request; one that exists only in the pull request is
+//! refused. A workflow file outside the repository is not the pull request's to change
+//! and is used as it is. Such an untrusted run also refuses the settings that take the
+//! sandbox away: `backend: none` and `network: full`.
+
+use std::path::{Component, Path, PathBuf};
+
+use orch_workflows::{Backend, Network, Plan, PlanNode, Workflow};
+
+use crate::exit::{Code, UsageError};
+use crate::repo_config::{RepoConfig, Trust};
+
+/// A workflow loaded under the trust rule.
+#[derive(Debug)]
+pub struct Loaded {
+    pub workflow: Workflow,
+    /// Whether this run is untrusted: a pull-request run without the opt-out.
+    pub untrusted: bool,
+}
+
+/// Loads the workflow at `path` for a run on `repo` (`None`: the current directory).
+/// `Ok(Err(code))` when its diagnostics were printed; `Err` for a refused workflow.
+pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Loaded, Code>, UsageError> {
+    let untrusted = trust.is_pull_request() && !trust.trust_checkout;
+    if !untrusted {
+        return Ok(crate::workflow::load(path).map(|workflow| Loaded { workflow, untrusted }));
+    }
+    let repo = match repo {
+        Some(r) => r.to_path_buf(),
+        None => std::env::current_dir().map_err(|e| UsageError(format!("cannot read the current directory: {e}")))?,
+    };
+    let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
+    let config = RepoConfig::resolve(&repo, trust).map_err(|e| UsageError(e.to_string()))?;
+    let Some(rel) = inside(path, config.root()) else {
+        eprintln!(
+            "orch: pull-request run: the workflow {} is outside the repository, so it is used as it is",
+            path.display()
+        );
+        return Ok(crate::workflow::load(path).map(|workflow| Loaded { workflow, untrusted }));
+    };
+    let rel = rel.to_string_lossy().into_owned();
+    let text = config.read(&rel).map_err(|e| UsageError(e.to_string()))?.ok_or_else(|| {
+        UsageError(format!(
+            "this is a pull-request run and the workflow `{rel}` does not exist in {}, so it exists only in the \
+             pull request and is not trusted; add it to the base branch first, or pass --trust-repo-config to run \
+             the checked-out file",
+            config.describe()
+        ))
+    })?;
+    eprintln!("orch: pull-request run: the workflow `{rel}` comes from {}", config.describe());
+    let name = format!("{rel} (from {})", config.describe());
+    Ok(crate::workflow::load_str(&text, &name).map(|workflow| Loaded { workflow, untrusted }))
+}
+
+/// `path` relative to the repository root `root`, when it is inside it: as written
+/// (made absolute), or with its directory's links resolved.
+fn inside(path: &Path, root: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let lexical = normalize(&absolute);
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if let Ok(rel) = lexical.strip_prefix(&root) {
+        return Some(rel.to_path_buf());
+    }
+    let dir = std::fs::canonicalize(lexical.parent()?).ok()?;
+    dir.join(lexical.file_name()?).strip_prefix(&root).ok().map(Path::to_path_buf)
+}
+
+/// `path` with `.` and `..` resolved by name.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// In an untrusted run, refuses an agent (or the setup that runs with the first
+/// agent's backend) without a sandbox or with the full network, naming the YAML key.
+pub fn check_plan(workflow: &Workflow, plan: &Plan, untrusted: bool) -> Result<(), UsageError> {
+    if !untrusted {
+        return Ok(());
+    }
+    let specs = plan.nodes().map(|n| match n {
+        PlanNode::Agent(spec) => spec,
+        PlanNode::DynamicFanOut(d) => &d.template,
+    });
+    for spec in specs {
+        let own = workflow.agents.iter().find(|a| a.id == spec.agent).map(|a| &a.sandbox);
+        let key = |field: &str, set: bool| {
+            if set { format!("agents.{}.sandbox.{field}", spec.agent) } else { format!("defaults.sandbox.{field}") }
+        };
+        let refuse = |key: String, value: &str, why: &str| {
+            UsageError(format!(
+                "`{key}: {value}` is refused in a pull-request run: {why}; remove it, or pass --trust-repo-config \
+                 if the pull request's workflow is trusted"
+            ))
+        };
+        if spec.sandbox.backend == Backend::None {
+            let set = own.is_some_and(|s| s.backend.is_some());
+            return Err(refuse(
+                key("backend", set),
+                "none",
+                "agents (and setup, which uses the first agent's backend) run without a sandbox",
+            ));
+        }
+        if spec.sandbox.network == Network::Full {
+            let set = own.is_some_and(|s| s.network.is_some());
+            return Err(refuse(key("network", set), "full", "it gives agents the unrestricted network"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_inside_the_repository_are_found_by_name_or_through_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join(".github/orch")).unwrap();
+        std::os::unix::fs::symlink(root.join(".github"), dir.path().join("link")).unwrap();
+        let got = inside(&root.join(".github/orch/../orch/review.yaml"), &root);
+        assert_eq!(got.as_deref(), Some(Path::new(".github/orch/review.yaml")));
+        let got = inside(&dir.path().join("link/orch/review.yaml"), &root);
+        assert_eq!(got.as_deref(), Some(Path::new(".github/orch/review.yaml")));
+        assert_eq!(inside(&dir.path().join("elsewhere.yaml"), &root), None);
+    }
+
+    fn plan_of(text: &str) -> (Workflow, Plan) {
+        let workflow = orch_workflows::load_str(text, "w.yaml").unwrap();
+        let plan = orch_workflows::plan(&workflow, &orch_workflows::Inputs::default()).unwrap();
+        (workflow, plan)
+    }
+
+    #[test]
+    fn an_untrusted_run_refuses_no_sandbox_and_the_full_network() {
+        let (w, p) = plan_of("version: 1\nname: t\nagents:\n  a:\n    prompt: x\n    sandbox: { backend: none }\n");
+        let err = check_plan(&w, &p, true).unwrap_err().0;
+        assert!(err.contains("`agents.a.sandbox.backend: none`"), "{err}");
+        assert!(check_plan(&w, &p, false).is_ok());
+        let (w, p) =
+            plan_of("version: 1\nname: t\ndefaults:\n  sandbox: { network: full }\nagents:\n  a:\n    prompt: x\n");
+        let err = check_plan(&w, &p, true).unwrap_err().0;
+        assert!(err.contains("`defaults.sandbox.network: full`"), "{err}");
+        let (w, p) = plan_of("version: 1\nname: t\nagents:\n  a:\n    prompt: x\n");
+        assert!(check_plan(&w, &p, true).is_ok());
+    }
+}
