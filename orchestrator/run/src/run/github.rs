@@ -337,6 +337,8 @@ mod tests {
             integration: Default::default(),
             totals: Default::default(),
             timings: Default::default(),
+            partial: false,
+            publish: None,
         };
         let md = summary(&report, None);
         let row = md.lines().find(|l| l.starts_with("| `a`")).unwrap();
