@@ -15,11 +15,8 @@ fn runner_commands(log: &str) -> Vec<String> {
     let mut stopped: Option<String> = None;
     for line in log.lines().map(str::trim_start) {
         match &stopped {
-            Some(token) => {
-                if line == format!("::{token}::") {
-                    stopped = None;
-                }
-            }
+            Some(token) if line == format!("::{token}::") => stopped = None,
+            Some(_) => {}
             None if line.starts_with("::") => {
                 if let Some(token) = line.strip_prefix("::stop-commands::") {
                     stopped = Some(token.to_string());
