@@ -738,11 +738,11 @@ fn tool_host_case(backend: Backend) {
     let finished: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["type"] == "tool_use_finished")
+        .filter(|v| v["event"]["type"] == "tool_use_finished")
         .collect();
     assert_eq!(finished.len(), commands.len(), "{stdout}");
     for (event, (command, want)) in finished.iter().zip(&commands) {
-        let output = event["output"].as_str().unwrap();
+        let output = event["event"]["output"].as_str().unwrap();
         assert!(output.contains("real-output"), "{command}: not the command's real output: {output}");
         assert!(output.contains(want), "{command}: {want:?} missing: {output}");
         assert!(!output.contains("ESCAPED") && !output.contains("FORGED"), "{command}: {output}");

@@ -258,7 +258,7 @@ fn the_container_backend_runs_tools_in_a_container() {
     assert_eq!(code, 0, "is the engine up and the image built (.ci/docker.sh)? {stderr}");
     let finished = stdout.lines().find(|l| l.contains("tool_use_finished")).unwrap();
     let output: serde_json::Value = serde_json::from_str(finished).unwrap();
-    let lines: Vec<&str> = output["output"].as_str().unwrap().lines().collect();
+    let lines: Vec<&str> = output["event"]["output"].as_str().unwrap().lines().collect();
     assert_eq!(lines[0], "in-docker", "{lines:?}");
     assert_ne!(lines[1], "0", "the container ran the tools as root");
     assert_eq!(std::fs::read_to_string(dir.path().join("made.txt")).unwrap(), "hi\n");

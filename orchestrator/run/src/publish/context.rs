@@ -64,7 +64,10 @@ impl GitHubContext {
             event,
             sha: var("GITHUB_SHA"),
             git_ref: var("GITHUB_REF"),
-            token: var("ORCH_GITHUB_TOKEN").or_else(|| var("GITHUB_TOKEN")).map(Token::new),
+            // The coordinator took the tokens out of its environment at start-up.
+            token: crate::secrets::var("ORCH_GITHUB_TOKEN")
+                .or_else(|| crate::secrets::var("GITHUB_TOKEN"))
+                .map(Token::new),
             actions: var("GITHUB_ACTIONS").as_deref() == Some("true"),
         }
     }
