@@ -67,6 +67,29 @@ open_path() {
 open_path "$TREE"
 open_path "$TARGET"
 
+# The toolchain (some suites run cargo and rustc inside the sandbox) and the MCP
+# fixture's python interpreter stay root's, opened for reading, and appear in the
+# user's home as links, where a runner's own toolchain would be (the sandbox's read
+# roots are the user's ~/.cargo/bin, ~/.rustup and ~/.pyenv).
+user_link() { # user_link TARGET NAME: $USER_HOME/NAME -> TARGET
+    [ -e "$1" ] || return 0
+    open_path "$1"
+    chmod -R o+rX "$1"
+    mkdir -p "$(dirname "$USER_HOME/$2")"
+    ln -sfn "$1" "$USER_HOME/$2"
+}
+user_link "$ROOT_RUSTUP" .rustup
+user_link "$ROOT_CARGO/bin" .cargo/bin
+if [ -e "$TARGET/mcp-venv/bin/python" ]; then
+    python=$(readlink -f "$TARGET/mcp-venv/bin/python")
+    case "$python" in
+        "$HOME"/.pyenv/*) user_link "$HOME/.pyenv" .pyenv ;;
+        *) open_path "$python" ;;
+    esac
+    chmod -R o+rX "$TARGET/mcp-venv"
+fi
+chown -h "$USER_NAME:$USER_NAME" "$USER_HOME/.rustup" "$USER_HOME/.cargo" "$USER_HOME/.cargo/bin" "$USER_HOME/.pyenv" 2>/dev/null || true
+
 # 3. The tests, built once as root into a nextest archive; the user runs the archive,
 #    so nothing is compiled twice and no toolchain or cargo home is shared.
 ARCHIVE="$TARGET/orch-as-user.tar.zst"
@@ -81,7 +104,8 @@ install -m 0755 "$NEXTEST" "$USER_HOME/cargo-nextest"
 #    overrides the filter expression.
 FILTER="${ORCH_AS_USER_FILTER:-package(orch-sandbox) | package(orch)}"
 ENV=(HOME="$USER_HOME" USER="$USER_NAME" LOGNAME="$USER_NAME"
-    PATH="/usr/local/bin:/usr/bin:/bin" CARGO_TERM_COLOR=never CI="${CI:-true}")
+    PATH="$USER_HOME/.cargo/bin:/usr/local/bin:/usr/bin:/bin"
+    INSTA_WORKSPACE_ROOT="$TREE" INSTA_UPDATE=no CARGO_TERM_COLOR=never CI="${CI:-true}")
 for var in ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
     [ -n "${!var:-}" ] && ENV+=("$var=${!var}")
 done
