@@ -750,7 +750,11 @@ fn tool_host_case(backend: Backend) {
     let mut fixture = fixture;
     let breaches = fixture.breaches();
     assert!(breaches.is_empty(), "{breaches:?}");
-    assert!(chain <= 200, "{chain} links of the chain (zombies included) at once: the host does not reap them");
+    // The chain is bounded by the per-agent process budget (RLIMIT_NPROC: the user's
+    // count plus 512 as a normal user; the cgroup's pids limit as root). How many links
+    // exist at one moment depends on how busy the machine is; that none outlive the
+    // run is checked below.
+    assert!(chain <= 600, "{chain} links of the chain (zombies included) at once: the host does not reap them");
     let name = format!("c{tag}");
     let deadline = Instant::now() + Duration::from_secs(3);
     while named_processes(&name) > 0 {
