@@ -92,6 +92,9 @@ impl Resolver {
 
 struct Agent {
     id: String,
+    /// The user name of its credential: the id with what a URL's user part cannot hold
+    /// replaced.
+    user: String,
     policy: EgressPolicy,
     sink: EventSink,
 }
@@ -199,7 +202,7 @@ impl EgressProxy {
         let token = random_token();
         let user = agent.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "-");
         let url = format!("http://{user}:{token}@{}", self.addr);
-        let entry = Arc::new(Agent { id: agent.to_string(), policy, sink });
+        let entry = Arc::new(Agent { id: agent.to_string(), user, policy, sink });
         self.shared.agents.lock().unwrap_or_else(PoisonError::into_inner).insert(token.clone(), entry);
         AgentProxy { token, url, shared: self.shared.clone() }
     }
@@ -276,8 +279,7 @@ fn authenticate(req: &httparse::Request<'_, '_>, shared: &Shared) -> Option<Arc<
     let (user, token) = decoded.split_once(':')?;
     let agents = shared.agents.lock().unwrap_or_else(PoisonError::into_inner);
     let agent = agents.get(token)?;
-    let expected = agent.id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "-");
-    (user == expected).then(|| agent.clone())
+    (user == agent.user).then(|| agent.clone())
 }
 
 /// `http://host[:port]/path` -> (host, port, `/path`).
