@@ -136,12 +136,8 @@ pub struct PublishReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_file: Option<PathBuf>,
     /// Findings that were not findings and were left out.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::run::report::is_zero")]
     pub rejected_findings: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl PublishReport {

@@ -419,7 +419,8 @@ pub struct Totals {
     pub pending: usize,
 }
 
-fn is_zero(n: &usize) -> bool {
+/// For `skip_serializing_if` on counts.
+pub(crate) fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
