@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== xmllint (the JUnit report is checked against junit-10.xsd)"
+if ! command -v xmllint >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxml2-utils >/dev/null
+fi
+
 echo "== docker engine and test images (container backend tests)"
 .ci/docker.sh
 

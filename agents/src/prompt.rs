@@ -130,9 +130,60 @@ fn render_instructions(found: &Instructions) -> String {
     out
 }
 
+/// Where an agent works; it sets the opening of the static part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// A CI job or a workflow run: nobody is watching.
+    Ci,
+    /// `orch exec` started by a person at a terminal.
+    Terminal,
+}
+
+/// The opening paragraph of [`STATIC_PROMPT`] for work started from a terminal.
+const TERMINAL_OPENING: &str = "\
+You are a coding agent started by a person from their terminal with `orch exec`. They \
+gave you one task and will read your report when you finish; they cannot answer \
+questions while you work: decide for yourself, within the task you were given, and \
+finish with a report.";
+
+/// The static part for `setting`.
+pub fn static_prompt(setting: Setting) -> String {
+    match (setting, STATIC_PROMPT.split_once("\n\n")) {
+        (Setting::Terminal, Some((_, rest))) => format!("{TERMINAL_OPENING}\n\n{rest}"),
+        _ => STATIC_PROMPT.to_string(),
+    }
+}
+
+/// Gives a system prompt built by [`system_prompt`] the static part of `setting`.
+pub fn set_setting(parts: &mut [SystemPart], setting: Setting) {
+    if let Some(first) = parts.first_mut()
+        && first.text == STATIC_PROMPT
+    {
+        first.text = static_prompt(setting);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_setting_changes_only_the_opening() {
+        let mut parts = system_prompt(&Environment {
+            cwd: Path::new("/w"),
+            is_git_repo: true,
+            model: "m",
+            date: "2026-01-02",
+            git: None,
+            instructions: None,
+        });
+        set_setting(&mut parts, Setting::Terminal);
+        assert!(parts[0].text.starts_with("You are a coding agent started by a person"), "{}", parts[0].text);
+        assert!(!parts[0].text.contains("CI job"), "{}", parts[0].text);
+        assert!(parts[0].text.ends_with(STATIC_PROMPT.split_once("\n\n").unwrap().1));
+        assert!(parts[0].cache);
+        assert_eq!(static_prompt(Setting::Ci), STATIC_PROMPT);
+    }
     use crate::instructions::InstructionFile;
 
     fn env<'a>(git: Option<&'a GitSnapshot>, instructions: Option<&'a Instructions>) -> Environment<'a> {

@@ -223,11 +223,28 @@ pub enum OneShotEnd {
 pub async fn connect() -> Result<Docker, ContainerError> {
     let endpoint = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
     let engine_error = |message: String| ContainerError::Engine { endpoint: endpoint.clone(), message };
+    if let Some(hint) = socket_permission_hint(&endpoint) {
+        return Err(engine_error(hint));
+    }
     let docker = Docker::connect_with_defaults().map_err(|e| engine_error(e.to_string()))?;
     match tokio::time::timeout(Duration::from_secs(15), docker.negotiate_version()).await {
         Ok(Ok(docker)) => Ok(docker),
         Ok(Err(e)) => Err(engine_error(e.to_string())),
         Err(_) => Err(engine_error("it did not answer within 15 s".into())),
+    }
+}
+
+/// When the engine's Unix socket refuses this user, says so with the usual remedy: the
+/// client library's own error does not name the cause.
+fn socket_permission_hint(endpoint: &str) -> Option<String> {
+    let path = endpoint.strip_prefix("unix://")?;
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(format!(
+            "permission denied on the socket {path}: this user may not use the Docker engine; add it to the \
+             `docker` group (`sudo usermod -aG docker $USER`, then log in again) or run orch with a user that \
+             may"
+        )),
+        _ => None,
     }
 }
 

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use orch_run::exit::UsageError;
 use orch_run::options::{
-    ExecOptions, HostOptions, MergeOptions, ModelSpec, PermissionSpec, Provider, RunOptions, SandboxSpec,
+    ExecOptions, ExecOutput, HostOptions, MergeOptions, ModelSpec, PermissionSpec, Provider, RunOptions, SandboxSpec,
     SettingSource, WorkflowModelSpec,
 };
 use orch_run::run::Reporter;
@@ -142,7 +143,7 @@ pub struct ModelArgs {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// What the agent should do.
+    /// What the agent should do; `-` reads it from stdin.
     pub prompt: String,
     #[command(flatten)]
     pub model: ModelArgs,
@@ -161,9 +162,21 @@ pub struct ExecArgs {
     /// Wall-clock limit, such as `90s`, `10m` or `1h`.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<std::time::Duration>,
-    /// Stream events as JSON lines on stdout (the final answer is in the last event).
-    #[arg(long)]
+    /// Stream events as JSON lines on stdout (the final answer is in the last event);
+    /// the same as `--output-format stream-json`.
+    #[arg(long, conflicts_with = "output_format")]
     pub json: bool,
+    /// What goes to stdout: `text` (the answer), `json` (one result object with the
+    /// answer, status, usage and cost) or `stream-json` (every event, as `--json`).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub output_format: OutputFormat,
+    /// A JSON Schema file: the final answer must be JSON that matches it (the agent is
+    /// asked again when it does not; `structured_output` in the JSON result).
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
+    /// Allow write tools outside a git repository, or in the home or root directory.
+    #[arg(long)]
+    pub allow_outside_repo: bool,
     /// The tools the agent may use, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite")]
     pub tools: Vec<String>,
@@ -281,18 +294,70 @@ impl ModelArgs {
     }
 }
 
+/// `orch exec --output-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    StreamJson,
+}
+
+/// Most bytes of a prompt read from stdin.
+const MAX_STDIN_PROMPT: u64 = 1 << 20;
+
 impl ExecArgs {
-    /// The typed options of `orch exec`.
-    pub fn options(self) -> ExecOptions {
-        ExecOptions {
-            prompt: self.prompt,
+    /// The typed options of `orch exec`: reads the prompt from stdin for `-` and the
+    /// output schema file.
+    pub fn options(self, reporter: Arc<dyn Reporter>) -> Result<ExecOptions, UsageError> {
+        use std::io::{IsTerminal as _, Read as _};
+        let prompt = if self.prompt == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .take(MAX_STDIN_PROMPT + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
+            if text.len() as u64 > MAX_STDIN_PROMPT {
+                return Err(UsageError("the prompt on stdin is over 1 MiB; shorten it".into()));
+            }
+            if text.trim().is_empty() {
+                return Err(UsageError(
+                    "the prompt on stdin is empty; pipe the task in, e.g. `echo 'list the files' | orch exec -`".into(),
+                ));
+            }
+            text
+        } else {
+            self.prompt
+        };
+        let output_schema = match &self.output_schema {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| UsageError(format!("cannot read --output-schema {}: {e}", path.display())))?;
+                Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| UsageError(format!("--output-schema {} is not JSON: {e}", path.display())))?,
+                )
+            }
+            None => None,
+        };
+        let output_format = match (self.json, self.output_format) {
+            (true, _) | (false, OutputFormat::StreamJson) => ExecOutput::StreamJson,
+            (false, OutputFormat::Json) => ExecOutput::Json,
+            (false, OutputFormat::Text) => ExecOutput::Text,
+        };
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+        Ok(ExecOptions {
+            prompt,
+            output_format,
+            output_schema,
+            allow_outside_repo: self.allow_outside_repo,
+            attended: !ci && std::io::stderr().is_terminal(),
+            reporter,
             model: self.model.spec(),
             agent_id: self.agent_id,
             max_turns: self.max_turns,
             max_tokens: self.max_tokens,
             max_cost_usd: self.max_cost_usd,
             timeout: self.timeout,
-            json: self.json,
             tools: self.tools,
             cwd: self.cwd,
             no_instructions: self.no_instructions,
@@ -307,7 +372,7 @@ impl ExecArgs {
                 ask: self.permissions.ask,
             },
             sandbox: self.sandbox.spec(),
-        }
+        })
     }
 }
 
@@ -337,6 +402,11 @@ impl RunArgs {
             record: self.record,
             replay: self.replay,
             publish: self.publish,
+            sandbox: orch_run::options::SandboxOverride {
+                backend: self.backend,
+                network: self.network,
+                image: self.image,
+            },
             reporter,
         }
     }
@@ -461,6 +531,17 @@ pub struct RunArgs {
     /// token, dry-run otherwise.
     #[arg(long, value_name = "MODE", value_parser = parse_publish)]
     pub publish: Option<orch_run::publish::PublishMode>,
+    /// Run every agent and setup under this sandbox backend, whatever the workflow says
+    /// (in a pull-request run, `none` is still refused without --trust-repo-config).
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub backend: Option<Backend>,
+    /// Give every agent and setup this network access, whatever the workflow says (in a
+    /// pull-request run, `full` is still refused without --trust-repo-config).
+    #[arg(long, value_enum, value_name = "NETWORK")]
+    pub network: Option<Network>,
+    /// The container image for every agent and setup (container backend).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
 }
 
 /// `orch merge DIR...`.
@@ -548,6 +629,9 @@ fn parse_input(text: &str) -> Result<(String, serde_json::Value), String> {
     let value = serde_yaml::from_str::<serde_json::Value>(value)
         .ok()
         .filter(|v| !v.is_null() || value.trim() == "null")
+        // YAML folds the lines of a plain scalar into one; text of several lines (`$(git
+        // ls-files)`) stays as written, so a fan-out gets one item per line.
+        .filter(|v| !(v.is_string() && value.contains('\n')))
         .unwrap_or_else(|| serde_json::Value::String(value.to_string()));
     Ok((name.to_string(), value))
 }

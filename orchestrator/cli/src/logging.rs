@@ -1,9 +1,15 @@
-//! `tracing` logs on stderr, set by `RUST_LOG` or `-v`, without colour when `NO_COLOR`
-//! is set or stderr is not a terminal.
+//! `tracing` logs on stderr, set by `RUST_LOG` or `-v`, in the prefix scheme of
+//! STYLE.md (`error:`, `warning:`, `orch:`), without colour when `NO_COLOR` is set or
+//! stderr is not a terminal.
 
+use std::fmt;
 use std::io::IsTerminal;
 
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 pub fn init(verbose: u8) {
     let default = match verbose {
@@ -17,6 +23,80 @@ pub fn init(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(colour)
-        .with_target(false)
+        .event_format(Prefixed)
         .try_init();
+}
+
+/// One line per event: `error: …`, `warning: …`, or `orch: …` for the rest (which only
+/// `-v` shows; debug and trace lines also name their module).
+struct Prefixed;
+
+impl<S, N> FormatEvent<S, N> for Prefixed
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        let level = *event.metadata().level();
+        let (prefix, colour) = match level {
+            Level::ERROR => ("error", "1;31"),
+            Level::WARN => ("warning", "1;33"),
+            _ => ("orch", "2"),
+        };
+        if writer.has_ansi_escapes() {
+            write!(writer, "\x1b[{colour}m{prefix}\x1b[0m: ")?;
+        } else {
+            write!(writer, "{prefix}: ")?;
+        }
+        if level > Level::INFO {
+            write!(writer, "[{}] ", event.metadata().target())?;
+        }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn log_lines_use_the_prefix_scheme() {
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new("debug"))
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .event_format(Prefixed)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!("cannot remove the run clone");
+            tracing::warn!(kept = 2, "the run clone stays");
+            tracing::info!("setup: npm ci");
+            tracing::debug!("a detail");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "error: cannot remove the run clone");
+        assert_eq!(lines[1], "warning: the run clone stays kept=2");
+        assert_eq!(lines[2], "orch: setup: npm ci");
+        assert!(lines[3].starts_with("orch: [") && lines[3].ends_with("] a detail"), "{}", lines[3]);
+    }
 }

@@ -83,9 +83,11 @@ fn main() -> std::process::ExitCode {
                 Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?)
             }
             Command::Other(cli::Command::Recover(args)) => Ok(run::recover::command(&args.dir, args.author).await?),
-            Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args),
+            Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args).or_else(reader_gone),
             Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
-            Command::Other(cli::Command::Exec(args)) => Ok(exec::run(args.options()).await?),
+            Command::Other(cli::Command::Exec(args)) => {
+                Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?)
+            }
             Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
         }
     });
@@ -96,6 +98,14 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             exit::for_error(&e).into()
         }
+    }
+}
+
+/// `orch plan | head`: a reader that stopped reading is not an error (as with `cat`).
+fn reader_gone(e: anyhow::Error) -> anyhow::Result<exit::Code> {
+    match e.downcast_ref::<std::io::Error>() {
+        Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::Code::Success),
+        _ => Err(e),
     }
 }
 

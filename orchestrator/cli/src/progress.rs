@@ -78,6 +78,19 @@ fn finished_line(r: &AgentReport) -> String {
     )
 }
 
+/// The mark before a finished agent's line on an attended terminal: only a failure
+/// gets the cross; work stopped at a limit, cancelled or skipped each look different.
+fn mark(status: AgentStatus) -> &'static str {
+    match status {
+        AgentStatus::Succeeded => "✓",
+        AgentStatus::Failed => "✗",
+        AgentStatus::Partial => "◐",
+        AgentStatus::Cancelled => "⊘",
+        AgentStatus::Skipped => "-",
+        AgentStatus::Running | AgentStatus::Pending => "…",
+    }
+}
+
 /// `text` with line breaks as spaces (a workflow command's data is one line).
 fn one_line(text: &str) -> String {
     text.replace(['\n', '\r'], " ")
@@ -263,8 +276,7 @@ impl Reporter for Live {
                 c.failed += 1;
             }
         }
-        let mark = if report.status == AgentStatus::Succeeded { "✓" } else { "✗" };
-        let _ = self.multi.println(format!("{mark} {}", finished_line(report)));
+        let _ = self.multi.println(format!("{} {}", mark(report.status), finished_line(report)));
         self.update_overall();
     }
 
@@ -295,5 +307,20 @@ mod tests {
         assert!(line.starts_with("Bash echo xxx"), "{line}");
         assert!(line.ends_with('…') && !line.contains("second"), "{line}");
         assert!(describe(&Event::TextDelta { text: "x".into() }).is_none());
+    }
+
+    #[test]
+    fn only_failures_get_the_cross() {
+        let all = [
+            AgentStatus::Succeeded,
+            AgentStatus::Failed,
+            AgentStatus::Partial,
+            AgentStatus::Cancelled,
+            AgentStatus::Skipped,
+        ];
+        let marks: std::collections::HashSet<&str> = all.iter().map(|s| mark(*s)).collect();
+        assert_eq!(marks.len(), all.len(), "each status has its own mark");
+        assert_eq!(mark(AgentStatus::Failed), "✗");
+        assert!(all.iter().filter(|s| **s != AgentStatus::Failed).all(|s| mark(*s) != "✗"));
     }
 }

@@ -110,7 +110,6 @@ pub struct PermissionSpec {
 }
 
 /// `orch exec`: one ad-hoc agent.
-#[derive(Debug)]
 pub struct ExecOptions {
     pub prompt: String,
     pub model: ModelSpec,
@@ -119,8 +118,17 @@ pub struct ExecOptions {
     pub max_tokens: Option<u64>,
     pub max_cost_usd: Option<f64>,
     pub timeout: Option<Duration>,
-    /// Stream events as JSON lines on stdout.
-    pub json: bool,
+    /// What goes to stdout: the answer, one JSON result, or every event.
+    pub output_format: ExecOutput,
+    /// `--output-schema`: the final answer must be JSON matching this schema (asked
+    /// again when it does not, as a workflow's `output.schema`).
+    pub output_schema: Option<serde_json::Value>,
+    /// Write tools outside a git repository, or in the home or root directory.
+    pub allow_outside_repo: bool,
+    /// Started from an attended terminal (the system prompt says so).
+    pub attended: bool,
+    /// Where progress goes (the terminal's view, in the binary).
+    pub reporter: Arc<dyn Reporter>,
     pub tools: Vec<String>,
     /// The working directory (default: the current one).
     pub cwd: Option<PathBuf>,
@@ -132,6 +140,24 @@ pub struct ExecOptions {
     pub model_settings: orch_agents::model::ModelSettings,
     pub permissions: PermissionSpec,
     pub sandbox: SandboxSpec,
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions").field("agent_id", &self.agent_id).finish_non_exhaustive()
+    }
+}
+
+/// `orch exec --output-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecOutput {
+    /// The final answer as text.
+    #[default]
+    Text,
+    /// One JSON object at the end: answer, status, usage, cost.
+    Json,
+    /// Every event as a JSON line (`--json`).
+    StreamJson,
 }
 
 /// `orch run WORKFLOW`.
@@ -164,8 +190,39 @@ pub struct RunOptions {
     /// `--publish`: `None` for the default (on under GitHub Actions with a token,
     /// dry-run otherwise).
     pub publish: Option<crate::publish::PublishMode>,
+    /// `--backend`, `--network`, `--image`: replace the workflow's sandbox settings.
+    pub sandbox: SandboxOverride,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
+}
+
+/// Sandbox settings given on the command line of `orch run`; each one replaces the
+/// workflow's value for every agent and for `setup:`.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxOverride {
+    pub backend: Option<orch_types::Backend>,
+    pub network: Option<orch_types::Network>,
+    pub image: Option<String>,
+}
+
+impl SandboxOverride {
+    /// Writes the overrides into the workflow's defaults and into every agent that sets
+    /// its own value, before the workflow is planned (so the trust rule still sees them).
+    pub fn apply(&self, workflow: &mut orch_workflows::Workflow) {
+        let mut targets = vec![&mut workflow.defaults.sandbox];
+        targets.extend(workflow.agents.iter_mut().map(|a| &mut a.sandbox));
+        for sandbox in targets {
+            if let Some(b) = self.backend {
+                sandbox.backend = Some(b);
+            }
+            if let Some(n) = self.network {
+                sandbox.network = Some(n);
+            }
+            if let Some(i) = &self.image {
+                sandbox.image = Some(i.clone());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for RunOptions {

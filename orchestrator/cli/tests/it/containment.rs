@@ -634,7 +634,16 @@ agents:
     let started = Instant::now();
     let out = orch()
         .current_dir(w)
-        .args(["exec", "--provider", "scripted", "--tools", "Read,Grep,Glob,Bash", "--permission-mode", "bypass"])
+        .args([
+            "exec",
+            "--allow-outside-repo",
+            "--provider",
+            "scripted",
+            "--tools",
+            "Read,Grep,Glob,Bash",
+            "--permission-mode",
+            "bypass",
+        ])
         .arg("--script")
         .arg(&script_path)
         .arg("--read")
@@ -722,7 +731,16 @@ fn tool_host_case(backend: Backend) {
     let watch = Watch::start(&tag);
     let out = orch()
         .current_dir(&fixture.w)
-        .args(["exec", "--provider", "scripted", "--tools", "Bash", "--permission-mode", "bypass"])
+        .args([
+            "exec",
+            "--allow-outside-repo",
+            "--provider",
+            "scripted",
+            "--tools",
+            "Bash",
+            "--permission-mode",
+            "bypass",
+        ])
         .arg("--script")
         .arg(&script_path)
         .arg("--read")

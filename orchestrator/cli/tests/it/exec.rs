@@ -119,7 +119,7 @@ async fn tools_run_in_a_separate_tool_host_process() {
         .current_dir(dir.path())
         .env("ANTHROPIC_API_KEY", "k")
         .env("ANTHROPIC_BASE_URL", mock.url())
-        .args(["exec", "--tools", "Bash", "go"])
+        .args(["exec", "--allow-outside-repo", "--tools", "Bash", "go"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -151,7 +151,7 @@ async fn a_command_cannot_kill_its_tool_host() {
         .current_dir(dir.path())
         .env("ANTHROPIC_API_KEY", "k")
         .env("ANTHROPIC_BASE_URL", mock.url())
-        .args(["exec", "--tools", "Bash,Read", "go"]));
+        .args(["exec", "--allow-outside-repo", "--tools", "Bash,Read", "go"]));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.trim(), "done");
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -207,7 +207,7 @@ async fn sigint_during_a_tool_exits_130_and_kills_the_command() {
         .current_dir(dir.path())
         .env("ANTHROPIC_API_KEY", "k")
         .env("ANTHROPIC_BASE_URL", mock.url())
-        .args(["exec", "--tools", "Bash", "go"])
+        .args(["exec", "--allow-outside-repo", "--tools", "Bash", "go"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -243,18 +243,19 @@ fn the_container_backend_runs_tools_in_a_container() {
         dir.path(),
         "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Bash, input: {command: \"test -e /.dockerenv && echo in-docker; id -u; echo hi > made.txt\"}}]\n    - text: done\n",
     );
-    let (code, stdout, stderr) = run(orch().current_dir(dir.path()).arg("exec").arg("--script").arg(&s).args([
-        "--provider",
-        "scripted",
-        "--tools",
-        "Bash",
-        "--backend",
-        "container",
-        "--image",
-        "orch-test:busybox",
-        "--json",
-        "go",
-    ]));
+    let (code, stdout, stderr) =
+        run(orch().current_dir(dir.path()).arg("exec").arg("--allow-outside-repo").arg("--script").arg(&s).args([
+            "--provider",
+            "scripted",
+            "--tools",
+            "Bash",
+            "--backend",
+            "container",
+            "--image",
+            "orch-test:busybox",
+            "--json",
+            "go",
+        ]));
     assert_eq!(code, 0, "is the engine up and the image built (.ci/docker.sh)? {stderr}");
     let finished = stdout.lines().find(|l| l.contains("tool_use_finished")).unwrap();
     let output: serde_json::Value = serde_json::from_str(finished).unwrap();
@@ -271,13 +272,298 @@ fn the_container_backend_runs_tools_in_a_container() {
 fn the_container_backend_needs_an_image() {
     let dir = tempfile::tempdir().unwrap();
     let s = script(dir.path(), "version: 1\nagents: {}\n");
-    let (code, _, stderr) = run(orch().current_dir(dir.path()).arg("exec").arg("--script").arg(&s).args([
-        "--provider",
-        "scripted",
-        "--backend",
-        "container",
-        "go",
-    ]));
+    let (code, _, stderr) = run(orch()
+        .current_dir(dir.path())
+        .arg("exec")
+        .arg("--allow-outside-repo")
+        .arg("--script")
+        .arg(&s)
+        .args(["--provider", "scripted", "--backend", "container", "go"]));
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("needs an image"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------
+// At a terminal (issue 14)
+
+const ANSWER: &str = "version: 1\nagents:\n  main:\n    - text: The files are a.txt and b.txt.\n";
+
+#[test]
+fn a_dash_reads_the_prompt_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "version: 1\nagents:\n  main:\n    - expect: { contains: \"list the files\" }\n      text: Listed.\n",
+    );
+    let mut child = orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--script"])
+        .arg(&s)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"list the files\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Listed.\n");
+
+    // Nothing on stdin is a usage error, not a prompt of "-".
+    let (code, _, stderr) =
+        run(orch().current_dir(dir.path()).args(["exec", "--provider", "scripted", "--script"]).arg(&s).arg("-"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("stdin is empty"), "{stderr}");
+}
+
+#[test]
+fn write_tools_are_refused_in_home_outside_a_repository() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().canonicalize().unwrap();
+    let bashrc = home.join(".bashrc");
+    std::fs::write(&bashrc, "# mine\n").unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let s = script(
+        scripts.path(),
+        "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Bash, input: {command: \"echo evil >> .bashrc\"}}]\n    - text: Done.\n",
+    );
+    let attempt = |extra: &[&str]| {
+        run(orch()
+            .current_dir(&home)
+            .env("HOME", &home)
+            .args(["exec", "--provider", "scripted", "--tools", "Bash", "--backend", "none"])
+            .args(extra)
+            .arg("--script")
+            .arg(&s)
+            .arg("go"))
+    };
+    let (code, _, stderr) = attempt(&[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("your home directory") && stderr.contains("--allow-outside-repo"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "# mine\n", "the refused agent wrote anyway");
+
+    // Read-only tools are fine there, and the flag lets the user take the risk.
+    let (code, _, stderr) = run(orch()
+        .current_dir(&home)
+        .env("HOME", &home)
+        .args(["exec", "--provider", "scripted", "--tools", "Read,Grep", "--script"])
+        .arg(script(scripts.path(), ANSWER))
+        .arg("go"));
+    assert_eq!(code, 0, "{stderr}");
+    let s = script(
+        scripts.path(),
+        "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Bash, input: {command: \"echo evil >> .bashrc\"}}]\n    - text: Done.\n",
+    );
+    let (code, _, stderr) = run(orch()
+        .current_dir(&home)
+        .env("HOME", &home)
+        .args(["exec", "--provider", "scripted", "--tools", "Bash", "--backend", "none", "--allow-outside-repo"])
+        .arg("--script")
+        .arg(&s)
+        .arg("go"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "# mine\nevil\n");
+
+    // A directory that is not in a git repository is refused the same way.
+    let plain = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = run(orch()
+        .current_dir(plain.path())
+        .args(["exec", "--provider", "scripted", "--tools", "Write", "--script"])
+        .arg(&s)
+        .arg("go"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not inside a git repository"), "{stderr}");
+}
+
+#[test]
+fn output_format_json_prints_one_result_with_usage_and_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), ANSWER);
+    let (code, stdout, stderr) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--output-format", "json", "--script"])
+        .arg(&s)
+        .arg("list"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["type"], "result");
+    assert_eq!(result["status"], "succeeded");
+    assert_eq!(result["is_error"], false);
+    assert_eq!(result["result"], "The files are a.txt and b.txt.");
+    assert_eq!(result["num_turns"], 1);
+    assert!(result["usage"]["output_tokens"].as_u64().unwrap() > 0, "{result}");
+    assert!(result["total_cost_usd"].is_number(), "{result}");
+    assert!(result["session_id"].as_str().unwrap().ends_with("/main"), "{result}");
+
+    // --json and --output-format stream-json are the same stream.
+    let (_, a, _) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--json", "--script"])
+        .arg(&s)
+        .arg("x"));
+    let (_, b, _) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--output-format", "stream-json", "--script"])
+        .arg(&s)
+        .arg("x"));
+    let types = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]["type"].to_string())
+            .collect()
+    };
+    assert_eq!(types(&a), types(&b));
+    assert!(types(&a).len() > 2, "{a}");
+}
+
+#[test]
+fn output_schema_checks_the_answer_and_asks_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "required": ["files"], "properties": {"files": {"type": "array", "items": {"type": "string"}}}}"#,
+    )
+    .unwrap();
+    // The first answer is not JSON: the agent is asked again and then matches.
+    let s = script(
+        dir.path(),
+        "version: 1\nagents:\n  main:\n    - text: a.txt and b.txt\n    - expect: { contains: \"does not match\" }\n      text: '{\"files\": [\"a.txt\", \"b.txt\"]}'\n",
+    );
+    let (code, stdout, stderr) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--output-format", "json", "--output-schema"])
+        .arg(&schema)
+        .arg("--script")
+        .arg(&s)
+        .arg("list"));
+    assert_eq!(code, 0, "{stderr}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["structured_output"], json!({"files": ["a.txt", "b.txt"]}));
+    assert_eq!(result["num_turns"], 2);
+
+    // Never matching: failed, exit 1, with the reason.
+    let s =
+        script(dir.path(), "version: 1\nagents:\n  main:\n    - text: no\n    - text: still no\n    - text: never\n");
+    let (code, stdout, stderr) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--output-format", "json", "--output-schema"])
+        .arg(&schema)
+        .arg("--script")
+        .arg(&s)
+        .arg("list"));
+    assert_eq!(code, 1, "{stderr}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["status"], "failed");
+    assert!(result["reason"].as_str().unwrap().contains("output.schema"), "{result}");
+
+    // A schema that is not a schema is a usage error.
+    std::fs::write(&schema, r#"{"type": 5}"#).unwrap();
+    let (code, _, stderr) = run(orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--output-schema"])
+        .arg(&schema)
+        .arg("--script")
+        .arg(&s)
+        .arg("list"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--output-schema"), "{stderr}");
+}
+
+#[test]
+fn large_tool_results_stay_private_and_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    assert!(Command::new("git").arg("init").arg("-q").arg(&repo).status().unwrap().success());
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    // A result too large to send inline is saved; the second command gives the test time
+    // to look at the directory from outside.
+    let s = script(
+        dir.path(),
+        "version: 1\nagents:\n  main:\n    - tool_calls: [{name: Bash, input: {command: \"seq 1 20000 > big.txt\"}}]\n    - tool_calls: [{name: Grep, input: {pattern: \"1\", path: big.txt, output_mode: content}}]\n    - tool_calls: [{name: Bash, input: {command: \"sleep 3\"}}]\n    - text: Done.\n",
+    );
+    let child = orch()
+        .current_dir(&repo)
+        .env("TMPDIR", &tmp)
+        .args(["exec", "--provider", "scripted", "--tools", "Bash,Grep", "--script"])
+        .arg(&s)
+        .arg("go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let private = loop {
+        let found = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("orch-exec-"));
+        if let Some(found) = found
+            && std::fs::read_dir(found.join("tool-results")).is_ok_and(|mut d| d.next().is_some())
+        {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no saved tool result appeared under {}", tmp.display());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let results = private.join("tool-results");
+    if nix::unistd::geteuid().is_root() {
+        // Passable but not listable by others; the results the sandbox uid's alone.
+        assert_eq!(mode(&private), 0o711);
+        assert_eq!(mode(&results) & 0o077, 0, "{:o}", mode(&results));
+        assert_ne!(std::fs::metadata(&results).unwrap().uid(), 0);
+    } else {
+        assert_eq!(mode(&private), 0o700);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!private.exists(), "{} is left behind", private.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_system_prompt_says_where_exec_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await;
+    mock.set_default(Some(Step::text("done")));
+    let bin = assert_cmd::cargo::cargo_bin("orch");
+    // Not attended (stderr is a pipe): the CI wording.
+    let (code, _, stderr) = run(orch()
+        .current_dir(dir.path())
+        .env("ANTHROPIC_API_KEY", "k")
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .args(["exec", "--tools", "Read", "go"]));
+    assert_eq!(code, 0, "{stderr}");
+    // At a terminal (`script` gives orch one), outside CI: the terminal wording.
+    let command = format!("{} exec --tools Read go", bin.display());
+    let cwd = dir.path().to_path_buf();
+    let url = mock.url();
+    let status = tokio::task::spawn_blocking(move || {
+        Command::new("script")
+            .args(["-q", "-e", "-c", &command, "/dev/null"])
+            .current_dir(cwd)
+            .env_remove("CI")
+            .env_remove("GITHUB_ACTIONS")
+            .env("TERM", "xterm")
+            .env("NO_COLOR", "1")
+            .env("ANTHROPIC_API_KEY", "k")
+            .env("ANTHROPIC_BASE_URL", url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .expect("`script` (util-linux) gives orch a terminal")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let system = |i: usize| mock.requests()[i].system().map(|s| s.to_string()).unwrap_or_default();
+    assert_eq!(mock.requests().len(), 2);
+    assert!(system(0).contains("inside a CI job"), "{}", system(0));
+    assert!(system(1).contains("from their terminal with `orch exec`"), "{}", system(1));
+    assert!(!system(1).contains("CI job"), "{}", system(1));
 }

@@ -24,7 +24,7 @@ fn exec(dir: &Path, script: &str, args: &[&str]) -> (i32, String, String) {
     let out = orch()
         .current_dir(dir)
         .env_remove("GITHUB_EVENT_NAME")
-        .args(["exec", "--provider", "scripted", "--json", "--script"])
+        .args(["exec", "--allow-outside-repo", "--provider", "scripted", "--json", "--script"])
         .arg(&path)
         .args(args)
         .arg("go")

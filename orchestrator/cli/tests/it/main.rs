@@ -13,6 +13,7 @@ mod mcp;
 mod permission_settings;
 mod publish;
 mod reap;
+mod rough_edges;
 mod run;
 mod sandbox_run;
 mod signals;

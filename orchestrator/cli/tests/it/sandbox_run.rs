@@ -384,7 +384,7 @@ async fn exec_tools_cannot_read_the_coordinator_or_write_outside() {
         .current_dir(&w)
         .env("ANTHROPIC_API_KEY", "k-secret-in-coordinator")
         .env("ANTHROPIC_BASE_URL", mock.url())
-        .args(["exec", "--tools", "Bash", "--permission-mode", "bypass", "go"])
+        .args(["exec", "--allow-outside-repo", "--tools", "Bash", "--permission-mode", "bypass", "go"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

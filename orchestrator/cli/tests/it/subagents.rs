@@ -221,7 +221,7 @@ agents:
     .unwrap();
     let out = orch()
         .current_dir(dir.path())
-        .args(["exec", "--provider", "scripted", "--tools", "Read,Agent", "--script"])
+        .args(["exec", "--allow-outside-repo", "--provider", "scripted", "--tools", "Read,Agent", "--script"])
         .arg(&script)
         .arg("Count the lines of notes.txt with a helper.")
         .output()
@@ -229,6 +229,6 @@ agents:
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "notes.txt has two lines.");
-    assert!(stderr.contains("main/sub-1: tool Read started"), "{stderr}");
-    assert!(stderr.contains("sub-agent main/sub-1 completed (2 turns)"), "{stderr}");
+    assert!(stderr.contains("main: main/sub-1: Read notes.txt"), "{stderr}");
+    assert!(stderr.contains("main: main/sub-1 completed (2 turns)"), "{stderr}");
 }

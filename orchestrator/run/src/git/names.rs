@@ -63,6 +63,19 @@ pub fn safe_name(agent_id: &str) -> Result<String> {
 mod tests {
     use super::*;
 
+    /// The README's example names are what orch writes (a tidy check).
+    #[test]
+    fn the_readme_names_the_branches_and_files_orch_writes() {
+        let readme = include_str!("../../../../README.md");
+        let name = safe_name("fix/crates-core").unwrap();
+        for written in
+            [format!("orch/<run>/{name}`"), format!("transcripts/{name}.jsonl"), format!("patches/{name}.patch")]
+        {
+            assert!(readme.contains(&written), "README.md does not show `{written}`");
+        }
+        assert!(!readme.contains("orch/<run>/fix/crates-core"), "README.md shows a branch orch never writes");
+    }
+
     #[test]
     fn plain_ids_are_kept() {
         for id in ["fix", "fix-1", "survey_2", "crate.io", "A9"] {

@@ -9,13 +9,13 @@ use std::time::Instant;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
-use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
+use orch_agents::{Limits, QueryConfig, Terminal};
 use orch_workflows::AgentSpec;
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::Checkpoints;
 use super::events::{AgentSink, Transcript};
-use super::output::{MAX_RETRIES, OutputSchema};
+use super::output::OutputSchema;
 use super::report::{AgentReport, AgentStatus, ChangedFile, TooLargeFile};
 use super::{Shared, StopReason};
 use crate::git::{ChangeKind, CommitInfo, Worktree, safe_name};
@@ -294,7 +294,7 @@ async fn drive(
 async fn converse(
     shared: &Shared,
     pool: &ToolPool,
-    mut config: QueryConfig,
+    config: QueryConfig,
     prompt: String,
     schema: Option<&OutputSchema>,
     sink: &AgentSink,
@@ -312,48 +312,20 @@ async fn converse(
     if sink.json {
         super::events::print_json_line(&line);
     }
-    let mut messages = vec![Message::user(text)];
-    let started = Instant::now();
-    let mut retries = 0;
-    let terminal = loop {
-        let outcome = query(shared.provider.as_ref(), pool, &config, messages, sink, cancel).await;
-        report.turns += outcome.turns;
-        report.usage += outcome.usage;
-        report.cost_usd += outcome.cost_usd;
-        report.model = Some(outcome.model.clone());
-        report.text = outcome.final_text.clone();
-        let (Some(schema), Terminal::Completed) = (schema, &outcome.terminal) else { break outcome.terminal };
-        match schema.check(&outcome.final_text) {
-            Ok(value) => {
-                report.output = Some(value);
-                report.output_error = None;
-                break Terminal::Completed;
-            }
-            Err(error) if retries == MAX_RETRIES => {
-                report.output_error = Some(error);
-                break Terminal::Completed;
-            }
-            Err(error) => {
-                retries += 1;
-                tracing::info!(agent = %sink.agent, "its answer does not match output.schema; asking again: {error}");
-                report.output_error = Some(error.clone());
-                messages = outcome.messages;
-                messages.push(Message::user(schema.retry_message(&error)));
-                let limits = &mut config.limits;
-                limits.max_turns = limits.max_turns.map(|t| t.saturating_sub(outcome.turns));
-                limits.max_tokens = limits.max_tokens.map(|t| t.saturating_sub(outcome.usage.total()));
-                limits.max_cost_usd = limits.max_cost_usd.map(|c| (c - outcome.cost_usd).max(0.0));
-                limits.timeout = limits.timeout.map(|t| t.saturating_sub(started.elapsed()));
-            }
-        }
-    };
+    let answer = super::output::ask(shared.provider.as_ref(), pool, config, text, schema, sink, cancel).await;
+    report.turns += answer.turns;
+    report.usage += answer.usage;
+    report.cost_usd += answer.cost_usd;
+    report.model = Some(answer.model.clone());
+    report.text = answer.text.clone();
+    report.output = answer.output.clone();
+    report.output_error = answer.output_error.clone();
+    let schema_failure = answer.schema_failure();
+    let terminal = answer.terminal;
     let (status, reason) = match &terminal {
-        Terminal::Completed => match &report.output_error {
-            Some(error) if report.output.is_none() => (
-                AgentStatus::Failed,
-                Some(format!("its final answer does not match output.schema after {MAX_RETRIES} retries: {error}")),
-            ),
-            _ => (AgentStatus::Succeeded, None),
+        Terminal::Completed => match schema_failure {
+            Some(why) => (AgentStatus::Failed, Some(why)),
+            None => (AgentStatus::Succeeded, None),
         },
         Terminal::Aborted { .. } => match shared.stop.get() {
             Some(StopReason::RunLimit(why)) => (AgentStatus::Partial, Some(why)),

@@ -184,6 +184,17 @@ pub fn print_json_line(value: &serde_json::Value) {
     }
 }
 
+/// Writes the run's answer (model text) to stdout, fenced in GitHub mode. A reader that
+/// went away (`orch run … | head`) is not an error: the report on disk has it all.
+pub fn print_answer(answer: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let written = write!(out, "{}", crate::fence::untrusted(answer)).and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use orch_workflows::Limits;

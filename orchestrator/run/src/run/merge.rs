@@ -151,7 +151,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     if args.json {
         events::print_json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
     } else if let Some(s) = &merged.synthesis {
-        print!("{}", crate::fence::untrusted(s.text.trim_end()));
+        events::print_answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(code)
 }

@@ -27,7 +27,7 @@ mod github;
 mod junit;
 mod live_report;
 mod merge;
-mod output;
+pub(crate) mod output;
 pub mod recover;
 #[cfg(test)]
 mod render_snapshots;
@@ -38,12 +38,11 @@ mod select;
 mod setup;
 mod synthesis;
 
-pub(crate) use events::Transcript;
+pub(crate) use events::{Transcript, print_answer, print_json_line};
 pub use merge::run as merge;
 pub use reporter::Reporter;
 pub use select::{Shard, shard_of};
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -144,10 +143,11 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     }
     // The trust rule covers the workflow: from the base ref in a pull-request run.
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
-    let (workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
+    let (mut workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
         Ok(loaded) => (loaded.workflow, loaded.untrusted),
         Err(code) => return Ok(code),
     };
+    args.sandbox.apply(&mut workflow);
     let plan = match workflow::plan(&workflow, &args.inputs) {
         Ok(p) => p,
         Err(code) => return Ok(code),
@@ -658,10 +658,8 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
         _ => String::new(),
     };
     if !answer.trim().is_empty() {
-        let mut out = std::io::stdout().lock();
         // Model text: fenced in GitHub mode, so it cannot act as a workflow command.
-        write!(out, "{}", crate::fence::untrusted(answer.trim_end()))?;
-        out.flush()?;
+        events::print_answer(answer.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(())
 }

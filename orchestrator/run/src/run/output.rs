@@ -1,8 +1,13 @@
 //! Structured output: finding the JSON value in an agent's final answer and checking
 //! it against the agent's `output.schema`; the texts that ask for it and, when it is
-//! wrong, ask again.
+//! wrong, ask again ([`ask`], used by workflow agents and `orch exec --output-schema`).
 
+use std::time::Instant;
+
+use orch_agents::tool::ToolRunner;
+use orch_agents::{EventSink, Message, ModelProvider, QueryConfig, Terminal, Usage, query};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 /// How many times an agent is asked again after an invalid answer.
 pub const MAX_RETRIES: u32 = 2;
@@ -52,6 +57,97 @@ impl OutputSchema {
              the corrected JSON value, matching this schema:\n\n```json\n{}\n```",
             serde_json::to_string_pretty(&self.schema).unwrap_or_default()
         )
+    }
+}
+
+/// What the loop gave, over the first prompt and every retry.
+#[derive(Debug)]
+pub struct Answer {
+    pub terminal: Terminal,
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    /// The model that answered last.
+    pub model: String,
+    /// The last final answer.
+    pub text: String,
+    /// The structured output, when there is a schema and an answer matched it.
+    pub output: Option<Value>,
+    /// Why the last answer did not match the schema.
+    pub output_error: Option<String>,
+}
+
+impl Answer {
+    /// Completed, but the answer never matched the schema: the agent failed, with this
+    /// reason.
+    pub fn schema_failure(&self) -> Option<String> {
+        match (&self.terminal, &self.output_error, &self.output) {
+            (Terminal::Completed, Some(error), None) => {
+                Some(format!("its final answer does not match output.schema after {MAX_RETRIES} retries: {error}"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs the loop on `prompt` (which already carries [`OutputSchema::instructions`]
+/// when there is a schema) and, while its
+/// final answer does not match `schema`, asks again (at most [`MAX_RETRIES`] times)
+/// within what is left of the limits.
+pub async fn ask(
+    provider: &dyn ModelProvider,
+    tools: &dyn ToolRunner,
+    mut config: QueryConfig,
+    prompt: String,
+    schema: Option<&OutputSchema>,
+    events: &dyn EventSink,
+    cancel: &CancellationToken,
+) -> Answer {
+    let mut messages = vec![Message::user(prompt)];
+    let started = Instant::now();
+    let mut retries = 0;
+    let mut answer = Answer {
+        terminal: Terminal::Completed,
+        turns: 0,
+        usage: Usage::default(),
+        cost_usd: 0.0,
+        model: config.model.clone(),
+        text: String::new(),
+        output: None,
+        output_error: None,
+    };
+    loop {
+        let outcome = query(provider, tools, &config, messages, events, cancel).await;
+        answer.turns += outcome.turns;
+        answer.usage += outcome.usage;
+        answer.cost_usd += outcome.cost_usd;
+        answer.model = outcome.model.clone();
+        answer.text = outcome.final_text.clone();
+        answer.terminal = outcome.terminal.clone();
+        let (Some(schema), Terminal::Completed) = (schema, &outcome.terminal) else { return answer };
+        match schema.check(&outcome.final_text) {
+            Ok(value) => {
+                answer.output = Some(value);
+                answer.output_error = None;
+                return answer;
+            }
+            Err(error) if retries == MAX_RETRIES => {
+                answer.output_error = Some(error);
+                return answer;
+            }
+            Err(error) => {
+                retries += 1;
+                tracing::info!(agent = %config.agent_id, "its answer does not match output.schema; asking again: {error}");
+                answer.output_error = Some(error.clone());
+                messages = outcome.messages;
+                messages.push(Message::user(schema.retry_message(&error)));
+                let limits = &mut config.limits;
+                limits.max_turns = limits.max_turns.map(|t| t.saturating_sub(outcome.turns));
+                limits.max_tokens = limits.max_tokens.map(|t| t.saturating_sub(outcome.usage.total()));
+                limits.max_cost_usd = limits.max_cost_usd.map(|c| (c - outcome.cost_usd).max(0.0));
+                limits.timeout = limits.timeout.map(|t| t.saturating_sub(started.elapsed()));
+            }
+        }
     }
 }
 

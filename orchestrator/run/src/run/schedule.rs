@@ -444,7 +444,11 @@ pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) ->
     if outcome.terminal != Terminal::Completed {
         report.reason = Some(outcome.terminal.to_string());
     }
-    env.reporter.note(&format!("synthesis {}", report.status.as_str()));
+    // A synthesis that did not succeed says why, on stderr, where the run's end is read.
+    match &report.reason {
+        Some(reason) => env.reporter.note(&format!("synthesis {}: {reason}", report.status.as_str())),
+        None => env.reporter.note(&format!("synthesis {}", report.status.as_str())),
+    }
     report.terminal = Some(outcome.terminal);
     report
 }

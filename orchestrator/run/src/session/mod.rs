@@ -182,6 +182,11 @@ impl AgentSession {
         }
     }
 
+    /// The uid the agent's commands run as, when the sandbox gives it one (as root).
+    pub fn sandbox_uid(&self) -> Option<u32> {
+        self.sandbox.as_ref().and_then(|s| s.policy.uid)
+    }
+
     /// The tool pool (absent only after [`AgentSession::stop`]).
     pub fn pool(&self) -> Option<&ToolPool> {
         self.pool.as_ref()

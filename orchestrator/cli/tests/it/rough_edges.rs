@@ -1,0 +1,350 @@
+//! The rough edges a first user met (issue 14), each through the real binary: a closed
+//! pipe after `orch plan`, the sandbox flags of `orch run`, the reason of a failed
+//! synthesis, the Docker socket's permission hint, and the terminal after Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::io::Read as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::{Fixture, orch};
+
+/// A plan long enough that it cannot fit in a pipe's buffer.
+fn long_workflow(dir: &Path) -> std::path::PathBuf {
+    let items: Vec<String> = (0..3000).map(|i| format!("\"file-{i:05}.txt\"")).collect();
+    let text = format!(
+        "version: 1\nname: long\nagents:\n  fix:\n    for_each: [{}]\n    prompt: \"Fix {{{{ item }}}}.\"\n",
+        items.join(", ")
+    );
+    let path = dir.join("long.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn plan_into_a_reader_that_went_away_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = long_workflow(dir.path());
+    // The whole plan is far larger than a pipe holds, so orch is still writing when the
+    // reader goes away, whichever comes first.
+    let full = orch().args(["plan"]).arg(&workflow).output().unwrap();
+    assert!(full.status.success(), "{}", String::from_utf8_lossy(&full.stderr));
+    assert!(full.stdout.len() > 256 * 1024, "the plan is only {} bytes", full.stdout.len());
+
+    let mut child = orch().args(["plan"]).arg(&workflow).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "stderr: {stderr}");
+    assert!(stderr.is_empty(), "stderr: {stderr}");
+}
+
+#[test]
+fn input_text_of_several_lines_fans_out_one_agent_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = dir.path().join("lines.yaml");
+    std::fs::write(
+        &workflow,
+        "version: 1\nname: lines\ninputs:\n  files: { description: Files }\nagents:\n  fix:\n    for_each: \"{{ inputs.files }}\"\n    \
+         prompt: \"Fix {{ item }}.\"\n",
+    )
+    .unwrap();
+    let out = orch()
+        .args(["plan", "--format", "json"])
+        .arg(&workflow)
+        .arg("--input")
+        .arg("files=src/a.rs\nsrc/b.rs\n\nsrc/c d.rs\n")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items: Vec<String> = plan["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|stage| stage["agents"].as_array().unwrap().iter())
+        .map(|a| a["fan_out"]["item"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(items, ["src/a.rs", "src/b.rs", "src/c d.rs"], "{plan}");
+}
+
+const ESCAPE: &str = r#"
+version: 1
+name: escape
+defaults:
+  tools: [Bash]
+  sandbox: { backend: landlock }
+  limits: { max_turns: 3, timeout: 1m }
+agents:
+  writer:
+    prompt: Write outside the worktree.
+"#;
+
+/// A Bash call that writes `victim`, outside the worktree.
+fn escape_script(victim: &Path) -> String {
+    format!(
+        r#"
+version: 1
+agents:
+  writer:
+    - tool_calls: [{{name: Bash, input: {{command: "echo escaped > {} ; echo done"}}}}]
+    - text: Tried.
+"#,
+        victim.display()
+    )
+}
+
+#[test]
+fn run_backend_flag_replaces_the_workflows_sandbox() {
+    // The workflow's landlock sandbox keeps the write out.
+    let fx = Fixture::new("t-flag", &[("a.txt", "a\n")]);
+    let victim = fx.dir.path().join("outside.txt");
+    let run = fx.run(ESCAPE, &escape_script(&victim), &[]);
+    run.expect_code(0);
+    assert!(!victim.exists(), "the landlock sandbox let a write out of the worktree");
+
+    // `--backend none` on the command line replaces it: the same write lands.
+    let fx = Fixture::new("t-flag2", &[("a.txt", "a\n")]);
+    let victim = fx.dir.path().join("outside.txt");
+    let run = fx.run(ESCAPE, &escape_script(&victim), &["--backend", "none"]);
+    run.expect_code(0);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap_or_default(), "escaped\n", "stderr: {}", run.stderr);
+
+    // An unknown backend is a usage error that names the flag.
+    let fx = Fixture::new("t-flag3", &[("a.txt", "a\n")]);
+    let run = fx.run(ESCAPE, &escape_script(&victim), &["--backend", "chroot"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("--backend"), "{}", run.stderr);
+}
+
+const TWO: &str = r#"
+version: 1
+name: two
+defaults:
+  tools: [Read]
+  limits: { max_turns: 3, timeout: 1m }
+agents:
+  one:
+    prompt: Say one.
+  two:
+    prompt: Say two.
+"#;
+
+#[test]
+fn a_failed_synthesis_says_why_on_stderr() {
+    let fx = Fixture::new("t-synth", &[("a.txt", "a\n")]);
+    // The script has no turns for synthesis: its one call fails, with a reason.
+    let script = "version: 1\nagents:\n  one:\n    - text: One.\n  two:\n    - text: Two.\n";
+    let run = fx.run(TWO, script, &[]);
+    assert_ne!(run.code, 0);
+    let reason = run.report["synthesis"]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(!reason.is_empty(), "the report has no synthesis reason: {}", run.report["synthesis"]);
+    let line = run.stderr.lines().find(|l| l.contains("synthesis failed")).unwrap_or_default();
+    assert!(line.contains(reason.lines().next().unwrap()), "no reason in `{line}`; stderr:\n{}", run.stderr);
+}
+
+/// Whether `uid` may reach and run `path` (every directory on the way searchable by
+/// others, the file executable by others).
+fn others_may_run(path: &Path) -> bool {
+    path.ancestors().skip(1).all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+        && std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o005 == 0o005)
+}
+
+#[test]
+fn a_docker_socket_that_refuses_this_user_names_the_docker_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = orch();
+    cmd.args(["sandbox", "run", "--backend", "container", "--image", "orch-test:busybox", "--", "true"])
+        .env("DOCKER_HOST", format!("unix://{}", socket.display()))
+        .current_dir(dir.path());
+    if nix::unistd::geteuid().is_root() {
+        // Root may open any socket: the refusal is seen by another user, as on a runner
+        // outside the `docker` group.
+        let bin = assert_cmd::cargo::cargo_bin("orch");
+        if !others_may_run(&bin) {
+            eprintln!("skipped as root: {} is not reachable by other users", bin.display());
+            return;
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        cmd.uid(65534).gid(65534).env("HOME", dir.path());
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    assert!(stderr.contains("`docker` group"), "{stderr}");
+}
+
+const SLOW: &str = r#"
+version: 1
+name: slow
+defaults:
+  tools: [Bash]
+  limits: { max_turns: 3, timeout: 5m }
+agents:
+  sleeper:
+    prompt: Sleep.
+"#;
+
+const SLOW_SCRIPT: &str = r#"
+version: 1
+agents:
+  sleeper:
+    - tool_calls: [{name: Bash, input: {command: "sleep 60"}}]
+    - text: Slept.
+"#;
+
+/// The screen a terminal shows after `bytes`, one string per row, trailing blanks cut.
+fn screen(bytes: &[u8]) -> Vec<String> {
+    let mut parser = vt100::Parser::new(40, 160, 0);
+    parser.process(bytes);
+    parser.screen().rows(0, 160).map(|r| r.trim_end().to_owned()).collect()
+}
+
+#[test]
+fn ctrl_c_leaves_no_frozen_progress_lines_on_the_terminal() {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        panic!("`script` (util-linux) is needed to give orch a terminal");
+    }
+    let fx = Fixture::new("t-tty", &[("a.txt", "a\n")]);
+    let run = fx.command(SLOW, SLOW_SCRIPT);
+    // The command line `script` runs in a terminal of its own.
+    let argv: Vec<String> =
+        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
+    let typescript = fx.dir.path().join("typescript");
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-q", "-f", "-e", "-c", &argv.join(" ")])
+        .arg(&typescript)
+        .current_dir(fx.dir.path())
+        .env("TERM", "xterm-256color")
+        .env("NO_COLOR", "1")
+        .env_remove("CI")
+        .env_remove("GITHUB_ACTIONS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in run.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut script = cmd.spawn().unwrap();
+    // Wait until the live view shows the agent at work.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let orch_pid = loop {
+        let seen = std::fs::read(&typescript).unwrap_or_default();
+        if String::from_utf8_lossy(&seen).contains("Bash sleep 60")
+            && let Some(pid) = find_orch_pid(&fx.out)
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the live view never showed the agent:\n{}", String::from_utf8_lossy(&seen));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // Ctrl-C, twice, as a terminal sends it: to the foreground process group.
+    let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(orch_pid))).unwrap();
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT);
+    let status = script.wait().unwrap();
+    let bytes = std::fs::read(&typescript).unwrap();
+    let rows = screen(&bytes);
+    let text = rows.join("\n");
+    assert_eq!(status.code(), Some(130), "screen:\n{text}");
+    // What stays on the screen: the finished agent's line and orch's messages, but no
+    // spinner row of the live view (the overall line or a running agent's line).
+    for row in &rows {
+        assert!(!row.contains(" running · "), "a frozen overall line is left:\n{text}");
+        assert!(!row.contains("sleeper · turn"), "a frozen agent line is left:\n{text}");
+    }
+    assert!(text.contains("sleeper"), "the agent's end is not on the screen:\n{text}");
+}
+
+/// The pid of the `orch run` process writing into `out` (found by its arguments).
+fn find_orch_pid(out: &Path) -> Option<i32> {
+    let needle = out.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if args.get(1).is_some_and(|a| a == "run") && args.contains(&needle) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+const MIXED: &str = r#"
+version: 1
+name: mixed
+defaults:
+  tools: [Read]
+  limits: { max_turns: 3, timeout: 1m }
+agents:
+  ok:
+    prompt: Answer.
+  bad:
+    prompt: Fail.
+  short:
+    prompt: Read forever.
+    limits: { max_turns: 1 }
+  after:
+    needs: [bad]
+    prompt: Never runs.
+synthesis:
+  prompt: Combine.
+"#;
+
+const MIXED_SCRIPT: &str = r#"
+version: 1
+agents:
+  ok:
+    - text: "Done: <b>&amp; ]]> \"quoted\" ::error::x"
+  short:
+    - tool_calls: [{name: Read, input: {file_path: a.txt}}]
+    - text: Never reached.
+  synthesis:
+    - text: Combined.
+"#;
+
+#[test]
+fn the_junit_report_validates_against_junit_10_xsd() {
+    let fx = Fixture::new("t-junit", &[("a.txt", "a\n")]);
+    let junit = fx.dir.path().join("junit.xml");
+    let run = fx.run(MIXED, MIXED_SCRIPT, &["--junit", junit.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    let statuses: Vec<String> = ["ok", "bad", "short", "after"]
+        .iter()
+        .map(|id| run.agent(id)["status"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "failed", "partial", "skipped"], "{}", run.stderr);
+    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/junit/junit-10.xsd");
+    let out = std::process::Command::new("xmllint")
+        .args(["--noout", "--schema"])
+        .arg(&xsd)
+        .arg(&junit)
+        .output()
+        .expect("xmllint (libxml2-utils; .ci/setup.sh installs it) is needed to check the JUnit schema");
+    assert!(
+        out.status.success(),
+        "junit.xml fails junit-10.xsd: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&junit).unwrap()
+    );
+}
