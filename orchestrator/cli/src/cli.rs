@@ -489,7 +489,8 @@ pub struct RunArgs {
     /// directory).
     #[arg(long, value_name = "PATH")]
     pub repo: Option<PathBuf>,
-    /// The commit the agents start from: a branch, tag, sha or `HEAD`.
+    /// The commit the agents start from: a branch, tag, sha or `HEAD`; `WORKTREE` for the
+    /// checkout's working tree as it is, uncommitted changes included.
     #[arg(long, default_value = "HEAD", value_name = "REF")]
     pub base: String,
     /// The run id, used in branch names `orch/<run-id>/<agent>` (default: the time and

@@ -348,3 +348,51 @@ fn the_junit_report_validates_against_junit_10_xsd() {
         std::fs::read_to_string(&junit).unwrap()
     );
 }
+
+const PEEK: &str = r#"
+version: 1
+name: peek
+defaults:
+  tools: [Read]
+  limits: { max_turns: 3, timeout: 1m }
+agents:
+  peek:
+    prompt: Read notes.txt.
+"#;
+
+const PEEK_SCRIPT: &str = r#"
+version: 1
+agents:
+  peek:
+    - tool_calls: [{name: Read, input: {file_path: notes.txt}}]
+    - text: Read it.
+"#;
+
+#[test]
+fn a_dirty_checkout_is_named_and_base_worktree_uses_it() {
+    let fx = Fixture::new("t-dirty", &[("notes.txt", "committed\n")]);
+    std::fs::write(fx.repo.join("notes.txt"), "uncommitted edit\n").unwrap();
+    std::fs::write(fx.repo.join("new.txt"), "new\n").unwrap();
+
+    // The default base is HEAD: the agent sees the commit, and orch says what it misses.
+    let run = fx.run(PEEK, PEEK_SCRIPT, &[]);
+    run.expect_code(0);
+    let read = run.tool_results("peek");
+    assert!(read[0].2.contains("committed") && !read[0].2.contains("uncommitted"), "{read:?}");
+    assert!(
+        run.stderr.contains("warning: the checkout has 2 uncommitted changes")
+            && run.stderr.contains("--base WORKTREE"),
+        "{}",
+        run.stderr
+    );
+
+    // --base WORKTREE: the agent sees the edit; the user's checkout is untouched.
+    let fx2 = Fixture { run_id: "t-dirty2".into(), out: fx.dir.path().join("out2"), ..fx };
+    let before = fx2.snapshot_user_repo();
+    let run = fx2.run(PEEK, PEEK_SCRIPT, &["--base", "WORKTREE"]);
+    run.expect_code(0);
+    let read = run.tool_results("peek");
+    assert!(read[0].2.contains("uncommitted edit"), "{read:?}");
+    assert!(!run.stderr.contains("warning: the checkout has"), "{}", run.stderr);
+    assert_eq!(fx2.snapshot_user_repo(), before, "the run changed the user's checkout");
+}

@@ -43,6 +43,7 @@
 
 mod capture;
 mod clone;
+mod dirty;
 mod merge;
 mod names;
 mod reopen;
@@ -56,6 +57,7 @@ use std::path::PathBuf;
 
 pub use capture::DEFAULT_MAX_FILE_SIZE;
 pub use clone::{CLONE_DIR, Removal, RunClone};
+pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
 pub use names::{safe_name, validate_run_id};
 pub use snapshot::snapshot;
 pub use worktree::{ChangeKind, CommitInfo, Worktree};

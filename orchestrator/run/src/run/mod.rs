@@ -179,7 +179,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
     let at = Instant::now();
-    let clone = RunClone::create(&repo, &run_dir, &args.base, &run_id).await.map_err(|e| match e {
+    let base = resolve_base(&repo, &args.base)?;
+    let clone = RunClone::create(&repo, &run_dir, &base, &run_id).await.map_err(|e| match e {
         GitError::OpenUser { .. } | GitError::BaseRef { .. } | GitError::Exists(_) => {
             crate::error::Error::from(UsageError(e.to_string()))
         }
@@ -515,6 +516,33 @@ pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the run directory {}", dir.display()))?;
     Ok(dir)
+}
+
+/// `--base`: `WORKTREE` commits the checkout's working tree (objects only, as `git stash
+/// create` does) and starts there; any other value is a ref. With the default `HEAD`,
+/// says once when the checkout has changes the agents will not see.
+fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
+    if base == crate::git::WORKTREE_BASE {
+        let commit = crate::git::snapshot_worktree(repo)
+            .map_err(|e| UsageError(format!("--base WORKTREE: cannot snapshot the working tree: {e}")))?;
+        eprintln!("orch: agents start from the working tree as it is (commit {commit}, not on any branch)");
+        return Ok(commit.to_string());
+    }
+    if base == "HEAD"
+        && let Ok(paths) = crate::git::uncommitted(repo)
+        && !paths.is_empty()
+    {
+        let shown: Vec<&str> = paths.iter().take(3).map(String::as_str).collect();
+        let more = if paths.len() > 3 { format!(" and {} more", paths.len() - 3) } else { String::new() };
+        eprintln!(
+            "warning: the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
+             them; pass --base WORKTREE to start from the working tree as it is",
+            paths.len(),
+            if paths.len() == 1 { "" } else { "s" },
+            shown.join(", ")
+        );
+    }
+    Ok(base.to_string())
 }
 
 /// Runs synthesis when there is something to combine: two or more agents that ran, or
