@@ -40,19 +40,7 @@ pub enum Kind {
 /// component, and says whether it is a directory or a regular file. `Ok(None)` when the
 /// path no longer exists; an error for anything else (a symlink on the way included).
 pub fn open_nofollow(path: &Path) -> Result<Option<(OwnedFd, Kind)>, SandboxError> {
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = match openat2(AT_FDCWD, path, how) {
-        Ok(fd) => fd,
-        Err(nix::Error::ENOENT) => return Ok(None),
-        Err(e) => {
-            return Err(SandboxError::io(
-                format!("cannot mask {} (a symlink on the way, or unreadable)", path.display()),
-                std::io::Error::from(e),
-            ));
-        }
-    };
+    let Some(fd) = open_path(path)? else { return Ok(None) };
     let st = fstat(&fd).map_err(|e| SandboxError::io(format!("cannot mask {}", path.display()), e))?;
     let kind = match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => Kind::Dir,
@@ -67,6 +55,22 @@ pub fn open_nofollow(path: &Path) -> Result<Option<(OwnedFd, Kind)>, SandboxErro
     Ok(Some((fd, kind)))
 }
 
+/// `openat2(O_PATH | O_NOFOLLOW, RESOLVE_NO_SYMLINKS)`: `Ok(None)` when `path` does not
+/// exist.
+fn open_path(path: &Path) -> Result<Option<OwnedFd>, SandboxError> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    match openat2(AT_FDCWD, path, how) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(nix::Error::ENOENT) => Ok(None),
+        Err(e) => Err(SandboxError::io(
+            format!("cannot mask {} (a symlink on the way, or unreadable)", path.display()),
+            std::io::Error::from(e),
+        )),
+    }
+}
+
 /// Root only, inside a private mount namespace: covers every path of `masked` with an
 /// empty read-only mount (a tmpfs for a directory, `/dev/null` for a file). Returns how
 /// many were covered; paths that no longer exist are skipped. Fails closed on anything
@@ -79,16 +83,18 @@ pub fn mount_masks(masked: &[PathBuf]) -> Result<usize, SandboxError> {
         let target = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
         match kind {
-            Kind::Dir => mount(Some("tmpfs"), target.as_str(), Some("tmpfs"), ro, Some("size=4k,nr_inodes=1,mode=0555"))
+            Kind::Dir => mount(Some("tmpfs"), target.as_str(), Some("tmpfs"), ro, Some("size=4k,nr_inodes=2,mode=0555"))
                 .map_err(|e| fail(format!("cannot mask the directory {}", path.display()), e))?,
             Kind::File => {
                 mount(Some("/dev/null"), target.as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)
                     .map_err(|e| fail(format!("cannot mask the file {}", path.display()), e))?;
                 // The bind is now on top of what `fd` points at: remount it through the
                 // path (still without following links) to make it read-only.
-                let Some((top, _)) = open_nofollow(path)? else { continue };
+                let Some(top) = open_path(path)? else { continue };
                 let top_path = format!("/proc/self/fd/{}", top.as_raw_fd());
-                mount(None::<&str>, top_path.as_str(), None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_BIND | ro, None::<&str>)
+                // Not `nodev`: reading the mask must give an empty file, not an error.
+                let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
+                mount(None::<&str>, top_path.as_str(), None::<&str>, flags | MsFlags::MS_NOEXEC, None::<&str>)
                     .map_err(|e| fail(format!("cannot make the mask of {} read-only", path.display()), e))?;
             }
         }
