@@ -85,8 +85,8 @@ use std::time::{Duration, Instant};
 
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountTmpfsOptions, MountType,
-    ResourcesUlimits,
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountTmpfsOptions,
+    MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -1166,7 +1166,10 @@ mod tests {
         let mounts = mounts(&p, &binary).unwrap();
         let find = |t: &Path| mounts.iter().position(|m| m.target.as_deref() == Some(&*t.display().to_string()));
         let env = &mounts[find(&wt.join(".env")).unwrap()];
-        assert_eq!((env.typ, env.source.as_deref(), env.read_only), (Some(MountType::BIND), Some("/dev/null"), Some(true)));
+        assert_eq!(
+            (env.typ, env.source.as_deref(), env.read_only),
+            (Some(MountType::BIND), Some("/dev/null"), Some(true))
+        );
         let secrets = &mounts[find(&wt.join("secrets")).unwrap()];
         assert_eq!((secrets.typ, secrets.read_only), (Some(MountType::TMPFS), Some(true)));
         assert!(find(&wt).unwrap() < find(&wt.join(".env")).unwrap(), "the worktree is mounted first");

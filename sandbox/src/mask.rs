@@ -83,8 +83,10 @@ pub fn mount_masks(masked: &[PathBuf]) -> Result<usize, SandboxError> {
         let target = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
         match kind {
-            Kind::Dir => mount(Some("tmpfs"), target.as_str(), Some("tmpfs"), ro, Some("size=4k,nr_inodes=2,mode=0555"))
-                .map_err(|e| fail(format!("cannot mask the directory {}", path.display()), e))?,
+            Kind::Dir => {
+                mount(Some("tmpfs"), target.as_str(), Some("tmpfs"), ro, Some("size=4k,nr_inodes=2,mode=0555"))
+                    .map_err(|e| fail(format!("cannot mask the directory {}", path.display()), e))?
+            }
             Kind::File => {
                 mount(Some("/dev/null"), target.as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)
                     .map_err(|e| fail(format!("cannot mask the file {}", path.display()), e))?;

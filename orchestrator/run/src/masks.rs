@@ -104,7 +104,8 @@ mod tests {
         for d in ["secrets/sub", "src/conf", ".git"] {
             std::fs::create_dir_all(wt.join(d)).unwrap();
         }
-        for f in [".env", ".env.local", "src/conf/.env.test", "secrets/k", "secrets/sub/k2", "src/main.rs", ".git/.env"] {
+        for f in [".env", ".env.local", "src/conf/.env.test", "secrets/k", "secrets/sub/k2", "src/main.rs", ".git/.env"]
+        {
             std::fs::write(wt.join(f), "x").unwrap();
         }
         std::os::unix::fs::symlink(wt.join(".env"), wt.join("link")).unwrap();
