@@ -26,33 +26,35 @@ const SETTINGS: &str = r#"{
 }
 "#;
 
+/// The workflow, with `{sandbox}` to fill in.
 const WORKFLOW: &str = r#"
 version: 1
 name: masking
 defaults:
   tools: [Bash, Read, Write]
-  limits: { max_turns: 6, timeout: 3m }
+  limits: { max_turns: 15, timeout: 3m }
+  sandbox: {sandbox}
 agents:
   a:
     prompt: Look around.
 "#;
 
 /// Each command prints a marker first, so an empty result still shows the command ran.
+/// One call per turn, so no call's failure cancels another.
 const SCRIPT: &str = r#"
 version: 1
 agents:
   a:
-    - tool_calls:
-        - { name: Bash, input: { command: "cat .env" } }
-        - { name: Bash, input: { command: "cat secrets/k" } }
-        - { name: Bash, input: { command: "echo ran-1; cat .e?v" } }
-        - { name: Bash, input: { command: "echo ran-2; cat secre?s/k; ls -a secre?s" } }
-        - { name: Bash, input: { command: "echo ran-3; cp .e?v x; cat x" } }
-        - { name: Bash, input: { command: "echo ran-4; ln -s .e?v y && cat y" } }
-        - { name: Bash, input: { command: "echo ran-5; command -v python3 >/dev/null && python3 -c \"print(open('.e' + 'nv').read())\"" } }
-        - { name: Bash, input: { command: "echo ran-6; grep -r TOKEN . ; cat sub/.env.t*" } }
-        - { name: Bash, input: { command: "echo ran-7; cat README.md; cat src/lib.rs" } }
-        - { name: Bash, input: { command: "echo made > new.txt && echo ran-8" } }
+    - tool_calls: [{ name: Bash, input: { command: "cat .env" } }]
+    - tool_calls: [{ name: Bash, input: { command: "cat secrets/k" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-1; cat .e?v" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-2; cat secre?s/k; ls -a secre?s" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-3; cp .e?v x; cat x" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-4; ln -s .e?v y && cat y" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-5; command -v python3 >/dev/null && python3 -c \"print(open('.e' + 'nv').read())\"" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-6; grep -r TOKEN . ; cat sub/.e*" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo ran-7; cat README.md; cat src/lib.rs" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo made > new.txt && echo ran-8" } }]
     - text: Done.
   synthesis:
     - text: Summary.
@@ -79,7 +81,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
     out
 }
 
-fn masked_run(run_id: &str, flags: &[&str]) {
+fn masked_run(run_id: &str, sandbox: &str) {
     let env = format!("TOKEN={SECRET}\n");
     let fx = Fixture::new(
         run_id,
@@ -92,7 +94,7 @@ fn masked_run(run_id: &str, flags: &[&str]) {
             ("src/lib.rs", "pub fn visible() {}\n"),
         ],
     );
-    let run = fx.run(WORKFLOW, SCRIPT, flags);
+    let run = fx.run(&WORKFLOW.replace("{sandbox}", sandbox), SCRIPT, &[]);
     run.expect_code(0);
 
     let transcript = run.transcript_text("a");
@@ -124,11 +126,11 @@ fn masked_run(run_id: &str, flags: &[&str]) {
 
 #[test]
 fn landlock_hides_denied_paths_from_bash() {
-    masked_run("t-mask-ll", &["--backend", "landlock"]);
+    masked_run("t-mask-ll", "{ backend: landlock }");
 }
 
 #[test]
 fn containers_hide_denied_paths_from_bash() {
     let image = std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:tools".into());
-    masked_run("t-mask-ct", &["--backend", "container", "--image", &image]);
+    masked_run("t-mask-ct", &format!("{{ backend: container, image: \"{image}\" }}"));
 }
