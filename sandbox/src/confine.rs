@@ -3,7 +3,8 @@
 //! Landlock backend, in this order:
 //! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
 //!    at once, and the private mount namespace that keeps the roots reachable for the
-//!    sandbox uid and holds the policy's private tmpfs (see [`crate::traverse`]);
+//!    sandbox uid, holds the policy's private tmpfs (see [`crate::traverse`]) and
+//!    covers the masked paths with empty mounts (see [`crate::mask`]);
 //! 2. child subreaper, so escaped processes stay the host's to kill ([`crate::reaper`]);
 //! 3. rlimits ([`crate::rlimits`]);
 //! 4. root only: drop to the policy's uid with no groups and no capabilities
@@ -11,6 +12,8 @@
 //! 5. non-dumpable, so its commands (same uid as a normal user) can neither `ptrace`
 //!    the host nor open its `/proc/<pid>` files; `exec` makes commands dumpable again;
 //! 6. Landlock, which also sets no_new_privs and scopes signals ([`crate::landlock`]);
+//!    as a normal user with masked paths, the Landlock ruleset of its commands is
+//!    prepared first ([`crate::mask::command_rules`]);
 //! 7. seccomp ([`crate::seccomp`]).
 //!
 //! Each command the host forks then enters a nested domain of its own
@@ -32,7 +35,7 @@ use std::path::PathBuf;
 use crate::cgroup::Cgroup;
 use crate::error::SandboxError;
 use crate::policy::{Backend, Policy};
-use crate::{identity, landlock, rlimits, seccomp, traverse};
+use crate::{identity, landlock, mask, rlimits, seccomp, traverse};
 
 /// What [`confine`] put in place.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,17 +110,18 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
             gid: uid,
             size_bytes: policy.limits.memory_bytes.unwrap_or(1 << 30),
         });
-        done.covered = match traverse::expose(&roots, uid, uid, tmpfs) {
+        done.covered = match traverse::expose(&roots, uid, uid, tmpfs, &policy.masked) {
             Ok(n) => n,
             // Without its private tmp and home the sandbox would write to the shared
-            // mount point: fail closed.
-            Err(e) if tmpfs.is_some() => return Err(e),
+            // mount point, and without its masks it would read denied files: fail
+            // closed.
+            Err(e) if tmpfs.is_some() || !policy.masked.is_empty() => return Err(e),
             Err(e) => {
                 tracing::warn!("sandbox: some roots may be unreachable for the sandbox uid: {e}");
                 0
             }
         };
-        if done.covered > 0 || tmpfs.is_some() {
+        if done.covered > 0 || tmpfs.is_some() || !policy.masked.is_empty() {
             // Re-enter the working directory through the new mounts.
             std::env::set_current_dir(&policy.cwd).map_err(|e| {
                 SandboxError::io(format!("cannot enter the working directory {}", policy.cwd.display()), e)
@@ -135,11 +139,29 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
     // normal user, and must not ptrace it or open its `/proc/<pid>/fd`, `mem` or
     // `environ` (a forged tool result through `/proc/$PPID/fd/1`).
     not_dumpable()?;
+    if uid.is_none() && !policy.masked.is_empty() {
+        command_domain(policy)?;
+    }
     let applied = landlock::restrict(&policy.read, &policy.write, policy.network)?;
     done.landlock_abi = Some(applied.abi);
     seccomp::apply(policy.network)?;
     done.seccomp = true;
     Ok(done)
+}
+
+/// A normal user cannot mount: the commands the host forks get a Landlock domain that
+/// leaves the masked paths out ([`crate::mask::command_rules`]), prepared here and
+/// entered by [`crate::scope::enter_command_domain`]. The host itself keeps the whole
+/// worktree (its file tools hide denied paths by rule). When the rules cannot be built
+/// (too many entries), the coordinator has already said that the denies are not enforced
+/// on Bash; the host logs it and goes on.
+fn command_domain(policy: &Policy) -> Result<(), SandboxError> {
+    match mask::command_rules(&policy.read, &policy.write, &policy.masked) {
+        Ok(Some(rules)) => crate::scope::set_command_ruleset(landlock::command_ruleset(&rules)?),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("sandbox: denied paths stay readable to commands: {e}"),
+    }
+    Ok(())
 }
 
 fn subreaper() -> Result<(), SandboxError> {

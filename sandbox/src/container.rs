@@ -23,7 +23,8 @@
 //!   a writable root that holds them (as root such a policy is refused, as by the
 //!   landlock backend, since the root would be handed over). The image's root filesystem is read-only
 //!   ([`ContainerOptions::readonly_rootfs`]), `/tmp` is a private tmpfs, the orch binary
-//!   is read-only.
+//!   is read-only. Masked paths ([`Policy::masked`]) get empty read-only mounts on top
+//!   (a tmpfs for a directory, `/dev/null` for a file).
 //! - **User**: a non-root `uid:gid`: [`ContainerOptions::user`] if set; otherwise, when
 //!   orch runs as root, `policy.uid` (gid = uid; see `crate::sandbox_uid`) or else
 //!   `65534:65534` (nobody); when orch is not root, its own uid:gid, which owns the
@@ -84,8 +85,8 @@ use std::time::{Duration, Instant};
 
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountType,
-    ResourcesUlimits,
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountTmpfsOptions,
+    MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -145,6 +146,8 @@ pub enum ContainerError {
     Binary { path: PathBuf, message: String },
     #[error("the writable root `{}` cannot be given to the container's uid {uid}: {message}", .path.display())]
     WriteRoot { path: PathBuf, uid: u32, message: String },
+    #[error("the denied path `{}` cannot be masked in the container: {message}", .path.display())]
+    Mask { path: PathBuf, message: String },
     #[error("refusing to run a container as root (uid 0); choose a non-root uid (ContainerOptions::user)")]
     RootUser,
     #[error("the Docker engine could not {action} container {name}: {message}")]
@@ -776,6 +779,30 @@ fn mounts(policy: &Policy, binary: &Path) -> Result<Vec<Mount>, ContainerError> 
             mounts.push(bind(&source, &target.display().to_string(), true));
         }
     }
+    // Masked paths (inside the roots bound above): an empty read-only tmpfs on a
+    // directory, a read-only bind of `/dev/null` on a file. Only in the container: the
+    // files on the host stay as they are, and the coordinator commits them unchanged.
+    for path in policy.masked.iter().filter(|p| p.is_absolute()) {
+        let target = path.display().to_string();
+        match crate::mask::open_nofollow(path) {
+            Ok(Some((_, crate::mask::Kind::Dir))) => mounts.push(Mount {
+                target: Some(target),
+                typ: Some(MountType::TMPFS),
+                read_only: Some(true),
+                tmpfs_options: Some(MountTmpfsOptions {
+                    size_bytes: Some(4096),
+                    mode: Some(0o555),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            Ok(Some((_, crate::mask::Kind::File))) => mounts.push(bind(Path::new("/dev/null"), &target, true)),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(ContainerError::Mask { path: path.clone(), message: e.to_string() });
+            }
+        }
+    }
     // Parents before children (Docker sorts them too).
     mounts.sort_by_key(|m| m.target.as_deref().map_or(0, |t| Path::new(t).components().count()));
     Ok(mounts)
@@ -1102,6 +1129,7 @@ mod tests {
             uid: None,
             name: None,
             private_tmpfs: None,
+            masked: Vec::new(),
         }
     }
 
@@ -1140,6 +1168,32 @@ mod tests {
 
         let relative = policy(&[], &[Path::new("relative/wt")]);
         assert!(matches!(super::mounts(&relative, &binary), Err(ContainerError::WriteRoot { .. })));
+    }
+
+    #[test]
+    fn masked_paths_get_empty_read_only_mounts_after_their_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(wt.join("secrets")).unwrap();
+        std::fs::write(wt.join(".env"), "TOKEN=x").unwrap();
+        std::os::unix::fs::symlink(wt.join(".env"), wt.join("link")).unwrap();
+        let binary = std::env::current_exe().unwrap();
+        let mut p = policy(&[], &[&wt]);
+        p.masked = vec![wt.join(".env"), wt.join("secrets"), wt.join("gone")];
+        let mounts = mounts(&p, &binary).unwrap();
+        let find = |t: &Path| mounts.iter().position(|m| m.target.as_deref() == Some(&*t.display().to_string()));
+        let env = &mounts[find(&wt.join(".env")).unwrap()];
+        assert_eq!(
+            (env.typ, env.source.as_deref(), env.read_only),
+            (Some(MountType::BIND), Some("/dev/null"), Some(true))
+        );
+        let secrets = &mounts[find(&wt.join("secrets")).unwrap()];
+        assert_eq!((secrets.typ, secrets.read_only), (Some(MountType::TMPFS), Some(true)));
+        assert!(find(&wt).unwrap() < find(&wt.join(".env")).unwrap(), "the worktree is mounted first");
+        assert!(find(&wt.join("gone")).is_none(), "a path that is gone is not mounted");
+        // A masked path reached through a symlink is refused, not followed.
+        p.masked = vec![wt.join("link")];
+        assert!(matches!(super::mounts(&p, &binary), Err(ContainerError::Mask { .. })));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!   and no abstract socket of, any process outside the sandbox;
 //! - `restrict_self` sets no_new_privs.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -22,6 +23,7 @@ use nix::fcntl::{OFlag, open};
 use nix::sys::stat::{Mode, fstat};
 
 use crate::error::SandboxError;
+use crate::mask::{CommandRule, Grant};
 use crate::policy::Network;
 
 /// Character devices that are readable and writable in every sandbox.
@@ -133,6 +135,49 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], network: Network) -> Result
         )));
     }
     Ok(Applied { abi: abi as i32, tcp_denied, scoped })
+}
+
+/// The Landlock ruleset of the command domain (see [`crate::mask::command_rules`]),
+/// created but not enforced: [`crate::scope::enter_command_domain`] enters it in each
+/// forked command, nested under the host's domain. It handles file access only (the
+/// host's domain already holds the network rules); a directory on the way to a masked
+/// path gets its grant without reading or executing files.
+pub fn command_ruleset(rules: &[CommandRule]) -> Result<OwnedFd, SandboxError> {
+    let abi = kernel_abi();
+    if abi == ABI::Unsupported {
+        return Err(SandboxError::LandlockUnavailable);
+    }
+    let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(err)?
+        .create()
+        .map_err(err)?;
+    let grants = rules.iter().map(|r| {
+        let mut access = match r.grant {
+            Grant::Read => AccessFs::from_read(abi),
+            Grant::Write => AccessFs::from_all(abi),
+        };
+        if r.on_the_way {
+            access &= !(AccessFs::ReadFile | AccessFs::Execute);
+        }
+        (r.path.as_path(), access)
+    });
+    let devices = RW_DEVICES.iter().map(|p| (Path::new(*p), device_access(abi)));
+    for (path, access) in grants.chain(devices) {
+        let Ok(fd) = open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) else {
+            continue;
+        };
+        let is_dir = fstat(&fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        let access = if is_dir { access } else { access & AccessFs::from_file(abi) };
+        if access.is_empty() {
+            continue;
+        }
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| rule_error(path, e))?;
+    }
+    Option::<OwnedFd>::from(created)
+        .ok_or_else(|| SandboxError::Landlock("the kernel gave no descriptor for the commands' ruleset".into()))
 }
 
 fn rule_error(path: &Path, e: landlock::RulesetError) -> SandboxError {

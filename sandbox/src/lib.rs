@@ -21,7 +21,7 @@
 //! Modules: [`policy`] (the data), [`confine`](mod@confine) (the order of steps),
 //! [`landlock`](mod@landlock), [`seccomp`], [`rlimits`], [`identity`] (uid choice,
 //! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
-//! drop), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
+//! drop), [`mask`] (hiding denied paths from commands), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
 //! a nested Landlock domain, so it cannot signal its tool host), [`spawn`]
 //! (confine-on-exec), [`host`].
 
@@ -32,6 +32,7 @@ pub mod error;
 pub mod host;
 pub mod identity;
 pub mod landlock;
+pub mod mask;
 pub mod policy;
 pub mod reaper;
 pub mod rlimits;

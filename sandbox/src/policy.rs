@@ -1,5 +1,5 @@
-//! What a sandbox allows: readable and writable roots, network, resource limits and the
-//! environment. A policy is plain data; backends enforce it.
+//! What a sandbox allows: readable and writable roots, masked paths, network, resource
+//! limits and the environment. A policy is plain data; backends enforce it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -99,6 +99,12 @@ pub struct Policy {
     /// the private tmp and home are ordinary directories the caller made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_tmpfs: Option<PathBuf>,
+    /// Existing files and directories inside the roots that sandboxed commands must not
+    /// read (the paths an agent's `Read` deny rules cover when it starts): covered with
+    /// empty mounts as root and in containers, left out of the commands' Landlock rules
+    /// as a normal user (see [`crate::mask`]). Absolute, never through a symlink.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked: Vec<PathBuf>,
 }
 
 /// Environment variables passed into a sandbox when set outside it. Nothing that looks
@@ -280,6 +286,7 @@ mod tests {
             uid: Some(1_900_000_123),
             name: Some("run-agent".into()),
             private_tmpfs: None,
+            masked: vec!["/w/.env".into()],
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), p);

@@ -1,6 +1,8 @@
 //! Keeping a tool host out of its commands' reach: [`enter_command_domain`] puts a
 //! freshly forked command into a Landlock domain of its own, nested under the host's,
-//! that scopes signals and abstract Unix sockets (Landlock ABI 6+).
+//! that scopes signals and abstract Unix sockets (Landlock ABI 6+), and, when the host
+//! prepared one ([`set_command_ruleset`]), into the file ruleset that keeps masked
+//! paths out of commands' reach.
 //!
 //! A tool host and the commands it forks share a Landlock domain (and, as a normal
 //! user or in a container, a uid), so without this a command could `kill -9 $PPID`,
@@ -19,6 +21,25 @@
 //! (root) or the container keeps a command from signalling its host.
 
 use std::io;
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The prepared Landlock ruleset commands enter besides their scoping domain (the
+/// masked paths of a normal user's sandbox, see [`crate::mask`]), or -1.
+static COMMAND_RULESET: AtomicI32 = AtomicI32::new(-1);
+
+/// Makes every command forked afterwards enter `ruleset` too (in
+/// [`enter_command_domain`]). The descriptor is kept for the life of the process.
+pub fn set_command_ruleset(ruleset: OwnedFd) {
+    let old = COMMAND_RULESET.swap(ruleset.into_raw_fd(), Ordering::SeqCst);
+    if old >= 0 {
+        // SAFETY: `old` came from `into_raw_fd` above and nothing else owns it.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(old)
+        };
+    }
+}
 
 const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
 const SCOPE_SIGNAL: u64 = 1 << 1;
@@ -46,6 +67,14 @@ pub fn enter_command_domain() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    let prepared = COMMAND_RULESET.load(Ordering::SeqCst);
+    if prepared >= 0 {
+        // SAFETY: `prepared` is a Landlock ruleset descriptor this process holds for
+        // its whole life (see `set_command_ruleset`); restricting takes no pointer.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, prepared, 0 as libc::c_uint) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     // SAFETY: `attr` is a valid, initialised `landlock_ruleset_attr` that outlives the
     // call, and its size is passed alongside it.

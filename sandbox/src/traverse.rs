@@ -80,12 +80,19 @@ pub struct PrivateTmpfs<'a> {
     pub size_bytes: u64,
 }
 
-/// Makes `roots` reachable for `uid`/`gid` (see the module doc) and mounts `tmpfs`, if
-/// given, last. Returns how many directories were covered; when that is 0 and there is
-/// no `tmpfs`, nothing was needed and no namespace was made.
-pub fn expose(roots: &[PathBuf], uid: u32, gid: u32, tmpfs: Option<PrivateTmpfs<'_>>) -> Result<usize, SandboxError> {
+/// Makes `roots` reachable for `uid`/`gid` (see the module doc), covers the `masked`
+/// paths with empty mounts ([`crate::mask::mount_masks`]), and mounts `tmpfs`, if given,
+/// last. Returns how many directories were covered; when that is 0 and there is no
+/// `tmpfs` and nothing masked, nothing was needed and no namespace was made.
+pub fn expose(
+    roots: &[PathBuf],
+    uid: u32,
+    gid: u32,
+    tmpfs: Option<PrivateTmpfs<'_>>,
+    masked: &[PathBuf],
+) -> Result<usize, SandboxError> {
     let blocked = blocked(roots, uid, gid);
-    if blocked.is_empty() && tmpfs.is_none() {
+    if blocked.is_empty() && tmpfs.is_none() && masked.is_empty() {
         return Ok(0);
     }
     let fail = |what: String, e: nix::Error| SandboxError::io(what, std::io::Error::from(e));
@@ -119,6 +126,9 @@ pub fn expose(roots: &[PathBuf], uid: u32, gid: u32, tmpfs: Option<PrivateTmpfs<
         }
         tracing::debug!(dir = %dir.display(), "sandbox: covered a directory the sandbox uid cannot search");
     }
+    // After the covers, so a masked path under a covered directory is masked in the
+    // entry bound back.
+    crate::mask::mount_masks(masked)?;
     if let Some(t) = tmpfs {
         // After the covers, so a mount point under a covered directory is the one bound
         // back. (The caller checked that the mount point is a root-owned directory.)

@@ -11,6 +11,7 @@ pub mod fence;
 pub mod git;
 pub mod hooks_config;
 pub mod host;
+pub mod masks;
 pub mod mcp;
 pub mod mcp_env;
 pub mod options;

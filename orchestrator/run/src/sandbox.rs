@@ -164,6 +164,7 @@ pub fn build_policy(spec: &SandboxSpec, input: PolicyInput<'_>) -> Result<Policy
         uid,
         name: Some(input.name),
         private_tmpfs: input.dirs.tmpfs.then(|| input.dirs.base.clone()),
+        masked: Vec::new(),
     })
 }
 

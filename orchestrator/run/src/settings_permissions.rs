@@ -211,8 +211,7 @@ pub fn additional_roots(repo: &RepoPermissions, cwd: &Path, home: Option<&Path>)
 const PATH_RULE_TOOLS: &[&str] = &["Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Glob", "Grep", "LS"];
 
 /// The note said once per run (and by `orch validate`) when a deny rule covers paths:
-/// Bash is checked by the paths a command names, but the sandbox does not yet hide those
-/// files, so a command that reaches them another way (a glob, a script) is not stopped.
+/// what the sandbox hides from Bash (see `crate::masks`) and what it cannot.
 pub fn bash_gap_note<'a>(denies: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let example = denies.into_iter().find(|rule| {
         let rule = rule.trim();
@@ -220,8 +219,11 @@ pub fn bash_gap_note<'a>(denies: impl IntoIterator<Item = &'a str>) -> Option<St
     })?;
     Some(format!(
         "note: path deny rules such as `{example}` stop the file tools and any Bash command that names a denied \
-         path, but the sandbox does not hide those files from Bash, so a command that reaches them another way \
-         (a glob, a script) can still read them; leave such files out of the repository or out of `Bash` agents"
+         path; for `Read` denies the sandbox also hides from every command the files and directories they cover \
+         when an agent starts. This cannot be enforced on Bash for files that match only later (a pattern cannot \
+         mask what does not exist yet), paths outside the worktree, what git history holds (`git show \
+         HEAD:<file>`), `Edit` denies (commands may still write those paths), or under `backend: none`; keep \
+         secrets out of the repository"
     ))
 }
 

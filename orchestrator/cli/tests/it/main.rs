@@ -9,6 +9,7 @@ mod examples;
 mod exec;
 mod exec_session;
 mod hooks;
+mod masking;
 mod mcp;
 mod permission_settings;
 mod publish;

@@ -117,6 +117,9 @@ impl AgentSession {
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
+        if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
+            eprintln!("orch: {warning}");
+        }
         let (stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
         let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
         let mut session = AgentSession {
