@@ -258,12 +258,7 @@ fn snapshot<'a>(
     pending: &'a [PlanNode],
     order: &'a [String],
 ) -> Snapshot<'a> {
-    Snapshot {
-        done,
-        running: running.values().map(|(id, key)| (id.as_str(), key.as_str())).collect(),
-        pending,
-        order,
-    }
+    Snapshot { done, running: running.values().map(|(id, key)| (id.as_str(), key.as_str())).collect(), pending, order }
 }
 
 /// Takes out of `pending` the agents this process does not run: those with a prior

@@ -344,7 +344,9 @@ async fn an_agent_starts_after_what_it_needs_succeeded() {
 
 #[tokio::test(start_paused = true)]
 async fn never_more_than_concurrency_agents_run() {
-    let yaml = format!("{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n  d: {{ prompt: x }}\n  e: {{ prompt: x }}\n");
+    let yaml = format!(
+        "{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n  d: {{ prompt: x }}\n  e: {{ prompt: x }}\n"
+    );
     let two = case(&yaml).concurrency(2).run().await;
     assert_eq!(two.log.peak, 2);
     assert_eq!(two.starts(), ["a@0", "b@0", "c@10", "d@10", "e@20"]);
@@ -410,15 +412,10 @@ async fn max_fail_stops_new_starts_and_lets_running_agents_finish() {
 
 #[tokio::test(start_paused = true)]
 async fn fail_fast_cancels_running_agents_and_skips_the_rest() {
-    let yaml = format!(
-        "{HEAD}fail_fast: true\nagents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n"
-    );
-    let out = case(&yaml)
-        .concurrency(2)
-        .script("a", takes(10).ends(AgentStatus::Failed))
-        .script("b", takes(100))
-        .run()
-        .await;
+    let yaml =
+        format!("{HEAD}fail_fast: true\nagents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n");
+    let out =
+        case(&yaml).concurrency(2).script("a", takes(10).ends(AgentStatus::Failed)).script("b", takes(100)).run().await;
     assert_eq!(out.starts(), ["a@0", "b@0"]);
     assert_eq!(out.statuses(), ["a=failed", "b=cancelled", "c=skipped"]);
     // `b` saw its token cancelled at once and stopped with its partial work.
@@ -561,7 +558,9 @@ async fn a_fan_out_that_cannot_expand_fails_and_blocks_what_needs_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_used_up_run_limit_stops_new_starts() {
-    let yaml = format!("{HEAD}limits: {{ max_turns: 2 }}\nagents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n");
+    let yaml = format!(
+        "{HEAD}limits: {{ max_turns: 2 }}\nagents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ prompt: x }}\n"
+    );
     // `a` uses the run's last turn and ends: nothing else starts.
     let out = case(&yaml).concurrency(1).script("a", takes(10).turns(2)).run().await;
     assert_eq!(out.starts(), ["a@0"]);
@@ -610,7 +609,10 @@ async fn a_prompt_that_cannot_render_fails_its_agent_without_starting_it() {
     let out = case(&yaml).script("a", takes(10).output(json!({}))).run().await;
     assert_eq!(out.starts(), ["a@0"]);
     assert_eq!(out.statuses(), ["a=succeeded", "b=failed", "c=skipped"]);
-    assert_eq!(out.reason("b"), "cannot render its prompt: `agents.a.output.missing` is undefined");
+    assert_eq!(
+        out.reason("b"),
+        "cannot render its prompt: cannot render the prompt of `b`: `agents.a.output.missing` is undefined"
+    );
     assert_eq!(out.reason("c"), "it needs `b`, which failed");
 }
 
@@ -624,7 +626,8 @@ async fn a_panicking_agent_task_is_an_infrastructure_failure() {
     assert!(a.infrastructure);
     let reason = out.reason("a");
     assert!(
-        reason.starts_with("its task ended abnormally: task ") && reason.ends_with("this is a bug in orch, please report it"),
+        reason.starts_with("its task ended abnormally: task ")
+            && reason.ends_with("this is a bug in orch, please report it"),
         "{reason}"
     );
     assert_eq!(out.reason("c"), "it needs `a`, which failed");
@@ -655,17 +658,18 @@ async fn prior_results_feed_the_run_instead_of_running_again() {
         selection
     };
     // `--from`: `a`'s earlier result feeds `b`, and stays out of this run's report.
+    // (`c` is in the plan's first stage, `b` in its second.)
     let out = case(&yaml).selection(prior()).run().await;
-    assert_eq!(out.starts(), ["b@0", "c@0"]);
+    assert_eq!(out.starts(), ["c@0", "b@0"]);
     assert_eq!(out.prompt("b"), "after the earlier answer");
-    assert_eq!(out.statuses(), ["b=succeeded", "c=succeeded"]);
+    assert_eq!(out.statuses(), ["c=succeeded", "b=succeeded"]);
 
     // `--resume`: it stays in the report.
     let mut selection = prior();
     selection.keep_prior = true;
     let out = case(&yaml).selection(selection).run().await;
-    assert_eq!(out.starts(), ["b@0", "c@0"]);
-    assert_eq!(out.statuses(), ["a=succeeded", "b=succeeded", "c=succeeded"]);
+    assert_eq!(out.starts(), ["c@0", "b@0"]);
+    assert_eq!(out.statuses(), ["a=succeeded", "c=succeeded", "b=succeeded"]);
     assert_eq!(out.report("a").text, "the earlier answer");
 }
 
