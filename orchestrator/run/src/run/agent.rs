@@ -29,6 +29,15 @@ pub struct Finished {
     pub spec: AgentSpec,
 }
 
+/// The executor of a real run: each agent in its worktree, sandbox and session.
+pub struct Runner(pub Arc<Shared>);
+
+impl super::schedule::Executor for Runner {
+    fn execute(&self, spec: AgentSpec, prompt: String) -> impl Future<Output = Finished> + Send + 'static {
+        run(self.0.clone(), spec, prompt)
+    }
+}
+
 /// Runs `spec` with the rendered `prompt`. Never fails: every failure is in the report.
 pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -> Finished {
     let started = Instant::now();

@@ -293,7 +293,14 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
             max_fail: args.max_fail.map(|n| n as usize),
             selection,
         };
-        report.agents = schedule::run(shared.clone(), &plan, dispatch, live).await;
+        let env = schedule::DispatchEnv {
+            reporter: shared.reporter.clone(),
+            meter: shared.meter.clone(),
+            stop: shared.stop.clone(),
+            run_cancel: shared.run_cancel.clone(),
+            progress: Box::new(schedule::OnDisk { live, run_dir: shared.run_dir.clone() }),
+        };
+        report.agents = schedule::run(&agent::Runner(shared.clone()), env, &plan, dispatch).await;
         report.timings.agents_ms = ms(at);
         if let Some(code) = interrupts.code() {
             stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));

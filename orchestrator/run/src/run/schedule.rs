@@ -1,5 +1,8 @@
-//! The dispatcher: which agent runs when. Agent tasks run on a `JoinSet` and report back
-//! when they finish; only this loop decides what starts next.
+//! The dispatcher: which agent runs when. Agents run through an [`Executor`] as tasks on
+//! a `JoinSet` and report back when they finish; only this loop decides what starts
+//! next. It sees the run only through a [`DispatchEnv`] (reporter, meter, stop reason,
+//! cancel token, live report), so it runs without git, a sandbox or a model (see
+//! `schedule/tests.rs`, which drives it with a fake executor in paused time).
 //!
 //! - An agent starts when every agent it `needs` (all instances, for a fan-out) has
 //!   finished and succeeded (or may fail: `continue_on_failure`), and fewer than
@@ -14,8 +17,9 @@
 //!   still pending is skipped.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use orch_agents::prompt::{Environment, system_prompt};
 use orch_agents::tool::NoTools;
@@ -23,13 +27,64 @@ use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, Plan, PlanNode, RunContext, expand_dynamic, render_prompt};
 use serde_json::Value;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-use super::agent::{self, Finished};
-use super::events::{AgentSink, Transcript};
+use super::agent::Finished;
+use super::events::{AgentSink, Meter, Transcript};
 use super::live_report::{LiveReport, Snapshot};
 use super::report::{AgentReport, AgentStatus, SynthesisReport};
 use super::select::Selection;
-use super::{Shared, StopReason};
+use super::{Reporter, Shared, Stop, StopReason};
+
+#[cfg(test)]
+mod tests;
+
+/// Runs one agent to its end. The real executor is [`super::agent::Runner`] (worktree,
+/// sandbox, session, model); the tests use a fake whose agents take a given time.
+pub trait Executor {
+    /// Runs `spec` with its rendered `prompt` (empty when `uses:` supplies the task).
+    /// The future never fails: every failure is in the report it returns. A task that
+    /// panics is reported as an infrastructure failure.
+    fn execute(&self, spec: AgentSpec, prompt: String) -> impl Future<Output = Finished> + Send + 'static;
+}
+
+/// Where the dispatcher tells what it knows while agents run.
+pub trait Progress: Send {
+    /// Where the agents stand: when dispatch starts and after each agent ends.
+    fn progress(&mut self, now: Snapshot<'_>);
+    /// The run was interrupted (not stopped by a limit or fail-fast); called once,
+    /// before anything is torn down.
+    fn interrupted(&mut self, now: Snapshot<'_>);
+}
+
+/// The report on disk in the run directory (see [`LiveReport`]).
+pub struct OnDisk {
+    pub live: LiveReport,
+    pub run_dir: PathBuf,
+}
+
+impl Progress for OnDisk {
+    fn progress(&mut self, now: Snapshot<'_>) {
+        self.live.progress(&self.run_dir, now);
+    }
+
+    fn interrupted(&mut self, now: Snapshot<'_>) {
+        self.live.interrupted(&self.run_dir, now, None);
+    }
+}
+
+/// What the dispatcher needs from the run, and nothing more.
+pub struct DispatchEnv {
+    pub reporter: Arc<dyn Reporter>,
+    /// The run's meters: once a run limit is used up, nothing new starts.
+    pub meter: Arc<Meter>,
+    /// The first reason the run stopped (set here on a run limit or fail-fast).
+    pub stop: Arc<Stop>,
+    /// Cancelled when the run stops: nothing new starts, running agents wind down.
+    pub run_cancel: CancellationToken,
+    /// The report on disk while agents run.
+    pub progress: Box<dyn Progress>,
+}
 
 /// Where a node's needs stand.
 enum Needs {
@@ -46,8 +101,17 @@ pub struct Dispatch {
     pub selection: Selection,
 }
 
-/// Runs every selected agent of `plan`; returns their reports in plan order.
-pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live: LiveReport) -> Vec<AgentReport> {
+/// Task id -> (agent id, agent key) of each running agent.
+type RunningMap = HashMap<tokio::task::Id, (String, String)>;
+
+/// Runs every selected agent of `plan` through `executor`; returns their reports in
+/// plan order.
+pub async fn run<E: Executor + Sync>(
+    executor: &E,
+    mut env: DispatchEnv,
+    plan: &Plan,
+    dispatch: Dispatch,
+) -> Vec<AgentReport> {
     let Dispatch { concurrency, max_fail, selection } = dispatch;
     // Prior results that feed this run but do not belong in its report (`--from`).
     let mut hidden: HashSet<String> = HashSet::new();
@@ -58,8 +122,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
     let mut context = RunContext::new(plan);
     let mut outputs: HashMap<String, Value> = HashMap::new();
     let mut done: Vec<AgentReport> = Vec::new();
-    // Task id -> (agent id, agent key, started).
-    let mut running: HashMap<tokio::task::Id, (String, String, Instant)> = HashMap::new();
+    let mut running: RunningMap = HashMap::new();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut stopping = false;
     // The report on disk is rewritten when dispatch starts and after each agent ends.
@@ -68,7 +131,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
         loop {
             let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
             let (resolved, expanded) =
-                resolve(&mut pending, &mut order, &running, &done, &outputs, shared.reporter.as_ref());
+                resolve(&mut pending, &mut order, &running, &done, &outputs, env.reporter.as_ref());
             let changed = !reused.is_empty() || !resolved.is_empty() || expanded;
             done.extend(reused);
             done.extend(resolved);
@@ -76,14 +139,17 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
                 break;
             }
         }
-        if !stopping && let Some(reason) = shared.meter.exhausted() {
+        if !stopping && let Some(reason) = env.meter.exhausted() {
             // A run limit is used up: nothing more starts.
-            shared.stop.set(reason);
-            shared.run_cancel.cancel();
+            env.stop.set(reason);
+            env.run_cancel.cancel();
         }
+        // An agent that could not start ends at once: its dependents are resolved
+        // again before the run can end.
+        let mut ended_unstarted = false;
         // Once the run is cancelled (limit, fail-fast, signal), nothing new starts, even
         // before the `select!` below has seen it.
-        if !stopping && !shared.run_cancel.is_cancelled() && no_new.is_none() {
+        if !stopping && !env.run_cancel.is_cancelled() && no_new.is_none() {
             let mut i = 0;
             while tasks.len() < concurrency && i < pending.len() {
                 let ready = match &pending[i] {
@@ -95,27 +161,32 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
                     continue;
                 }
                 let PlanNode::Agent(spec) = pending.remove(i) else { continue };
-                match render_prompt(&spec, &context) {
-                    Ok(Some(prompt)) => {
-                        shared.reporter.agent_started(&spec.id);
-                        let (id, key) = (spec.id.clone(), spec.agent.clone());
-                        let handle = tasks.spawn(agent::run(shared.clone(), spec, prompt));
-                        running.insert(handle.id(), (id, key, Instant::now()));
-                    }
+                let prompt = match render_prompt(&spec, &context) {
+                    Ok(Some(prompt)) => prompt,
                     // The agent definition it uses supplies the task.
-                    Ok(None) if spec.uses.is_some() => {
-                        shared.reporter.agent_started(&spec.id);
-                        let (id, key) = (spec.id.clone(), spec.agent.clone());
-                        let handle = tasks.spawn(agent::run(shared.clone(), spec, String::new()));
-                        running.insert(handle.id(), (id, key, Instant::now()));
+                    Ok(None) if spec.uses.is_some() => String::new(),
+                    Ok(None) => {
+                        done.push(not_started(&spec, "it has no prompt".into()));
+                        ended_unstarted = true;
+                        continue;
                     }
-                    Ok(None) => done.push(not_started(&spec, "it has no prompt".into())),
-                    Err(d) => done.push(not_started(&spec, format!("cannot render its prompt: {}", d.message))),
-                }
+                    Err(d) => {
+                        done.push(not_started(&spec, format!("cannot render its prompt: {}", d.message)));
+                        ended_unstarted = true;
+                        continue;
+                    }
+                };
+                env.reporter.agent_started(&spec.id);
+                let (id, key) = (spec.id.clone(), spec.agent.clone());
+                let handle = tasks.spawn(executor.execute(spec, prompt));
+                running.insert(handle.id(), (id, key));
             }
         }
         if tasks.is_empty() {
-            let why = shared
+            if ended_unstarted {
+                continue;
+            }
+            let why = env
                 .stop
                 .get()
                 .map(|s| s.to_string())
@@ -127,7 +198,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
             break;
         }
         if std::mem::take(&mut changed_on_disk) {
-            live.progress(&shared.run_dir, snapshot(&done, &running, &pending, &order));
+            env.progress.progress(snapshot(&done, &running, &pending, &order));
         }
         tokio::select! {
             joined = tasks.join_next_with_id() => {
@@ -139,7 +210,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
                         finished
                     }
                     Err(e) => {
-                        let Some((id, key, _)) = running.remove(&e.id()) else { continue };
+                        let Some((id, key)) = running.remove(&e.id()) else { continue };
                         let mut r = AgentReport::empty(&id, &key, None, AgentStatus::Failed,
                             format!("its task ended abnormally: {e}; this is a bug in orch, please report it"));
                         r.infrastructure = true;
@@ -148,7 +219,7 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
                     }
                 };
                 let Finished { report, spec } = finished;
-                shared.reporter.agent_finished(&report);
+                env.reporter.agent_finished(&report);
                 context.record(&spec, &report.text, report.output.as_ref());
                 if spec.fan_out.is_none() && let Some(output) = &report.output {
                     outputs.insert(spec.agent.clone(), output.clone());
@@ -156,22 +227,22 @@ pub async fn run(shared: Arc<Shared>, plan: &Plan, dispatch: Dispatch, mut live:
                 if report.status == AgentStatus::Failed && !report.continue_on_failure {
                     failures += 1;
                     if plan.fail_fast {
-                        shared.stop.set(StopReason::FailFast(report.id.clone()));
-                        shared.run_cancel.cancel();
+                        env.stop.set(StopReason::FailFast(report.id.clone()));
+                        env.run_cancel.cancel();
                     }
                     if max_fail.is_some_and(|n| failures >= n) && no_new.is_none() {
                         let why = format!("--max-fail {failures} was reached: no new agent started");
-                        shared.reporter.note(&why);
+                        env.reporter.note(&why);
                         no_new = Some(why);
                     }
                 }
                 done.push(report);
             }
-            () = shared.run_cancel.cancelled(), if !stopping => {
+            () = env.run_cancel.cancelled(), if !stopping => {
                 stopping = true;
-                if shared.stop.get().is_none() {
+                if env.stop.get().is_none() {
                     // An interrupt: write what is known before anything is torn down.
-                    live.interrupted(&shared.run_dir, snapshot(&done, &running, &pending, &order), None);
+                    env.progress.interrupted(snapshot(&done, &running, &pending, &order));
                 }
             }
         }
@@ -187,12 +258,7 @@ fn snapshot<'a>(
     pending: &'a [PlanNode],
     order: &'a [String],
 ) -> Snapshot<'a> {
-    Snapshot {
-        done,
-        running: running.values().map(|(id, key, _)| (id.as_str(), key.as_str())).collect(),
-        pending,
-        order,
-    }
+    Snapshot { done, running: running.values().map(|(id, key)| (id.as_str(), key.as_str())).collect(), pending, order }
 }
 
 /// Takes out of `pending` the agents this process does not run: those with a prior
@@ -231,10 +297,10 @@ fn admit(
 fn resolve(
     pending: &mut Vec<PlanNode>,
     order: &mut Vec<String>,
-    running: &HashMap<tokio::task::Id, (String, String, Instant)>,
+    running: &RunningMap,
     done: &[AgentReport],
     outputs: &HashMap<String, Value>,
-    reporter: &dyn super::Reporter,
+    reporter: &dyn Reporter,
 ) -> (Vec<AgentReport>, bool) {
     let mut finished: Vec<AgentReport> = Vec::new();
     let mut expanded = false;
@@ -294,8 +360,6 @@ fn resolve(
     (finished, expanded)
 }
 
-type RunningMap = HashMap<tokio::task::Id, (String, String, Instant)>;
-
 /// Where `wanted` stands, given the reports in `done` and `more` (reports not yet
 /// moved into `done`).
 fn needs(
@@ -320,7 +384,7 @@ fn needs(
         pending.iter().any(|n| match n {
             PlanNode::Agent(s) => s.agent == *key,
             PlanNode::DynamicFanOut(d) => d.id == *key,
-        }) || running.values().any(|(_, k, _)| k == key)
+        }) || running.values().any(|(_, k)| k == key)
     };
     if wanted.iter().any(busy) { Needs::Waiting } else { Needs::Ready }
 }
@@ -357,10 +421,10 @@ pub struct SynthesisEnv<'a> {
     pub prices: Arc<orch_agents::PriceTable>,
     pub fallback_model: Option<String>,
     pub run_dir: &'a std::path::Path,
-    pub meter: Arc<super::events::Meter>,
-    pub stop: Arc<super::Stop>,
-    pub run_cancel: tokio_util::sync::CancellationToken,
-    pub reporter: Arc<dyn super::Reporter>,
+    pub meter: Arc<Meter>,
+    pub stop: Arc<Stop>,
+    pub run_cancel: CancellationToken,
+    pub reporter: Arc<dyn Reporter>,
     pub json: bool,
 }
 
