@@ -12,6 +12,7 @@ mod hooks;
 mod mcp;
 mod permission_settings;
 mod publish;
+mod reliability;
 mod reap;
 mod run;
 mod sandbox_run;
