@@ -291,7 +291,8 @@ impl<'a> Checker<'a> {
     // ----- graph -------------------------------------------------------------------
 
     fn check_ids(&mut self) {
-        let mut lower: HashMap<String, &'a str> = HashMap::with_capacity_and_hasher(self.all_ids.len(), Default::default());
+        let mut lower: HashMap<String, &'a str> =
+            HashMap::with_capacity_and_hasher(self.all_ids.len(), Default::default());
         let ids = self.all_ids.clone();
         for id in ids {
             let lowered = id.to_ascii_lowercase();
@@ -628,8 +629,7 @@ impl<'a> Checker<'a> {
         let synthesis = &self.workflow.synthesis;
         self.check_model(synthesis.model.as_deref(), || path(&["synthesis", "model"]));
         if let Some(prompt) = &synthesis.prompt {
-            let scope =
-                Scope { what: What::Synthesis, owner: None, item: None, reads_agents: false };
+            let scope = Scope { what: What::Synthesis, owner: None, item: None, reads_agents: false };
             self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), &scope.what);
             self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
         }

@@ -454,11 +454,8 @@ impl<'a> Builder<'a> {
                 };
                 let style = Style::from(style);
                 let raw = text.into_owned();
-                let value = if forced_str || style != Style::Plain {
-                    Scalar::Str(raw.clone())
-                } else {
-                    resolve_plain(&raw)
-                };
+                let value =
+                    if forced_str || style != Style::Plain { Scalar::Str(raw.clone()) } else { resolve_plain(&raw) };
                 self.produced += NODE_WEIGHT + 2 * raw.len();
                 let node = Node { kind: Kind::Scalar { value, raw, style }, span };
                 self.remember(anchor, &node, before);

@@ -95,6 +95,6 @@ fn validate_and_run_give_every_reliability_fixture_the_same_verdict() {
         assert_eq!(validate_err, run_err, "{name}: the two commands disagree\n{both}");
         assert!(validate_err.contains("[DIR]/"), "{name}: no diagnostic names the file\n{both}");
         assert!(!fx.out.join("report.json").exists(), "{name}: `orch run` started a run");
-        insta::assert_snapshot!(format!("reliability__{name}"), validate_err);
+        insta::assert_snapshot!(name.as_str(), validate_err);
     }
 }
