@@ -630,7 +630,7 @@ impl<'a> Checker<'a> {
         self.check_model(synthesis.model.as_deref(), || path(&["synthesis", "model"]));
         if let Some(prompt) = &synthesis.prompt {
             let scope = Scope { what: What::Synthesis, owner: None, item: None, reads_agents: false };
-            self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), &scope.what);
+            self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), scope.what);
             self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
         }
     }
@@ -671,7 +671,7 @@ impl<'a> Checker<'a> {
                 item: agent.for_each.as_ref().map(|_| agent.item_name()),
                 reads_agents: true,
             };
-            self.check_prompt_text(prompt, with(base.clone(), Seg::key("prompt")), &scope.what);
+            self.check_prompt_text(prompt, with(base.clone(), Seg::key("prompt")), scope.what);
             self.check_template(prompt, with(base, Seg::key("prompt")), &scope);
         }
     }
@@ -835,7 +835,7 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
-        self.check_filters(node, text, &format!("`for_each` of `{id}`"));
+        self.check_filters(node, text, format!("`for_each` of `{id}`"));
         let mut sources: BTreeSet<&str> = BTreeSet::new();
         for reference in &refs {
             // Placed only when there is something to report.
@@ -890,7 +890,7 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     sources.insert(source);
-                    self.check_agent_ref(reference, at, &format!("`for_each` of `{id}`"));
+                    self.check_agent_ref(reference, at, format!("`for_each` of `{id}`"));
                 }
                 root if root == agent.item_name() && agent.as_name.is_some() => {
                     self.error(
@@ -993,7 +993,7 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
-        self.check_filters(node, text, &scope.what);
+        self.check_filters(node, text, scope.what);
         for reference in &refs {
             // Placed only when there is something to report.
             let source = self.source;
@@ -1030,12 +1030,12 @@ impl<'a> Checker<'a> {
                             format!("add `{other}` to `needs` of `{owner}` so it finishes first"),
                         );
                     } else if !self.broken.contains(other) {
-                        self.check_agent_ref(reference, at, &scope.what);
+                        self.check_agent_ref(reference, at, scope.what);
                     }
                 }
                 root => {
                     let root = root.to_string();
-                    self.unknown_variable(&root, at(), &scope.what, scope.item);
+                    self.unknown_variable(&root, at(), scope.what, scope.item);
                 }
             }
         }
