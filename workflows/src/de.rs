@@ -115,18 +115,50 @@ pub(crate) fn from_node<'a, T: de::Deserialize<'a>>(
     path: Vec<Seg>,
     key_span: Option<Span>,
 ) -> Result<T, DeError> {
-    T::deserialize(De { node, path, key_span })
+    T::deserialize(De { node, path: Trail::Root(&path), key_span })
+}
+
+/// Where a node sits: the path from the caller plus the keys and indexes walked since,
+/// as borrowed links on the stack. Only an error turns it into a `Vec<Seg>`, so a value
+/// that deserializes allocates nothing for its path.
+#[derive(Clone, Copy)]
+enum Trail<'p> {
+    Root(&'p [Seg]),
+    Key(&'p Trail<'p>, &'p str),
+    Index(&'p Trail<'p>, usize),
+}
+
+impl Trail<'_> {
+    fn to_vec(self) -> Vec<Seg> {
+        let mut out = Vec::new();
+        self.push_into(&mut out);
+        out
+    }
+
+    fn push_into(self, out: &mut Vec<Seg>) {
+        match self {
+            Trail::Root(base) => out.extend_from_slice(base),
+            Trail::Key(parent, key) => {
+                parent.push_into(out);
+                out.push(Seg::Key(key.to_string()));
+            }
+            Trail::Index(parent, i) => {
+                parent.push_into(out);
+                out.push(Seg::Index(i));
+            }
+        }
+    }
 }
 
 /// The deserializer for one node.
-pub(crate) struct De<'a> {
+pub(crate) struct De<'a, 'p> {
     node: &'a Node,
-    path: Vec<Seg>,
+    path: Trail<'p>,
     /// The span of the key this node is the value of, for "missing key" errors.
     key_span: Option<Span>,
 }
 
-impl<'a> De<'a> {
+impl<'a, 'p> De<'a, 'p> {
     /// Fills in the span and path of an error raised at this node.
     fn locate(&self, mut err: DeError) -> DeError {
         if err.span.is_none() {
@@ -136,7 +168,7 @@ impl<'a> De<'a> {
             });
         }
         if err.path.is_none() {
-            err.path = Some(self.path.clone());
+            err.path = Some(self.path.to_vec());
         }
         err
     }
@@ -165,12 +197,12 @@ impl<'a> De<'a> {
         }
     }
 
-    fn seq_access(&self, items: &'a [Node]) -> SeqAccess<'a> {
-        SeqAccess { items: items.iter().enumerate(), path: self.path.clone() }
+    fn seq_access(&self, items: &'a [Node]) -> SeqAccess<'a, 'p> {
+        SeqAccess { items: items.iter().enumerate(), path: self.path }
     }
 
-    fn map_access(&self, entries: &'a [Entry]) -> MapAccess<'a> {
-        MapAccess { entries: entries.iter(), value: None, path: self.path.clone() }
+    fn map_access(&self, entries: &'a [Entry]) -> MapAccess<'a, 'p> {
+        MapAccess { entries: entries.iter(), value: None, path: self.path }
     }
 }
 
@@ -186,7 +218,7 @@ macro_rules! int_method {
     };
 }
 
-impl<'a> de::Deserializer<'a> for De<'a> {
+impl<'a> de::Deserializer<'a> for De<'a, '_> {
     type Error = DeError;
 
     fn deserialize_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, DeError> {
@@ -359,21 +391,19 @@ impl<'a> de::Deserializer<'a> for De<'a> {
     }
 }
 
-struct SeqAccess<'a> {
+struct SeqAccess<'a, 'p> {
     items: std::iter::Enumerate<std::slice::Iter<'a, Node>>,
-    path: Vec<Seg>,
+    path: Trail<'p>,
 }
 
-impl<'a> de::SeqAccess<'a> for SeqAccess<'a> {
+impl<'a> de::SeqAccess<'a> for SeqAccess<'a, '_> {
     type Error = DeError;
 
     fn next_element_seed<T: DeserializeSeed<'a>>(&mut self, seed: T) -> Result<Option<T::Value>, DeError> {
         match self.items.next() {
             None => Ok(None),
             Some((i, node)) => {
-                let mut path = self.path.clone();
-                path.push(Seg::Index(i));
-                seed.deserialize(De { node, path, key_span: None }).map(Some)
+                seed.deserialize(De { node, path: Trail::Index(&self.path, i), key_span: None }).map(Some)
             }
         }
     }
@@ -383,13 +413,13 @@ impl<'a> de::SeqAccess<'a> for SeqAccess<'a> {
     }
 }
 
-struct MapAccess<'a> {
+struct MapAccess<'a, 'p> {
     entries: std::slice::Iter<'a, Entry>,
     value: Option<&'a Entry>,
-    path: Vec<Seg>,
+    path: Trail<'p>,
 }
 
-impl<'a> de::MapAccess<'a> for MapAccess<'a> {
+impl<'a> de::MapAccess<'a> for MapAccess<'a, '_> {
     type Error = DeError;
 
     fn next_key_seed<K: DeserializeSeed<'a>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
@@ -400,7 +430,7 @@ impl<'a> de::MapAccess<'a> for MapAccess<'a> {
                 let key = de::value::BorrowedStrDeserializer::<DeError>::new(entry.key.as_str());
                 seed.deserialize(key).map(Some).map_err(|mut e| {
                     e.span.get_or_insert(entry.key_span);
-                    e.path.get_or_insert_with(|| self.path.clone());
+                    e.path.get_or_insert_with(|| self.path.to_vec());
                     e
                 })
             }
@@ -410,8 +440,7 @@ impl<'a> de::MapAccess<'a> for MapAccess<'a> {
     fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         match self.value.take() {
             Some(entry) => {
-                let mut path = self.path.clone();
-                path.push(Seg::Key(entry.key.clone()));
+                let path = Trail::Key(&self.path, entry.key.as_str());
                 seed.deserialize(De { node: &entry.value, path, key_span: Some(entry.key_span) })
             }
             None => Err(de::Error::custom("a mapping value was read before its key")),

@@ -6,7 +6,6 @@
 //! each agent on its own, so one bad agent does not hide the next), then the semantic
 //! checks of [`validate`](crate::validate). Diagnostics come back sorted by position.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,6 +16,12 @@ use crate::diagnostic::{Diagnostic, Location, SourceFile};
 use crate::duration::DURATION_HINT;
 use crate::schema::{Agent, Defaults, Input, Integrate, Limits, Source, Synthesis, WORKFLOW_KEYS, Workflow};
 use crate::yaml::{self, Entry, Kind, MAX_FILE_BYTES, Node, Scalar, Seg, YamlError, path_string};
+
+/// The maps and sets of loading and validation, keyed by ids and names from the file:
+/// foldhash instead of SipHash, which was the largest single cost at 100,000 agents.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// See [`HashMap`].
+pub(crate) type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// Most extra deserialization attempts per value, to collect more than one error.
 const MAX_PRUNES: usize = 20;
@@ -181,7 +186,7 @@ impl Loader<'_> {
             publish: None,
             source: Source { file: Arc::new(self.source.clone()), tree: Arc::new(Node::empty()) },
         };
-        let mut broken = HashSet::new();
+        let mut broken = HashSet::default();
         let mut saw_version = false;
         let mut saw_agents = false;
         for entry in entries {

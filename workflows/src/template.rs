@@ -110,9 +110,18 @@ fn shared() -> &'static Environment<'static> {
 
 /// Compiles `source` and lists the undeclared names it reads, in order of appearance.
 pub(crate) fn references(source: &str) -> Result<Vec<Reference>, TemplateError> {
+    if is_plain_text(source) {
+        return Ok(Vec::new());
+    }
     let env = shared();
     let template = env.template_from_str(source).map_err(|e| template_error(&e, source))?;
     Ok(located(source, template.undeclared_variables(true)))
+}
+
+/// Whether `source` has no template syntax at all (no `{{`, `{%` or `{#`), so it
+/// reads nothing and cannot fail to compile: most prompts, spared a compile.
+fn is_plain_text(source: &str) -> bool {
+    !source.as_bytes().windows(2).any(|w| w[0] == b'{' && matches!(w[1], b'{' | b'%' | b'#'))
 }
 
 /// Compiles the expression `expr` and lists the names it reads.
@@ -332,6 +341,15 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn plain_text_reads_nothing_and_syntax_is_still_checked() {
+        assert!(is_plain_text("Review {the} code, 100% of it # all"));
+        assert!(references("Review {the} code.").unwrap().is_empty());
+        assert!(!is_plain_text("a {# note #}"));
+        assert!(references("Broken {{ inputs.x").is_err());
+        assert!(references("Broken {% if %}").is_err());
+    }
 
     #[test]
     fn filters_are_found_in_tags_only() {

@@ -16,7 +16,10 @@
 //! agent's transitive `needs` are walked only when a template reads an agent it does not
 //! need directly; "did you mean" over the agent ids has a total budget.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+
+use crate::load::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -78,7 +81,7 @@ pub(crate) fn validate(
 ) -> Vec<Diagnostic> {
     let root = workflow.source.tree.as_ref();
     let entries: &[Entry] = root.entry("agents").and_then(|e| e.value.entries()).unwrap_or_default();
-    let all_ids: Vec<String> = entries.iter().map(|e| e.key.clone()).collect();
+    let all_ids: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
     let mut servers: HashSet<&str> = workflow.mcp_servers.keys().map(String::as_str).collect();
     servers.extend(mcp_servers.unwrap_or_default().iter().map(String::as_str));
     let mut checker = Checker {
@@ -91,9 +94,9 @@ pub(crate) fn validate(
         agents: workflow.agents.iter().map(|a| (a.id.as_str(), a)).collect(),
         all_ids,
         broken,
-        upstream: HashMap::new(),
+        upstream: HashMap::default(),
         servers,
-        filters: HashMap::new(),
+        filters: HashMap::default(),
         suggest_budget: SUGGEST_BUDGET,
     };
     checker.run();
@@ -107,7 +110,7 @@ struct Checker<'a> {
     root: &'a Node,
     diagnostics: Vec<Diagnostic>,
     /// Every agent id in the file, in order, including agents that did not deserialize.
-    all_ids: Vec<String>,
+    all_ids: Vec<&'a str>,
     /// The same ids, to look up.
     ids: HashSet<&'a str>,
     /// The `agents:` entries of the tree by id (the first, for a duplicate).
@@ -125,10 +128,28 @@ struct Checker<'a> {
     suggest_budget: usize,
 }
 
+/// What a prompt or template belongs to, written out only when a message names it.
+#[derive(Debug, Clone, Copy)]
+enum What<'s> {
+    /// "the prompt of `fix`".
+    Prompt(&'s str),
+    /// "the synthesis prompt".
+    Synthesis,
+}
+
+impl fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            What::Prompt(id) => write!(f, "the prompt of `{id}`"),
+            What::Synthesis => f.write_str("the synthesis prompt"),
+        }
+    }
+}
+
 /// What a template may read.
 struct Scope<'s> {
     /// "the prompt of `fix`".
-    what: String,
+    what: What<'s>,
     /// The agent the template belongs to.
     owner: Option<&'s str>,
     /// The fan-out item's name.
@@ -148,19 +169,19 @@ impl<'a> Checker<'a> {
                 "write how many agents may run at once, e.g. `concurrency: 8`",
             );
         }
-        self.check_limits(&self.workflow.limits, path(&["limits"]));
+        self.check_limits(&self.workflow.limits, || path(&["limits"]));
         let defaults = &self.workflow.defaults;
-        self.check_limits(&defaults.limits, path(&["defaults", "limits"]));
+        self.check_limits(&defaults.limits, || path(&["defaults", "limits"]));
         if let Some(tools) = &defaults.tools {
-            self.check_tools(tools, path(&["defaults", "tools"]));
+            self.check_tools(tools, || path(&["defaults", "tools"]));
         }
         if let Some(skills) = &defaults.skills {
             self.check_skills(skills, path(&["defaults", "skills"]));
         }
-        self.check_model(defaults.model.as_deref(), path(&["defaults", "model"]));
-        self.check_model(self.workflow.model.as_deref(), path(&["model"]));
-        self.check_permissions(&defaults.permissions, path(&["defaults", "permissions"]));
-        self.check_sandbox(&defaults.sandbox, path(&["defaults", "sandbox"]));
+        self.check_model(defaults.model.as_deref(), || path(&["defaults", "model"]));
+        self.check_model(self.workflow.model.as_deref(), || path(&["model"]));
+        self.check_permissions(&defaults.permissions, || path(&["defaults", "permissions"]));
+        self.check_sandbox(&defaults.sandbox, || path(&["defaults", "sandbox"]));
         self.check_inputs();
         self.check_setup();
         self.check_subagents();
@@ -228,12 +249,12 @@ impl<'a> Checker<'a> {
             return String::new();
         }
         self.suggest_budget -= self.all_ids.len();
-        did_you_mean(name, self.all_ids.iter().map(String::as_str))
+        did_you_mean(name, self.all_ids.iter().copied())
     }
 
     /// The agent ids for a hint, at most [`MAX_LISTED_IDS`] of them.
     fn id_list(&self) -> String {
-        let shown: Vec<&str> = self.all_ids.iter().take(MAX_LISTED_IDS).map(String::as_str).collect();
+        let shown: Vec<&str> = self.all_ids.iter().take(MAX_LISTED_IDS).copied().collect();
         let mut list = key_list(&shown);
         if self.all_ids.len() > MAX_LISTED_IDS {
             list.push_str(&format!(" and {} more", self.all_ids.len() - MAX_LISTED_IDS));
@@ -249,7 +270,7 @@ impl<'a> Checker<'a> {
             return true;
         }
         if !self.upstream.contains_key(owner) {
-            let mut seen: HashSet<&'a str> = HashSet::new();
+            let mut seen: HashSet<&'a str> = HashSet::default();
             let mut queue: VecDeque<&'a str> = agent.needs.iter().map(String::as_str).collect();
             while let Some(id) = queue.pop_front() {
                 if seen.insert(id)
@@ -270,21 +291,24 @@ impl<'a> Checker<'a> {
     // ----- graph -------------------------------------------------------------------
 
     fn check_ids(&mut self) {
-        let mut lower: HashMap<String, String> = HashMap::new();
-        for id in self.all_ids.clone() {
-            let at = self.key_at(&path(&["agents", &id]));
-            if !is_valid_agent_id(&id) {
+        let mut lower: HashMap<String, &'a str> =
+            HashMap::with_capacity_and_hasher(self.all_ids.len(), Default::default());
+        let ids = self.all_ids.clone();
+        for id in ids {
+            let lowered = id.to_ascii_lowercase();
+            let at = |checker: &Self| checker.key_at(&path(&["agents", id]));
+            if !is_valid_agent_id(id) {
                 self.error(
-                    at.clone(),
+                    at(self),
                     format!("`{id}` is not a valid agent id"),
                     format!(
                         "use ASCII letters, digits, `_` and `-`, starting with a letter, at most {MAX_ID_LEN} \
                          characters (ids become branch names `orch/<run>/<id>`), e.g. `fix-docs`"
                     ),
                 );
-            } else if RESERVED_IDS.contains(&id.to_ascii_lowercase().as_str()) {
+            } else if RESERVED_IDS.contains(&lowered.as_str()) {
                 self.error(
-                    at.clone(),
+                    at(self),
                     format!("`{id}` is reserved and cannot be an agent id"),
                     format!(
                         "rename the agent; orch itself uses {} (e.g. the branch `orch/<run>/integration`)",
@@ -292,17 +316,18 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            match lower.get(&id.to_ascii_lowercase()) {
-                Some(first) if first != &id => {
-                    let first = first.clone();
+            match lower.get(&lowered) {
+                Some(&first) if first != id => {
+                    let at = at(self);
                     self.error(
                         at,
                         format!("agent ids `{first}` and `{id}` differ only in case"),
                         "rename one of them: their branches would collide on case-insensitive file systems",
                     );
                 }
-                _ => {
-                    lower.insert(id.to_ascii_lowercase(), id.clone());
+                Some(_) => {}
+                None => {
+                    lower.insert(lowered, id);
                 }
             }
         }
@@ -319,14 +344,14 @@ impl<'a> Checker<'a> {
             .collect();
         // Iterative depth-first search: 1 = on the stack, 2 = done. `on_stack` maps an
         // agent on the current path to its place in `path`, so a cycle is cut out at once.
-        let mut state: HashMap<&str, u8> = HashMap::new();
+        let mut state: HashMap<&str, u8> = HashMap::default();
         let mut cycles: Vec<Vec<&str>> = Vec::new();
         for agent in &self.workflow.agents {
             if state.contains_key(agent.id.as_str()) {
                 continue;
             }
             let mut path: Vec<&str> = Vec::new();
-            let mut on_stack: HashMap<&str, usize> = HashMap::new();
+            let mut on_stack: HashMap<&str, usize> = HashMap::default();
             // (agent, index of the next need to follow)
             let mut stack: Vec<(&str, usize)> = vec![(agent.id.as_str(), 0)];
             state.insert(agent.id.as_str(), 1);
@@ -359,7 +384,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        let mut reported: HashSet<BTreeSet<&str>> = HashSet::new();
+        let mut reported: HashSet<BTreeSet<&str>> = HashSet::default();
         for mut cycle in cycles {
             if !reported.insert(cycle.iter().copied().collect()) {
                 continue;
@@ -388,9 +413,9 @@ impl<'a> Checker<'a> {
 
     // ----- settings ----------------------------------------------------------------
 
-    fn check_limits(&mut self, limits: &Limits, base: Vec<Seg>) {
+    fn check_limits(&mut self, limits: &Limits, base: impl Fn() -> Vec<Seg>) {
         if limits.max_turns == Some(0) {
-            let at = self.at(&with(base.clone(), Seg::key("max_turns")));
+            let at = self.at(&with(base(), Seg::key("max_turns")));
             self.error(
                 at,
                 "`max_turns` must be at least 1",
@@ -398,7 +423,7 @@ impl<'a> Checker<'a> {
             );
         }
         if limits.max_tokens == Some(0) {
-            let at = self.at(&with(base.clone(), Seg::key("max_tokens")));
+            let at = self.at(&with(base(), Seg::key("max_tokens")));
             self.error(
                 at,
                 "`max_tokens` must be at least 1",
@@ -408,7 +433,7 @@ impl<'a> Checker<'a> {
         if let Some(cost) = limits.max_cost_usd
             && !(cost.is_finite() && cost > 0.0)
         {
-            let at = self.at(&with(base.clone(), Seg::key("max_cost_usd")));
+            let at = self.at(&with(base(), Seg::key("max_cost_usd")));
             self.error(
                 at,
                 format!("`max_cost_usd` must be more than 0, not {cost}"),
@@ -416,18 +441,18 @@ impl<'a> Checker<'a> {
             );
         }
         if limits.timeout.is_some_and(|t| t.as_std().is_zero()) {
-            let at = self.at(&with(base, Seg::key("timeout")));
+            let at = self.at(&with(base(), Seg::key("timeout")));
             self.error(at, "`timeout` must be longer than 0", crate::duration::DURATION_HINT);
         }
     }
 
-    fn check_tools(&mut self, tools: &[String], base: Vec<Seg>) {
+    fn check_tools(&mut self, tools: &[String], base: impl Fn() -> Vec<Seg>) {
         for (i, tool) in tools.iter().enumerate() {
             if is_known_tool(tool) {
                 if let Some(server) = mcp_server(tool)
                     && !self.servers.contains(server)
                 {
-                    let at = self.at(&with(base.clone(), Seg::Index(i)));
+                    let at = self.at(&with(base(), Seg::Index(i)));
                     let mut known: Vec<&str> = self.servers.iter().copied().collect();
                     known.sort_unstable();
                     let mut hint = did_you_mean(server, known.iter().copied());
@@ -448,7 +473,7 @@ impl<'a> Checker<'a> {
                 }
                 continue;
             }
-            let at = self.at(&with(base.clone(), Seg::Index(i)));
+            let at = self.at(&with(base(), Seg::Index(i)));
             let mut hint = did_you_mean(tool, KNOWN_TOOLS);
             push_sentence(
                 &mut hint,
@@ -480,9 +505,9 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn check_model(&mut self, model: Option<&str>, at_path: Vec<Seg>) {
+    fn check_model(&mut self, model: Option<&str>, at_path: impl Fn() -> Vec<Seg>) {
         if model.is_some_and(|m| m.trim().is_empty()) {
-            let at = self.at(&at_path);
+            let at = self.at(&at_path());
             self.error(
                 at,
                 "the model name is empty",
@@ -491,11 +516,11 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn check_permissions(&mut self, permissions: &Permissions, base: Vec<Seg>) {
+    fn check_permissions(&mut self, permissions: &Permissions, base: impl Fn() -> Vec<Seg>) {
         for (list, rules) in [("allow", &permissions.allow), ("deny", &permissions.deny), ("ask", &permissions.ask)] {
             for (i, rule) in rules.iter().enumerate() {
                 if let Err(problem) = check_rule(rule) {
-                    let at = self.at(&with(with(base.clone(), Seg::key(list)), Seg::Index(i)));
+                    let at = self.at(&with(with(base(), Seg::key(list)), Seg::Index(i)));
                     self.error(
                         at,
                         format!("bad permission rule `{rule}`: {problem}"),
@@ -506,9 +531,9 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn check_sandbox(&mut self, sandbox: &SandboxConfig, base: Vec<Seg>) {
+    fn check_sandbox(&mut self, sandbox: &SandboxConfig, base: impl Fn() -> Vec<Seg>) {
         if sandbox.image.is_some() && sandbox.backend.is_some_and(|b| b != crate::schema::Backend::Container) {
-            let at = self.key_at(&with(base.clone(), Seg::key("image")));
+            let at = self.key_at(&with(base(), Seg::key("image")));
             self.error(
                 at,
                 "`image` only applies to `backend: container`",
@@ -518,7 +543,7 @@ impl<'a> Checker<'a> {
         for (list, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
             for (i, p) in paths.iter().enumerate() {
                 if p.trim().is_empty() {
-                    let at = self.at(&with(with(base.clone(), Seg::key(list)), Seg::Index(i)));
+                    let at = self.at(&with(with(base(), Seg::key(list)), Seg::Index(i)));
                     self.error(
                         at,
                         format!("empty path in `{list}`"),
@@ -602,11 +627,10 @@ impl<'a> Checker<'a> {
 
     fn check_synthesis(&mut self) {
         let synthesis = &self.workflow.synthesis;
-        self.check_model(synthesis.model.as_deref(), path(&["synthesis", "model"]));
+        self.check_model(synthesis.model.as_deref(), || path(&["synthesis", "model"]));
         if let Some(prompt) = &synthesis.prompt {
-            let scope =
-                Scope { what: "the synthesis prompt".to_string(), owner: None, item: None, reads_agents: false };
-            self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), &scope.what);
+            let scope = Scope { what: What::Synthesis, owner: None, item: None, reads_agents: false };
+            self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), scope.what);
             self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
         }
     }
@@ -624,16 +648,16 @@ impl<'a> Checker<'a> {
                 "add `prompt:` with the task for this agent, or `uses:` with an agent definition that supplies one",
             );
         }
-        self.check_model(agent.model.as_deref(), with(base.clone(), Seg::key("model")));
+        self.check_model(agent.model.as_deref(), || with(base.clone(), Seg::key("model")));
         if let Some(tools) = &agent.tools {
-            self.check_tools(tools, with(base.clone(), Seg::key("tools")));
+            self.check_tools(tools, || with(base.clone(), Seg::key("tools")));
         }
         if let Some(skills) = &agent.skills {
             self.check_skills(skills, with(base.clone(), Seg::key("skills")));
         }
-        self.check_limits(&agent.limits, with(base.clone(), Seg::key("limits")));
-        self.check_permissions(&agent.permissions, with(base.clone(), Seg::key("permissions")));
-        self.check_sandbox(&agent.sandbox, with(base.clone(), Seg::key("sandbox")));
+        self.check_limits(&agent.limits, || with(base.clone(), Seg::key("limits")));
+        self.check_permissions(&agent.permissions, || with(base.clone(), Seg::key("permissions")));
+        self.check_sandbox(&agent.sandbox, || with(base.clone(), Seg::key("sandbox")));
         self.check_needs(agent, &base);
         self.check_for_each(agent, &base);
         if let Some(output) = &agent.output {
@@ -642,18 +666,18 @@ impl<'a> Checker<'a> {
         self.check_container_image(agent, &base);
         if let Some(prompt) = &agent.prompt {
             let scope = Scope {
-                what: format!("the prompt of `{id}`"),
+                what: What::Prompt(id),
                 owner: Some(id),
                 item: agent.for_each.as_ref().map(|_| agent.item_name()),
                 reads_agents: true,
             };
-            self.check_prompt_text(prompt, with(base.clone(), Seg::key("prompt")), &scope.what);
+            self.check_prompt_text(prompt, with(base.clone(), Seg::key("prompt")), scope.what);
             self.check_template(prompt, with(base, Seg::key("prompt")), &scope);
         }
     }
 
     /// A prompt says something, and holds no control characters but tab and line breaks.
-    fn check_prompt_text(&mut self, prompt: &str, at_path: Vec<Seg>, what: &str) {
+    fn check_prompt_text(&mut self, prompt: &str, at_path: Vec<Seg>, what: impl fmt::Display) {
         if prompt.trim().is_empty() {
             let at = self.at(&at_path);
             self.error(
@@ -736,12 +760,13 @@ impl<'a> Checker<'a> {
     }
 
     fn check_needs(&mut self, agent: &Agent, base: &[Seg]) {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::with_capacity_and_hasher(agent.needs.len(), Default::default());
         for (i, need) in agent.needs.iter().enumerate() {
-            let at = self.at(&with(with(base.to_vec(), Seg::key("needs")), Seg::Index(i)));
+            let at = |checker: &Self| checker.at(&with(with(base.to_vec(), Seg::key("needs")), Seg::Index(i)));
             if !seen.insert(need.as_str()) {
-                self.error(at, format!("`{need}` is listed twice in `needs`"), "remove the repeated id");
+                self.error(at(self), format!("`{need}` is listed twice in `needs`"), "remove the repeated id");
             } else if !self.ids.contains(need.as_str()) {
+                let at = at(self);
                 let mut hint = self.suggest_id(need);
                 push_sentence(&mut hint, &format!("`needs` lists ids of agents in this file: {}", self.id_list()));
                 self.error(at, format!("`{}` needs `{need}`, which is not an agent", agent.id), hint);
@@ -769,11 +794,11 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        let for_each_path = with(base.to_vec(), Seg::key("for_each"));
+        let for_each_path = || with(base.to_vec(), Seg::key("for_each"));
         match &agent.for_each {
             None => {}
             Some(ForEach::List(items)) if items.is_empty() => {
-                let at = self.at(&for_each_path);
+                let at = self.at(&for_each_path());
                 self.error(
                     at,
                     format!("`for_each` of `{id}` is an empty list, so the agent would never run"),
@@ -781,7 +806,7 @@ impl<'a> Checker<'a> {
                 );
             }
             Some(ForEach::List(_)) => {}
-            Some(ForEach::Expr(text)) => self.check_for_each_expr(agent, text, for_each_path),
+            Some(ForEach::Expr(text)) => self.check_for_each_expr(agent, text, for_each_path()),
         }
     }
 
@@ -810,31 +835,33 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
-        self.check_filters(node, text, &format!("`for_each` of `{id}`"));
+        self.check_filters(node, text, format!("`for_each` of `{id}`"));
         let mut sources: BTreeSet<&str> = BTreeSet::new();
         for reference in &refs {
-            let at = match reference.offset {
-                Some(o) => self.source.inside(node, text, offset + o, reference.len),
-                None => self.source.span(node.span),
+            // Placed only when there is something to report.
+            let source = self.source;
+            let at = || match reference.offset {
+                Some(o) => source.inside(node, text, offset + o, reference.len),
+                None => source.span(node.span),
             };
             match reference.root() {
                 "inputs" => self.check_input_ref(reference, at),
                 "agents" => {
                     let Some(source) = reference.parts.get(1) else {
                         self.error(
-                            at,
+                            at(),
                             format!("`for_each` of `{id}` must name the agent it reads"),
                             "write `agents.<id>.output.<field>`, e.g. `\"{{ agents.survey.output.crates }}\"`",
                         );
                         continue;
                     };
                     if !self.ids.contains(source.as_str()) {
-                        self.unknown_agent(source, at);
+                        self.unknown_agent(source, at());
                         continue;
                     }
                     if !agent.needs.contains(source) {
                         self.error(
-                            at,
+                            at(),
                             format!("`for_each` of `{id}` reads `agents.{source}`, but `{source}` is not in `needs`"),
                             format!(
                                 "add `{source}` to `needs` (`needs: [{source}]`): the fan-out expands when it finishes"
@@ -847,7 +874,7 @@ impl<'a> Checker<'a> {
                     }
                     if self.is_fan_out(source) {
                         self.error(
-                            at,
+                            at(),
                             format!("`for_each` of `{id}` reads `{source}`, which fans out itself"),
                             "fan out over the output of a single agent: add one that collects the items, and read its \
                              output",
@@ -856,25 +883,25 @@ impl<'a> Checker<'a> {
                     }
                     if reference.parts.get(2).map(String::as_str) != Some("output") {
                         self.error(
-                            at,
+                            at(),
                             format!("`for_each` of `{id}` can only read structured output"),
                             format!("write `agents.{source}.output.<field>`, and give `{source}` an `output.schema`"),
                         );
                         continue;
                     }
                     sources.insert(source);
-                    self.check_agent_ref(reference, at, &format!("`for_each` of `{id}`"));
+                    self.check_agent_ref(reference, at, format!("`for_each` of `{id}`"));
                 }
                 root if root == agent.item_name() && agent.as_name.is_some() => {
                     self.error(
-                        at,
+                        at(),
                         format!("`for_each` cannot use its own item `{root}`"),
                         "read an input or an earlier agent's output",
                     );
                 }
                 root => {
                     let root = root.to_string();
-                    self.unknown_variable(&root, at, "`for_each`", None);
+                    self.unknown_variable(&root, at(), "`for_each`", None);
                 }
             }
         }
@@ -929,7 +956,7 @@ impl<'a> Checker<'a> {
 
     /// Every filter a template applies exists (minijinja would only say so when it
     /// renders, after the agents before it ran).
-    fn check_filters(&mut self, node: &Node, text: &str, what: &str) {
+    fn check_filters(&mut self, node: &Node, text: &str, what: impl fmt::Display) {
         for (name, offset) in template::filters(text) {
             let exists = match self.filters.get(&name) {
                 Some(&exists) => exists,
@@ -966,11 +993,13 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
-        self.check_filters(node, text, &scope.what);
+        self.check_filters(node, text, scope.what);
         for reference in &refs {
-            let at = match reference.offset {
-                Some(o) => self.source.inside(node, text, o, reference.len),
-                None => self.source.span(node.span),
+            // Placed only when there is something to report.
+            let source = self.source;
+            let at = || match reference.offset {
+                Some(o) => source.inside(node, text, o, reference.len),
+                None => source.span(node.span),
             };
             match reference.root() {
                 "inputs" => self.check_input_ref(reference, at),
@@ -978,7 +1007,7 @@ impl<'a> Checker<'a> {
                 "agents" => {
                     if !scope.reads_agents {
                         self.error(
-                            at,
+                            at(),
                             format!("{} cannot read `agents`", scope.what),
                             "the agents' reports are added to the synthesis prompt for you; refer to them in words",
                         );
@@ -986,33 +1015,33 @@ impl<'a> Checker<'a> {
                     }
                     let Some(other) = reference.parts.get(1) else { continue };
                     if !self.ids.contains(other.as_str()) {
-                        self.unknown_agent(other, at);
+                        self.unknown_agent(other, at());
                     } else if scope.owner == Some(other.as_str()) {
                         self.error(
-                            at,
+                            at(),
                             format!("{} reads its own result", scope.what),
                             "an agent can only read agents it needs",
                         );
                     } else if !scope.owner.is_some_and(|owner| self.needs_transitively(owner, other)) {
                         let owner = scope.owner.unwrap_or("this agent");
                         self.error(
-                            at,
+                            at(),
                             format!("{} reads `agents.{other}`, but `{owner}` does not need `{other}`", scope.what),
                             format!("add `{other}` to `needs` of `{owner}` so it finishes first"),
                         );
                     } else if !self.broken.contains(other) {
-                        self.check_agent_ref(reference, at, &scope.what);
+                        self.check_agent_ref(reference, at, scope.what);
                     }
                 }
                 root => {
                     let root = root.to_string();
-                    self.unknown_variable(&root, at, &scope.what, scope.item);
+                    self.unknown_variable(&root, at(), scope.what, scope.item);
                 }
             }
         }
     }
 
-    fn check_input_ref(&mut self, reference: &Reference, at: Location) {
+    fn check_input_ref(&mut self, reference: &Reference, at: impl FnOnce() -> Location) {
         let Some(name) = reference.parts.get(1) else { return };
         if self.workflow.inputs.iter().any(|i| &i.name == name) {
             return;
@@ -1025,7 +1054,7 @@ impl<'a> Checker<'a> {
         } else {
             push_sentence(&mut hint, &format!("otherwise {declare}"));
         }
-        self.error(at, format!("unknown input `{name}`"), hint);
+        self.error(at(), format!("unknown input `{name}`"), hint);
     }
 
     fn unknown_agent(&mut self, name: &str, at: Location) {
@@ -1037,7 +1066,7 @@ impl<'a> Checker<'a> {
         self.error(at, format!("unknown agent `{name}`"), hint);
     }
 
-    fn unknown_variable(&mut self, name: &str, at: Location, what: &str, item: Option<&str>) {
+    fn unknown_variable(&mut self, name: &str, at: Location, what: impl fmt::Display, item: Option<&str>) {
         let mut names = vec!["inputs", "agents"];
         names.extend(item);
         let mut hint = did_you_mean(name, names.iter().copied());
@@ -1055,13 +1084,13 @@ impl<'a> Checker<'a> {
     }
 
     /// `agents.<id>…` where `<id>` is known and allowed: checks the rest of the chain.
-    fn check_agent_ref(&mut self, reference: &Reference, at: Location, what: &str) {
+    fn check_agent_ref(&mut self, reference: &Reference, at: impl FnOnce() -> Location, what: impl fmt::Display) {
         let Some(other) = reference.parts.get(1) else { return };
         let Some(agent) = self.agent(other) else { return };
         if agent.for_each.is_some() {
             if reference.parts.len() > 2 {
                 self.error(
-                    at,
+                    at(),
                     format!("`{other}` fans out, so `agents.{other}` is a list of results, one per item"),
                     format!(
                         "loop over it: `{{% for r in agents.{other} %}}{{{{ r.item }}}}: {{{{ r.text }}}}{{% endfor %}}`"
@@ -1074,7 +1103,7 @@ impl<'a> Checker<'a> {
             None | Some("text") => {}
             Some("output") => match (&agent.output, reference.parts.get(3)) {
                 (None, _) => self.error(
-                    at,
+                    at(),
                     format!("{what} reads `agents.{other}.output`, but `{other}` has no `output.schema`"),
                     format!(
                         "give `{other}` an `output: {{ schema: … }}`, or read its final answer `agents.{other}.text`"
@@ -1090,13 +1119,13 @@ impl<'a> Checker<'a> {
                                 key_list(&known.iter().map(String::as_str).collect::<Vec<_>>())
                             ),
                         );
-                        self.error(at, format!("the output of `{other}` has no field `{field}`"), hint);
+                        self.error(at(), format!("the output of `{other}` has no field `{field}`"), hint);
                     }
                 }
                 (Some(_), None) => {}
             },
             Some(field) => self.error(
-                at,
+                at(),
                 format!("`agents.{other}.{field}` does not exist"),
                 format!(
                     "an agent's result has `text` (its final answer) and `output` (its structured output): \

@@ -453,13 +453,11 @@ impl<'a> Builder<'a> {
                     Some(tag) => return Err(unsupported_tag(&tag.to_string(), span)),
                 };
                 let style = Style::from(style);
-                let value = if forced_str || style != Style::Plain {
-                    Scalar::Str(text.to_string())
-                } else {
-                    resolve_plain(&text)
-                };
-                self.produced += NODE_WEIGHT + 2 * text.len();
-                let node = Node { kind: Kind::Scalar { value, raw: text.to_string(), style }, span };
+                let raw = text.into_owned();
+                let value =
+                    if forced_str || style != Style::Plain { Scalar::Str(raw.clone()) } else { resolve_plain(&raw) };
+                self.produced += NODE_WEIGHT + 2 * raw.len();
+                let node = Node { kind: Kind::Scalar { value, raw, style }, span };
                 self.remember(anchor, &node, before);
                 Ok(node)
             }

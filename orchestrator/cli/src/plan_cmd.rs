@@ -1,14 +1,31 @@
 //! `orch validate` and `orch plan`: load a workflow, report every diagnostic with its
-//! position, and print what a run would do. Neither touches git, the network or a
-//! sandbox.
+//! position, and print what a run would do. Both make every check `orch run` makes
+//! before it starts (the same loader, against the repository's `.mcp.json`); neither
+//! touches the network, a sandbox or a model.
 
 use std::io::Write;
+use std::path::Path;
 
-use orch_run::workflow::{load, plan};
-use orch_workflows::Plan;
+use orch_run::workflow::plan;
+use orch_workflows::{Plan, Workflow};
 
 use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
 use crate::exit::{Code, UsageError};
+
+/// Loads `path` with every check `orch run` makes before it starts anything, against
+/// the repository of the current directory (its `.mcp.json`, read under the same trust
+/// rule as a run's), or prints why not.
+fn load(path: &Path) -> Result<Workflow, Code> {
+    let trust = orch_run::repo_config::Trust::from_env(false, None);
+    let config = orch_run::workflow::repo_config(None, &trust);
+    match config.and_then(|config| orch_run::workflow::load_checked(path, &config)) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(Code::Usage)
+        }
+    }
+}
 
 /// `orch validate`: exit 0 and one line on stderr when the file is valid.
 pub fn validate(args: &ValidateArgs) -> Code {

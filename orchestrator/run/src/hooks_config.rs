@@ -47,6 +47,24 @@ pub fn load(
         out.hooks.extend(hooks_of(&value, ".claude/settings.json")?);
     }
     out.hooks.extend(convert(workflow_hooks));
+    out.mcp_servers = repo_mcp_servers(repo)?;
+    orch_agents::command_hooks::validate(&out.hooks)?;
+    out.mcp_servers.extend(workflow_mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if !out.hooks.is_empty() || !out.mcp_servers.is_empty() {
+        tracing::info!(
+            hooks = out.hooks.len(),
+            mcp_servers = out.mcp_servers.len(),
+            "repository configuration read from {}",
+            repo.describe()
+        );
+    }
+    Ok(out)
+}
+
+/// The MCP servers the repository configures in `.mcp.json` (`mcpServers`), read
+/// through `repo`; none when the file does not exist.
+pub fn repo_mcp_servers(repo: &RepoConfig) -> crate::error::Result<BTreeMap<String, McpServer>> {
+    let mut out = BTreeMap::new();
     if let Some(text) = repo.read(".mcp.json")? {
         let value: Value = serde_json::from_str(&text)
             .with_context(|| format!(".mcp.json (from {}) is not valid JSON", repo.describe()))?;
@@ -62,18 +80,8 @@ pub fn load(
             if let Some((message, hint)) = server.problem() {
                 return Err(crate::error::Error::Message(format!(".mcp.json: server `{name}`: {message}; {hint}")));
             }
-            out.mcp_servers.insert(name, server);
+            out.insert(name, server);
         }
-    }
-    orch_agents::command_hooks::validate(&out.hooks)?;
-    out.mcp_servers.extend(workflow_mcp.iter().map(|(k, v)| (k.clone(), v.clone())));
-    if !out.hooks.is_empty() || !out.mcp_servers.is_empty() {
-        tracing::info!(
-            hooks = out.hooks.len(),
-            mcp_servers = out.mcp_servers.len(),
-            "repository configuration read from {}",
-            repo.describe()
-        );
     }
     Ok(out)
 }

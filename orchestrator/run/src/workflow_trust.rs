@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use orch_workflows::{Backend, Network, Plan, PlanNode, Workflow};
 
 use crate::exit::{Code, UsageError};
-use crate::repo_config::{RepoConfig, Trust};
+use crate::repo_config::Trust;
 
 /// A workflow loaded under the trust rule.
 #[derive(Debug)]
@@ -22,25 +22,23 @@ pub struct Loaded {
     pub untrusted: bool,
 }
 
-/// Loads the workflow at `path` for a run on `repo` (`None`: the current directory).
-/// `Ok(Err(code))` when its diagnostics were printed; `Err` for a refused workflow.
+/// Loads the workflow at `path` for a run on `repo` (`None`: the current directory),
+/// checked against that repository's configuration (see
+/// [`crate::workflow::load_checked`]), read under `trust`. `Ok(Err(code))` when its diagnostics were printed; `Err` for a refused
+/// workflow.
 pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Loaded, Code>, UsageError> {
     let untrusted = trust.is_pull_request() && !trust.trust_checkout;
+    let config = crate::workflow::repo_config(repo, trust)?;
+    let loaded = |workflow| Loaded { workflow, untrusted };
     if !untrusted {
-        return Ok(crate::workflow::load(path).map(|workflow| Loaded { workflow, untrusted }));
+        return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
     }
-    let repo = match repo {
-        Some(r) => r.to_path_buf(),
-        None => std::env::current_dir().map_err(|e| UsageError(format!("cannot read the current directory: {e}")))?,
-    };
-    let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
-    let config = RepoConfig::resolve(&repo, trust).map_err(|e| UsageError(e.to_string()))?;
     let Some(rel) = inside(path, config.root()) else {
         eprintln!(
             "orch: pull-request run: the workflow {} is outside the repository, so it is used as it is",
             path.display()
         );
-        return Ok(crate::workflow::load(path).map(|workflow| Loaded { workflow, untrusted }));
+        return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
     };
     let rel = rel.to_string_lossy().into_owned();
     let text = config.read(&rel).map_err(|e| UsageError(e.to_string()))?.ok_or_else(|| {
@@ -53,7 +51,7 @@ pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Lo
     })?;
     eprintln!("orch: pull-request run: the workflow `{rel}` comes from {}", config.describe());
     let name = format!("{rel} (from {})", config.describe());
-    Ok(crate::workflow::load_str(&text, &name).map(|workflow| Loaded { workflow, untrusted }))
+    Ok(crate::workflow::load_str_checked(&text, &name, &config)?.map(loaded))
 }
 
 /// `path` relative to the repository root `root`, when it is inside it: as written

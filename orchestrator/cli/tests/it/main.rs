@@ -14,6 +14,7 @@ mod mcp;
 mod permission_settings;
 mod publish;
 mod reap;
+mod reliability;
 mod rough_edges;
 mod run;
 mod sandbox_run;

@@ -153,7 +153,6 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         Err(code) => return Ok(code),
     };
     crate::workflow_trust::check_plan(&workflow, &plan, untrusted)?;
-    preflight(&plan)?;
     let author = args.author.clone().map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch);
     if let Some(dir) = args.resume.as_deref()
         && recover::needs_recovery(dir)
@@ -422,27 +421,10 @@ fn resolve_uses(
     Ok(out)
 }
 
-/// Refuses what this version cannot run, before anything starts.
-fn preflight(plan: &Plan) -> crate::error::Result<()> {
-    let specs = plan.nodes().map(|n| match n {
-        PlanNode::Agent(spec) => spec,
-        PlanNode::DynamicFanOut(d) => &d.template,
-    });
-    for spec in specs {
-        if spec.sandbox.backend == orch_workflows::Backend::Container && spec.sandbox.image.is_none() {
-            return Err(UsageError(format!(
-                "agent `{}` uses the container backend without an image; set `sandbox.image`",
-                spec.agent
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
-
 /// Reads the hooks and MCP servers (repository files from the base ref in a
-/// pull-request run, see [`crate::repo_config`]) and checks that every `mcp__` tool an
-/// agent lists names a declared server.
+/// pull-request run, see [`crate::repo_config`]). That every `mcp__` tool names a
+/// configured server was checked when the workflow was loaded
+/// ([`crate::workflow::load_checked`]).
 fn load_extensions(
     args: &RunOptions,
     workflow: &orch_workflows::Workflow,
@@ -474,26 +456,6 @@ fn load_extensions(
         && let Some(note) = crate::settings_permissions::bash_gap_note(denies)
     {
         eprintln!("orch: {note}");
-    }
-    let specs = plan.nodes().map(|n| match n {
-        PlanNode::Agent(spec) => spec,
-        PlanNode::DynamicFanOut(d) => &d.template,
-    });
-    for spec in specs {
-        for tool in &spec.tools {
-            if let Some((server, _)) = orch_agents::mcp::split_name(tool)
-                && !extensions.mcp_servers.contains_key(server)
-            {
-                let known: Vec<&str> = extensions.mcp_servers.keys().map(String::as_str).collect();
-                return Err(UsageError(format!(
-                    "agent `{}` lists `{tool}`, but no MCP server `{server}` is declared (declared: {}); add it to \
-                     `mcp_servers:` or `.mcp.json`",
-                    spec.agent,
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
-                ))
-                .into());
-            }
-        }
     }
     Ok((extensions, config))
 }
