@@ -33,7 +33,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
         timeout: args.timeout.map(Into::into),
-        checkpoint_every: None,
+        ..Limits::default()
     };
     config.apply_settings(&args.model_settings);
     let cwd = match &args.cwd {
@@ -88,6 +88,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         hooks: extensions.hooks,
         mcp_servers: extensions.mcp_servers,
         session_id: format!("{run}/{}", args.agent_id),
+        file_size_limit: None,
     };
     let mut session = AgentSession::start(spec, sink.clone(), &cancel).await?;
     // After the tool host started: it reads the instruction files.
