@@ -104,7 +104,9 @@ impl Size {
         } else {
             match UNITS.iter().find(|(name, _)| *name == unit) {
                 Some((_, bytes)) => *bytes,
-                None => return Err(err(&format!("unknown unit `{unit}` (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)"))),
+                None => {
+                    return Err(err(&format!("unknown unit `{unit}` (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)")));
+                }
             }
         };
         if per_unit == 1 && numerator != 0 {
@@ -167,7 +169,9 @@ impl<'de> serde::Deserialize<'de> for Size {
             }
 
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Size, E> {
-                Err(E::custom(format!("`{v}` is not a size: write a whole number of bytes, or a unit such as `1.5GiB`")))
+                Err(E::custom(format!(
+                    "`{v}` is not a size: write a whole number of bytes, or a unit such as `1.5GiB`"
+                )))
             }
         }
         deserializer.deserialize_any(Visitor)

@@ -823,7 +823,8 @@ fn disk_case(backend: Backend) {
     let mut script = String::from("version: 1\nagents:\n  hog:\n");
     for command in commands {
         let quoted = serde_json::to_string(command).unwrap();
-        script.push_str(&format!("    - tool_calls: [{{name: Bash, input: {{command: {quoted}, timeout: 120000}}}}]\n"));
+        script
+            .push_str(&format!("    - tool_calls: [{{name: Bash, input: {{command: {quoted}, timeout: 120000}}}}]\n"));
     }
     script.push_str("    - text: done\n  synthesis:\n    - text: S.\n");
     let repo_before = disk_usage(&fx.repo.join(".git"));
@@ -854,7 +855,8 @@ fn disk_case(backend: Backend) {
     assert_eq!(fx.show(&branch, "kept.txt"), "kept\n");
     let tree = crate::support::git(&fx.repo, &["ls-tree", "-r", "--name-only", &branch]);
     assert!(!tree.contains(".bin"), "a large file was committed: {tree}");
-    let listed: Vec<&str> = hog["too_large_files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    let listed: Vec<&str> =
+        hog["too_large_files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
     assert!(listed.contains(&"over-file-size.bin"), "{listed:?}");
     let patch = std::fs::metadata(run.out.join(hog["patch"].as_str().unwrap())).unwrap().len();
     assert!(patch < 64 << 10, "a {patch}-byte patch");

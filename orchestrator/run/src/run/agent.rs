@@ -80,10 +80,10 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     let every = spec.limits.checkpoint_every.unwrap_or(super::checkpoint::DEFAULT_EVERY);
     let message =
         format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
-    let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message);
+    let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message, max_file_size(&spec));
     let cancel = shared.run_cancel.child_token();
     let disk_roots = vec![worktree.path().to_path_buf(), private_dir(&shared, &spec)];
-    let disk = super::disk::DiskWatch::start(disk_roots, max_disk(&spec), cancel.clone()).await;
+    let disk = super::disk::DiskWatch::start(&spec.id, disk_roots, max_disk(&spec), cancel.clone()).await;
     let driven =
         drive(&shared, &spec, prompt, &worktree, transcript.clone(), checkpoints.clone(), &cancel, &mut report).await;
     if let Err(e) = driven {
@@ -143,6 +143,11 @@ fn ms(since: Instant) -> u64 {
 /// The agent's `limits.max_disk` (the plan fills in the default).
 fn max_disk(spec: &AgentSpec) -> orch_types::Size {
     spec.limits.max_disk.unwrap_or(orch_types::limits::DEFAULT_MAX_DISK)
+}
+
+/// The agent's `limits.max_file_size` in bytes (the plan fills in the default).
+fn max_file_size(spec: &AgentSpec) -> u64 {
+    spec.limits.max_file_size.map_or(crate::git::DEFAULT_MAX_FILE_SIZE, |s| s.bytes())
 }
 
 /// Where the agent's private tmp and home are made.
@@ -414,7 +419,7 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         shared.run_id,
         shared.workflow_name
     );
-    let max_file_size = spec.limits.max_file_size.map_or(crate::git::DEFAULT_MAX_FILE_SIZE, |s| s.bytes());
+    let max_file_size = max_file_size(spec);
     let committed = match worktree.commit_all_limited(&message, &shared.author, max_file_size).await {
         // Nothing new since its last checkpoint (or since the earlier run's work it
         // started from, with `--resume`): its branch holds that work.

@@ -42,14 +42,15 @@ pub struct DiskWatch {
 }
 
 impl DiskWatch {
-    /// Measures `roots` now (the baseline) and starts watching them: once they have
-    /// grown by more than `limit`, `cancel` is cancelled.
-    pub async fn start(roots: Vec<PathBuf>, limit: Size, cancel: CancellationToken) -> DiskWatch {
+    /// Measures `roots` (of agent `agent`) now, the baseline, and starts watching them:
+    /// once they have grown by more than `limit`, `cancel` is cancelled.
+    pub async fn start(agent: &str, roots: Vec<PathBuf>, limit: Size, cancel: CancellationToken) -> DiskWatch {
         let roots = Arc::new(roots);
         let (baseline, _) = measure(roots.clone()).await;
         let exceeded = Arc::new(Mutex::new(None));
         let stop = CancellationToken::new();
-        let task = tokio::spawn(watch(roots.clone(), limit, baseline, exceeded.clone(), stop.clone(), cancel));
+        let watched = Watched { agent: agent.to_string(), roots: roots.clone(), limit, baseline };
+        let task = tokio::spawn(watch(watched, exceeded.clone(), stop.clone(), cancel));
         DiskWatch { roots, limit, baseline, exceeded, stop, task: Some(task) }
     }
 
@@ -76,14 +77,21 @@ impl Drop for DiskWatch {
     }
 }
 
-async fn watch(
+/// What the watching task measures and against what.
+struct Watched {
+    agent: String,
     roots: Arc<Vec<PathBuf>>,
     limit: Size,
     baseline: u64,
+}
+
+async fn watch(
+    watched: Watched,
     exceeded: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
     cancel: CancellationToken,
 ) {
+    let Watched { agent, roots, limit, baseline } = watched;
     let mut wait = INTERVAL;
     loop {
         tokio::select! {
@@ -93,7 +101,7 @@ async fn watch(
         }
         let (now, took) = measure(roots.clone()).await;
         if let Some(why) = over(baseline, now, limit) {
-            tracing::warn!("{why}");
+            tracing::warn!(agent = %agent, "{why}");
             *exceeded.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             cancel.cancel();
             return;
@@ -200,7 +208,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write(&dir.path().join("before"), 3 << 20);
         let cancel = CancellationToken::new();
-        let watch = DiskWatch::start(vec![dir.path().to_path_buf()], Size::from_mib(2), cancel.clone()).await;
+        let watch = DiskWatch::start("a", vec![dir.path().to_path_buf()], Size::from_mib(2), cancel.clone()).await;
         write(&dir.path().join("small"), 1 << 20);
         tokio::time::sleep(INTERVAL * 2).await;
         assert!(!cancel.is_cancelled(), "what was there before and 1 MiB of growth are within 2 MiB");
@@ -214,7 +222,7 @@ mod tests {
     async fn the_last_measurement_catches_growth_between_two_walks() {
         let dir = tempfile::tempdir().unwrap();
         let cancel = CancellationToken::new();
-        let watch = DiskWatch::start(vec![dir.path().to_path_buf()], Size::from_mib(1), cancel.clone()).await;
+        let watch = DiskWatch::start("a", vec![dir.path().to_path_buf()], Size::from_mib(1), cancel.clone()).await;
         write(&dir.path().join("burst"), 2 << 20);
         let why = watch.finish().await;
         assert!(why.as_deref().is_some_and(|w| w.contains("grew by 2.")), "{why:?}");
