@@ -121,7 +121,7 @@ impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0 != 0 {
             for (name, bytes) in &UNITS[..4] {
-                if self.0 % bytes == 0 {
+                if self.0.is_multiple_of(*bytes) {
                     return write!(f, "{}{name}", self.0 / bytes);
                 }
             }
