@@ -288,12 +288,14 @@ pub const DEFAULT_MAX_TURNS: u32 = 100;
 pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// The limits every agent starts from: [`DEFAULT_MAX_TURNS`] and [`DEFAULT_TIMEOUT`],
-/// so a looping model stops. The agent's `limits:` and `defaults.limits` override them,
-/// up or down.
+/// so a looping model stops, and the disk bounds (`max_disk` 2 GiB, `max_file_size`
+/// 20 MiB). The agent's `limits:` and `defaults.limits` override them, up or down.
 pub fn default_agent_limits() -> Limits {
     Limits {
         max_turns: Some(DEFAULT_MAX_TURNS),
         timeout: Some(crate::duration::Duration::from_std(DEFAULT_TIMEOUT)),
+        max_disk: Some(orch_types::limits::DEFAULT_MAX_DISK),
+        max_file_size: Some(orch_types::limits::DEFAULT_MAX_FILE_SIZE),
         ..Limits::default()
     }
 }

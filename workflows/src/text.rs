@@ -189,6 +189,12 @@ fn limits(limits: &Limits) -> String {
     if let Some(t) = limits.timeout {
         parts.push(format!("timeout {t}"));
     }
+    if let Some(s) = limits.max_disk {
+        parts.push(format!("max_disk {s}"));
+    }
+    if let Some(s) = limits.max_file_size {
+        parts.push(format!("max_file_size {s}"));
+    }
     if parts.is_empty() { "(none)".to_string() } else { parts.join(", ") }
 }
 

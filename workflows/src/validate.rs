@@ -170,6 +170,7 @@ impl<'a> Checker<'a> {
             );
         }
         self.check_limits(&self.workflow.limits, || path(&["limits"]));
+        self.check_run_limits(&self.workflow.limits);
         let defaults = &self.workflow.defaults;
         self.check_limits(&defaults.limits, || path(&["defaults", "limits"]));
         if let Some(tools) = &defaults.tools {
@@ -443,6 +444,27 @@ impl<'a> Checker<'a> {
         if limits.timeout.is_some_and(|t| t.as_std().is_zero()) {
             let at = self.at(&with(base(), Seg::key("timeout")));
             self.error(at, "`timeout` must be longer than 0", crate::duration::DURATION_HINT);
+        }
+        for (key, size) in [("max_disk", limits.max_disk), ("max_file_size", limits.max_file_size)] {
+            if size.is_some_and(|s| s.is_zero()) {
+                let at = self.at(&with(base(), Seg::key(key)));
+                self.error(at, format!("`{key}` must be more than 0 bytes"), orch_types::size::SIZE_HINT);
+            }
+        }
+    }
+
+    /// The disk limits bound each agent, not the run: at the top level they would
+    /// silently do nothing.
+    fn check_run_limits(&mut self, limits: &Limits) {
+        for (key, set) in [("max_disk", limits.max_disk.is_some()), ("max_file_size", limits.max_file_size.is_some())] {
+            if set {
+                let at = self.at(&path(&["limits", key]));
+                self.error(
+                    at,
+                    format!("`{key}` is a limit of each agent, not of the whole run"),
+                    format!("move it to `defaults.limits.{key}` (every agent) or to one agent's `limits`"),
+                );
+            }
         }
     }
 

@@ -424,6 +424,8 @@ impl MergeArgs {
             json: self.json,
             junit: self.junit,
             reporter,
+            trust_repo_config: self.trust_repo_config,
+            config_ref: self.config_ref,
         }
     }
 }
@@ -568,6 +570,14 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Read --workflow from the checked-out file even in a pull-request run (by default
+    /// it comes from the base ref there, as for `orch run`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// Treat this as a pull-request run and read --workflow from REF (a branch, tag or
+    /// commit of the repository) instead of the checkout.
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
 }
 
 /// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did

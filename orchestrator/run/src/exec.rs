@@ -37,7 +37,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
         timeout: args.timeout.map(Into::into),
-        checkpoint_every: None,
+        ..Limits::default()
     };
     config.apply_settings(&args.model_settings);
     let cwd = match &args.cwd {
@@ -103,6 +103,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         hooks: extensions.hooks,
         mcp_servers: extensions.mcp_servers,
         session_id: format!("{run}/{}", args.agent_id),
+        file_size_limit: None,
     };
     args.reporter.agent_started(&args.agent_id);
     let started = std::time::Instant::now();

@@ -241,6 +241,10 @@ pub struct MergeOptions {
     pub json: bool,
     pub junit: Option<PathBuf>,
     pub reporter: Arc<dyn Reporter>,
+    /// Read `workflow` from the checkout even in a pull-request run (see `RunOptions`).
+    pub trust_repo_config: bool,
+    /// Treat this as a pull-request run whose trusted configuration is at this ref.
+    pub config_ref: Option<String>,
 }
 
 impl std::fmt::Debug for MergeOptions {

@@ -1,8 +1,8 @@
 //! The vocabulary of orch: the types more than one crate names, defined once.
 //!
 //! The workflow file, the command line, the sandbox and the agent loop all speak of
-//! sandbox backends, network access, permission modes, hook events, limits, durations
-//! and tools. Each is defined here, with serde (feature `serde`, on by default),
+//! sandbox backends, network access, permission modes, hook events, limits, durations,
+//! sizes and tools. Each is defined here, with serde (feature `serde`, on by default),
 //! `clap::ValueEnum` (feature `clap`) and `schemars::JsonSchema` (feature `schemars`)
 //! where it has a written form, so no crate converts between copies of the same enum.
 
@@ -11,6 +11,7 @@ pub mod hook;
 pub mod limits;
 pub mod permission;
 pub mod sandbox;
+pub mod size;
 pub mod tools;
 
 pub use duration::{Duration, DurationError};
@@ -18,4 +19,5 @@ pub use hook::HookEvent;
 pub use limits::Limits;
 pub use permission::PermissionMode;
 pub use sandbox::{Backend, Network};
+pub use size::{Size, SizeError};
 pub use tools::ToolInfo;

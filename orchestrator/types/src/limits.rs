@@ -1,7 +1,14 @@
 //! [`Limits`]: the turn, token, cost and time budget of a run or of one agent, as a
-//! workflow file writes it and as the agent loop enforces it.
+//! workflow file writes it and as the agent loop enforces it, and the disk bounds of an
+//! agent (`max_disk`, `max_file_size`), which the coordinator enforces.
 
-use crate::Duration;
+use crate::{Duration, Size};
+
+/// The `max_disk` of an agent when neither it nor `defaults:` sets one: 2 GiB.
+pub const DEFAULT_MAX_DISK: Size = Size::from_gib(2);
+
+/// The `max_file_size` of an agent when neither it nor `defaults:` sets one: 20 MiB.
+pub const DEFAULT_MAX_FILE_SIZE: Size = Size::from_mib(20);
 
 /// Turn, token, cost and time limits. `None` leaves a limit unset (unlimited).
 ///
@@ -30,6 +37,15 @@ pub struct Limits {
     /// does not enforce it, the coordinator does.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     pub checkpoint_every: Option<u32>,
+    /// Most growth of an agent's worktree and private tmp and home, in bytes; past it
+    /// the agent is stopped as `partial` (the coordinator measures it; no single file
+    /// can grow past it either). Per agent only.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub max_disk: Option<Size>,
+    /// Files larger than this are left out of an agent's commit and listed in the
+    /// report. Per agent only.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub max_file_size: Option<Size>,
 }
 
 impl Limits {
@@ -41,6 +57,8 @@ impl Limits {
             max_cost_usd: self.max_cost_usd.or(fallback.max_cost_usd),
             timeout: self.timeout.or(fallback.timeout),
             checkpoint_every: self.checkpoint_every.or(fallback.checkpoint_every),
+            max_disk: self.max_disk.or(fallback.max_disk),
+            max_file_size: self.max_file_size.or(fallback.max_file_size),
         }
     }
 
@@ -70,6 +88,12 @@ mod tests {
         let limits: Limits = serde_json::from_str(r#"{"max_turns": 3, "timeout": "1.5h"}"#).unwrap();
         assert_eq!(limits.timeout.map(|d| d.as_std().as_secs()), Some(5400));
         assert_eq!(serde_json::to_string(&limits).unwrap(), r#"{"max_turns":3,"timeout":"1h30m"}"#);
+        let disk: Limits = serde_json::from_str(r#"{"max_disk": "2048MiB", "max_file_size": 1024}"#).unwrap();
+        assert_eq!(disk.max_disk, Some(DEFAULT_MAX_DISK));
+        assert_eq!(disk.max_file_size.map(|s| s.bytes()), Some(1024));
+        assert_eq!(serde_json::to_string(&disk).unwrap(), r#"{"max_disk":"2GiB","max_file_size":"1KiB"}"#);
+        let merged = Limits::default().or(disk);
+        assert_eq!(merged.max_disk, disk.max_disk);
         assert!(serde_json::from_str::<Limits>(r#"{"max_turn": 3}"#).is_err());
     }
 }

@@ -790,3 +790,105 @@ fn landlock_commands_cannot_touch_their_tool_host() {
 fn container_commands_cannot_touch_their_tool_host() {
     tool_host_case(Backend::Container);
 }
+
+/// Peak resident memory (`VmHWM`) of process `pid` so far, in KiB.
+fn peak_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Bytes on disk under `dir` (blocks, links not followed).
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.path().symlink_metadata().unwrap();
+        total += meta.blocks() * 512;
+        if meta.is_dir() {
+            total += disk_usage(&entry.path());
+        }
+    }
+    total
+}
+
+/// `limits.max_disk` and `limits.max_file_size` through `orch run`: a scripted agent
+/// writes a small file, a file over `max_file_size`, tries to write 3 GiB into one file
+/// (fallocate, then dd), then writes 20 MiB files until it is stopped. Checked from
+/// outside: the agent ends `partial` at `max_disk` long before its last command would
+/// have finished, no file of it grew past the limit, the small file is on its branch and
+/// no large one is (nor in its patch), the report lists them, the user's repository did
+/// not grow, and the coordinator's peak memory stayed small.
+fn disk_case(backend: Backend) {
+    if backend == Backend::Container && !docker_ready() {
+        return;
+    }
+    let fx = crate::support::Fixture::new("t-disk", &[("README.md", "disk\n")]);
+    let sandbox = match backend {
+        Backend::Landlock => "{ backend: landlock }".to_string(),
+        Backend::Container => format!("{{ backend: container, image: \"{}\" }}", image()),
+    };
+    let workflow = format!(
+        "version: 1\nname: disk\ndefaults:\n  tools: [Bash]\n  sandbox: {sandbox}\n  limits: {{ max_turns: 10, \
+         timeout: 5m, max_disk: 50MiB, max_file_size: 1MiB }}\nagents:\n  hog:\n    prompt: Fill the disk.\n\
+         integrate: branches\n"
+    );
+    let commands = [
+        "printf 'kept\\n' > kept.txt; head -c 2097152 /dev/zero > over-file-size.bin; echo wrote-small",
+        "fallocate -l 3G huge.bin; ls -l huge.bin; dd if=/dev/zero of=huge.bin bs=1M count=3072; ls -l huge.bin; \
+         echo tried-huge",
+        "for i in $(seq 1 40); do head -c 20971520 /dev/zero > part$i.bin; done; sleep 60; echo never-stopped",
+    ];
+    let mut script = String::from("version: 1\nagents:\n  hog:\n");
+    for command in commands {
+        let quoted = serde_json::to_string(command).unwrap();
+        script
+            .push_str(&format!("    - tool_calls: [{{name: Bash, input: {{command: {quoted}, timeout: 120000}}}}]\n"));
+    }
+    script.push_str("    - text: done\n  synthesis:\n    - text: S.\n");
+    let repo_before = disk_usage(&fx.repo.join(".git"));
+    let started = Instant::now();
+    let mut child = fx.command(&workflow, &script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(peak_kib(pid).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let run = crate::support::Run::from_output(&fx.out, child.wait_with_output().unwrap());
+    let elapsed = started.elapsed();
+    run.expect_code(4);
+    let hog = run.agent("hog");
+    assert_eq!(hog["status"], "partial", "{hog:#}");
+    let reason = hog["reason"].as_str().unwrap();
+    assert!(reason.contains("limits.max_disk (50MiB)"), "{reason}");
+    assert!(elapsed < Duration::from_secs(55), "the agent was not stopped at its disk limit: {elapsed:?}");
+    let tools = run.tool_results("hog");
+    assert!(tools.len() >= 2 && tools[0].2.contains("wrote-small"), "{tools:?}");
+    assert!(!tools.iter().any(|(_, _, out)| out.contains("never-stopped")), "{tools:?}");
+    // No single file grew past the limit: RLIMIT_FSIZE stopped fallocate and dd.
+    let huge = &tools[1].2;
+    assert!(!huge.contains("3221225472"), "a 3 GiB file was written: {huge}");
+    // The work is committed, minus the files over max_file_size, which the report lists.
+    let branch = fx.branch("hog");
+    assert_eq!(fx.show(&branch, "kept.txt"), "kept\n");
+    let tree = crate::support::git(&fx.repo, &["ls-tree", "-r", "--name-only", &branch]);
+    assert!(!tree.contains(".bin"), "a large file was committed: {tree}");
+    let listed: Vec<&str> =
+        hog["too_large_files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    assert!(listed.contains(&"over-file-size.bin"), "{listed:?}");
+    let patch = std::fs::metadata(run.out.join(hog["patch"].as_str().unwrap())).unwrap().len();
+    assert!(patch < 64 << 10, "a {patch}-byte patch");
+    let grown = disk_usage(&fx.repo.join(".git")).saturating_sub(repo_before);
+    assert!(grown < 4 << 20, "the user's repository grew by {grown} bytes");
+    assert!(peak > 0 && peak < 200 << 10, "the coordinator's peak memory was {peak} KiB");
+}
+
+#[test]
+fn landlock_agents_stop_at_their_disk_limit() {
+    disk_case(Backend::Landlock);
+}
+
+#[test]
+fn container_agents_stop_at_their_disk_limit() {
+    disk_case(Backend::Container);
+}

@@ -169,3 +169,44 @@ fn an_untrusted_run_refuses_no_sandbox_even_from_the_base_ref() {
     assert!(run.stderr.contains("`defaults.sandbox.backend: none` is refused"), "{}", run.stderr);
     assert!(!victim.exists());
 }
+
+#[test]
+fn orch_merge_reads_its_workflow_under_the_trust_rule() {
+    let fx = Fixture::new("t-trust-merge", &[("f.txt", "f\n")]);
+    let workflow = "version: 1\nname: merged\ndefaults:\n  limits: { max_turns: 3, timeout: 1m }\nagents:\n  a:\n    \
+                    prompt: Go.\nintegrate: none\n";
+    let script = "version: 1\nagents:\n  a:\n    - text: A.\n  synthesis:\n    - text: S.\n";
+    fx.run(workflow, script, &[]).expect_code(0);
+    assert!(fx.out.join("report.json").exists());
+    // The pull request adds a workflow that the base branch does not have.
+    git(&fx.repo, &["checkout", "-q", "-b", "feature"]);
+    std::fs::create_dir_all(fx.repo.join(".github/orch")).unwrap();
+    std::fs::write(fx.repo.join(REVIEW), workflow).unwrap();
+    git(&fx.repo, &["add", "-A"]);
+    git(&fx.repo, &["commit", "-q", "-m", "add a workflow"]);
+    let script = fx.write("merge-script.yaml", script);
+    let merge = |name: &str, extra: &[&str]| {
+        let out = fx.dir.path().join(name);
+        let mut cmd = orch();
+        cmd.current_dir(&fx.repo)
+            .env("GITHUB_EVENT_NAME", "pull_request")
+            .env("GITHUB_BASE_REF", "main")
+            .arg("merge")
+            .arg(&fx.out)
+            .arg("--workflow")
+            .arg(fx.repo.join(REVIEW))
+            .args(["--provider", "scripted", "--script"])
+            .arg(&script)
+            .arg("--out")
+            .arg(&out)
+            .args(extra);
+        Run::from_output(&out, cmd.output().unwrap())
+    };
+    let refused = merge("merge-refused", &[]);
+    refused.expect_code(2);
+    assert!(refused.stderr.contains("exists only in the pull request"), "{}", refused.stderr);
+    assert!(refused.report.is_null(), "a merged report was written:\n{}", refused.stderr);
+    let trusted = merge("merge-trusted", &["--trust-repo-config"]);
+    trusted.expect_code(0);
+    assert_eq!(trusted.report["agents"].as_array().map(Vec::len), Some(1), "{}", trusted.stderr);
+}

@@ -89,14 +89,20 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     let every = spec.limits.checkpoint_every.unwrap_or(super::checkpoint::DEFAULT_EVERY);
     let message =
         format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
-    let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message);
+    let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message, max_file_size(&spec));
     let cancel = shared.run_cancel.child_token();
+    let disk_roots = vec![worktree.path().to_path_buf(), private_dir(&shared, &spec)];
+    let disk = super::disk::DiskWatch::start(&spec.id, disk_roots, max_disk(&spec), cancel.clone()).await;
     let driven =
         drive(&shared, &spec, prompt, &worktree, transcript.clone(), checkpoints.clone(), &cancel, &mut report).await;
     if let Err(e) = driven {
         report.status = AgentStatus::Failed;
         report.infrastructure = true;
         report.reason = Some(format!("{e:#}"));
+    }
+    // Measured once more now that its processes are dead; its work is still committed.
+    if let Some(why) = disk.finish().await {
+        disk_limit(&mut report, why);
     }
     let at = Instant::now();
     if let Some(c) = &checkpoints {
@@ -141,6 +147,33 @@ fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &Agen
 
 fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
+}
+
+/// The agent's `limits.max_disk` (the plan fills in the default).
+fn max_disk(spec: &AgentSpec) -> orch_types::Size {
+    spec.limits.max_disk.unwrap_or(orch_types::limits::DEFAULT_MAX_DISK)
+}
+
+/// The agent's `limits.max_file_size` in bytes (the plan fills in the default).
+fn max_file_size(spec: &AgentSpec) -> u64 {
+    spec.limits.max_file_size.map_or(crate::git::DEFAULT_MAX_FILE_SIZE, |s| s.bytes())
+}
+
+/// Where the agent's private tmp and home are made.
+fn private_dir(shared: &Shared, spec: &AgentSpec) -> PathBuf {
+    shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()))
+}
+
+/// An agent that went over `limits.max_disk` ends `partial` with `why` (a failure
+/// stays a failure, with `why` added to its reason).
+fn disk_limit(report: &mut AgentReport, why: String) {
+    if report.status == AgentStatus::Failed {
+        let before = report.reason.take().map(|r| format!("{r}; ")).unwrap_or_default();
+        report.reason = Some(format!("{before}{why}"));
+    } else {
+        report.status = AgentStatus::Partial;
+        report.reason = Some(why);
+    }
 }
 
 /// The workflow's `model_settings` of an agent, as the loop takes them.
@@ -195,7 +228,7 @@ async fn drive(
     };
     let writes = orch_types::tools::any_writes(&spec.tools);
     let results = shared.run_dir.join("tool-results");
-    let private = shared.run_dir.join("sandbox").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
+    let private = private_dir(shared, spec);
     let rules = RuleSet {
         // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
         mode: match spec.permissions.mode {
@@ -240,6 +273,8 @@ async fn drive(
         hooks: shared.extensions.hooks.clone(),
         mcp_servers: shared.extensions.mcp_servers.clone(),
         session_id: format!("{}/{}", shared.run_id, spec.id),
+        // No single file can grow past the agent's disk limit.
+        file_size_limit: Some(max_disk(spec).bytes()),
     };
     let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
     report.timings.host_ms = ms(at);
@@ -261,7 +296,7 @@ async fn drive(
             max_tokens: capped.max_tokens,
             max_cost_usd: capped.max_cost_usd,
             timeout: capped.timeout,
-            checkpoint_every: None,
+            ..Limits::default()
         };
         config.apply_settings(&model_settings(&spec.model_settings));
         let records = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -365,8 +400,7 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         shared.run_id,
         shared.workflow_name
     );
-    // The workflow key `limits.max_file_size` is not wired yet: the default applies.
-    let max_file_size = crate::git::DEFAULT_MAX_FILE_SIZE;
+    let max_file_size = max_file_size(spec);
     let committed = match worktree.commit_all_limited(&message, &shared.author, max_file_size).await {
         // Nothing new since its last checkpoint (or since the earlier run's work it
         // started from, with `--resume`): its branch holds that work.

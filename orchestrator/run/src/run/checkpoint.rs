@@ -25,14 +25,24 @@ pub struct Checkpoints {
     author: Author,
     every: u32,
     message: String,
+    /// The agent's `limits.max_file_size`: larger files are left out, as at the end.
+    max_file_size: u64,
     busy: Arc<Mutex<()>>,
 }
 
 impl Checkpoints {
-    /// Checkpoints of `worktree` every `every` turns, committed with `message`; `None`
-    /// when `every` is 0.
-    pub fn new(worktree: Worktree, author: Author, every: u32, message: String) -> Option<Arc<Checkpoints>> {
-        (every > 0).then(|| Arc::new(Checkpoints { worktree, author, every, message, busy: Arc::new(Mutex::new(())) }))
+    /// Checkpoints of `worktree` every `every` turns, committed with `message`, without
+    /// the files over `max_file_size` bytes; `None` when `every` is 0.
+    pub fn new(
+        worktree: Worktree,
+        author: Author,
+        every: u32,
+        message: String,
+        max_file_size: u64,
+    ) -> Option<Arc<Checkpoints>> {
+        (every > 0).then(|| {
+            Arc::new(Checkpoints { worktree, author, every, message, max_file_size, busy: Arc::new(Mutex::new(())) })
+        })
     }
 
     /// Looks at one of the agent's own events (not a sub-agent's) and starts a
@@ -45,11 +55,11 @@ impl Checkpoints {
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
         // One at a time: a checkpoint still being written makes this one redundant.
         let Ok(guard) = self.busy.clone().try_lock_owned() else { return };
-        let (worktree, author) = (self.worktree.clone(), self.author.clone());
+        let (worktree, author, max_file_size) = (self.worktree.clone(), self.author.clone(), self.max_file_size);
         let message = format!("{} (checkpoint before turn {turn})", self.message);
         handle.spawn(async move {
             let _guard = guard;
-            match worktree.commit_all(&message, &author).await {
+            match worktree.commit_all_limited(&message, &author, max_file_size).await {
                 Ok(Some(info)) => {
                     tracing::debug!(agent = %worktree.agent_id(), commit = %info.commit, "checkpoint committed");
                 }

@@ -70,8 +70,7 @@ impl Meter {
             max_cost_usd: min_opt(own.max_cost_usd, left_cost, f64::min),
             max_tokens: min_opt(own.max_tokens, left_tokens, u64::min),
             max_turns: min_opt(own.max_turns, left_turns, u32::min),
-            timeout: own.timeout,
-            checkpoint_every: own.checkpoint_every,
+            ..own
         }
     }
 

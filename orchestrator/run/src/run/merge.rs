@@ -34,8 +34,12 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     };
     let plan = match &args.workflow {
         Some(path) => {
-            let workflow = match workflow::load(path) {
-                Ok(w) => w,
+            // The trust rule of `orch run`: in a pull-request run the workflow (whose
+            // synthesis prompt and model are used here) comes from the base ref. No
+            // agent runs here, so its sandbox settings are not checked.
+            let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+            let workflow = match crate::workflow_trust::load(path, None, &trust)? {
+                Ok(loaded) => loaded.workflow,
                 Err(code) => return Ok(code),
             };
             match workflow::plan(&workflow, &args.inputs) {

@@ -22,6 +22,7 @@
 mod agent;
 mod agent_defs;
 mod checkpoint;
+mod disk;
 mod events;
 mod github;
 mod junit;

@@ -484,8 +484,7 @@ pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) ->
         max_turns: capped.max_turns,
         max_tokens: capped.max_tokens,
         max_cost_usd: capped.max_cost_usd,
-        timeout: None,
-        checkpoint_every: None,
+        ..Limits::default()
     };
     let sink = AgentSink {
         agent: "synthesis".into(),

@@ -89,6 +89,7 @@ pub async fn run(
         hooks: Vec::new(),
         mcp_servers: Default::default(),
         session_id: format!("{run_id}/setup"),
+        file_size_limit: None,
     };
     let session = AgentSession::start(spec, Arc::new(NullSink), cancel).await?;
     let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache };

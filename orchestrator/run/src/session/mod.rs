@@ -70,6 +70,9 @@ pub struct SessionSpec {
     pub mcp_servers: BTreeMap<String, McpServer>,
     /// The session id hooks see.
     pub session_id: String,
+    /// The largest file a sandboxed process may write (`RLIMIT_FSIZE`), when not the
+    /// sandbox's default: an agent's `limits.max_disk`.
+    pub file_size_limit: Option<u64>,
 }
 
 /// A started session. Stop it with [`AgentSession::stop`].
@@ -119,6 +122,9 @@ impl AgentSession {
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
             eprintln!("orch: {warning}");
+        }
+        if let Some(bytes) = spec.file_size_limit {
+            sandbox.policy.limits.file_size_bytes = Some(bytes);
         }
         let (stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
         let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
