@@ -33,6 +33,7 @@ pub mod host;
 pub mod identity;
 pub mod landlock;
 pub mod policy;
+pub mod procfs;
 pub mod reaper;
 pub mod rlimits;
 pub mod scope;
