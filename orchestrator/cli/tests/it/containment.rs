@@ -778,7 +778,8 @@ fn container_commands_cannot_touch_their_tool_host() {
 /// checkpoint), then runs a long command with a second secret in its arguments. `a`
 /// waits, then asks for `b`'s work in every way it can: `git show orch/<run>/b:secret`,
 /// `git log --all`, every object its git can read, `b`'s checkout, `b`'s repository and
-/// the run clone read directly, and every process's command line; it writes whatever it
+/// the run clone read directly, `b`'s large tool results (saved under the run
+/// directory), and every process's command line; it writes whatever it
 /// got into its worktree. Checked from outside: `b`'s secret is on `b`'s branch in the
 /// user's repository, and neither secret is in `a`'s transcript (every tool result `a`'s
 /// model was sent), `a`'s patch or `a`'s branch.
@@ -812,10 +813,16 @@ fn cross_agent_case(backend: Backend) {
              git --git-dir=$d cat-file --batch-all-objects --batch; cat $d/refs/heads/{b_branch}; done 2>&1 \
              | tee stolen-repos"
         ),
+        format!("cat {out}/tool-results/b/*/* 2>&1 | head -c 3000 | tee stolen-results; ls -R {out}/tool-results 2>&1"),
         format!("grep -r -a -l -i topsecret {out} 2>&1 | tee stolen-grep; echo searched"),
     ];
     let mut script = String::from("version: 1\nagents:\n  b:\n");
-    for command in [format!("printf '%s\\n' {file_secret} > secret"), format!("bash -c 'sleep 25' {argv_secret}")] {
+    for command in [
+        format!("printf '%s\\n' {file_secret} > secret"),
+        // Over the inline limit: saved in full under the run directory's tool-results/b.
+        format!("for i in $(seq 4000); do echo {file_secret}-$i; done"),
+        format!("bash -c 'sleep 25' {argv_secret}"),
+    ] {
         script.push_str(&format!(
             "    - tool_calls: [{{name: Bash, input: {{command: {}, timeout: 60000}}}}]\n",
             serde_json::to_string(&command).unwrap()
