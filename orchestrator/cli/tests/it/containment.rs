@@ -847,7 +847,14 @@ fn cross_agent_case(backend: Backend) {
     let results = run.tool_results("a");
     assert_eq!(results.len(), steal.len(), "{results:?}");
     assert!(results[1].2.contains("cmdline"), "a saw no command line at all: {}", results[1].2);
-    for secret in [&file_secret, &argv_secret] {
+    // Command lines: hidden as root (each tool host's /proc shows its own uid only) and
+    // in containers (a pid namespace each). As a normal user, agents share the uid and
+    // nothing hides them (the README's threat model says so): not checked there.
+    let mut secrets = vec![&file_secret];
+    if backend == Backend::Container || nix::unistd::Uid::effective().is_root() {
+        secrets.push(&argv_secret);
+    }
+    for secret in secrets {
         for (i, (_, _, output)) in results.iter().enumerate() {
             assert!(!output.contains(secret.as_str()), "a's attempt `{}` got b's secret: {output}", steal[i]);
         }
