@@ -786,7 +786,7 @@ fn an_agent_cannot_read_another_agents_branch_or_objects() {
         )
     };
     for args in [
-        vec!["show", &format!("orch/iso/b:secret")],
+        vec!["show", "orch/iso/b:secret"],
         vec!["show", &format!("{}:secret", info.commit)],
         vec!["cat-file", "-p", &blob],
     ] {
@@ -803,7 +803,7 @@ fn an_agent_cannot_read_another_agents_branch_or_objects() {
     // `a`'s own commit still works and reaches the run clone next to b's.
     write(&a.path().join("mine"), "a\n");
     let mine = a.commit_all_blocking("a's work", &author()).unwrap().unwrap();
-    assert_eq!(git(&fx.run_dir.join("repo.git"), &["show", &format!("orch/iso/a:mine")]), "a\n");
+    assert_eq!(git(&fx.run_dir.join("repo.git"), &["show", "orch/iso/a:mine"]), "a\n");
     assert_eq!(git(&fx.run_dir.join("repo.git"), &["rev-parse", "orch/iso/a"]).trim(), mine.commit);
     let (ok, out) = run(&["cat-file", "--batch-all-objects", "--batch-check"]);
     assert!(ok && !out.contains(&blob), "{out}");
