@@ -4,7 +4,8 @@
 //! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
 //!    at once, and the private mount namespace that keeps the roots reachable for the
 //!    sandbox uid, holds the policy's private tmpfs (see [`crate::traverse`]) and
-//!    covers the masked paths with empty mounts (see [`crate::mask`]);
+//!    covers the masked paths with empty mounts (see [`crate::mask`]); then a `/proc`
+//!    that shows only the sandbox uid's processes ([`crate::procfs`]);
 //! 2. child subreaper, so escaped processes stay the host's to kill ([`crate::reaper`]);
 //! 3. rlimits ([`crate::rlimits`]);
 //! 4. root only: drop to the policy's uid with no groups and no capabilities
@@ -50,6 +51,8 @@ pub struct Confinement {
     pub landlock_abi: Option<i32>,
     /// Whether seccomp filters were installed.
     pub seccomp: bool,
+    /// Whether `/proc` shows only the sandbox uid's processes (root; see `procfs.rs`).
+    pub proc_hidden: bool,
 }
 
 /// Confines the calling process according to `policy`. Must run while the process has a
@@ -126,6 +129,13 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
             std::env::set_current_dir(&policy.cwd).map_err(|e| {
                 SandboxError::io(format!("cannot enter the working directory {}", policy.cwd.display()), e)
             })?;
+        }
+    }
+    if uid.is_some() {
+        // Other agents' command lines (and the coordinator's) out of sight; see procfs.rs.
+        match crate::procfs::hide_other_uids() {
+            Ok(()) => done.proc_hidden = true,
+            Err(e) => tracing::warn!("sandbox: other processes stay visible in /proc: {e}"),
         }
     }
     subreaper()?;

@@ -34,6 +34,7 @@ pub mod identity;
 pub mod landlock;
 pub mod mask;
 pub mod policy;
+pub mod procfs;
 pub mod reaper;
 pub mod rlimits;
 pub mod scope;

@@ -892,3 +892,110 @@ fn landlock_agents_stop_at_their_disk_limit() {
 fn container_agents_stop_at_their_disk_limit() {
     disk_case(Backend::Container);
 }
+
+/// Issue 12, item 9: agents are isolated from one another. Two agents of one `orch run`:
+/// `b` writes a secret file, which the coordinator commits at `b`'s second turn (a
+/// checkpoint), then runs a long command with a second secret in its arguments. `a`
+/// waits, then asks for `b`'s work in every way it can: `git show orch/<run>/b:secret`,
+/// `git log --all`, every object its git can read, `b`'s checkout, `b`'s repository and
+/// the run clone read directly, `b`'s large tool results (saved under the run
+/// directory), and every process's command line; it writes whatever it
+/// got into its worktree. Checked from outside: `b`'s secret is on `b`'s branch in the
+/// user's repository, and neither secret is in `a`'s transcript (every tool result `a`'s
+/// model was sent), `a`'s patch or `a`'s branch.
+fn cross_agent_case(backend: Backend) {
+    if backend == Backend::Container && !docker_ready() {
+        return;
+    }
+    let fx = crate::support::Fixture::new("t-iso", &[("README.md", "shared\n")]);
+    let tag = tag();
+    let (file_secret, argv_secret) = (format!("TOPSECRET-FILE-{tag}"), format!("TOPSECRET-ARGV-{tag}"));
+    let sandbox = match backend {
+        Backend::Landlock => "{ backend: landlock }".to_owned(),
+        Backend::Container => format!("{{ backend: container, image: \"{}\" }}", image()),
+    };
+    let workflow = format!(
+        "version: 1\nname: isolation\nconcurrency: 2\ndefaults:\n  tools: [Bash]\n  limits: {{ checkpoint_every: 1 }}\n  \
+         sandbox: {sandbox}\nagents:\n  b: {{ prompt: Keep a secret. }}\n  a: {{ prompt: Look around. }}\n"
+    );
+    let out = fx.out.display().to_string();
+    let b_branch = fx.branch("b");
+    let steal = [
+        "sleep 8; echo waited".to_owned(),
+        "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | tee stolen-cmdline; ps -eo args 2>/dev/null | tee -a stolen-cmdline"
+            .to_owned(),
+        format!("git show {b_branch}:secret 2>&1 | tee stolen-show"),
+        "git log --all --format='%H %s' 2>&1 | tee stolen-log; git for-each-ref 2>&1 | tee -a stolen-log".to_owned(),
+        "git cat-file --batch-all-objects --batch 2>&1 | tee stolen-objects".to_owned(),
+        format!("cat {out}/worktrees/b/secret 2>&1 | tee stolen-worktree; ls -la {out}/worktrees/b 2>&1"),
+        format!(
+            "for d in {out}/repos/b.git {out}/repo.git; do git --git-dir=$d show {b_branch}:secret; \
+             git --git-dir=$d cat-file --batch-all-objects --batch; cat $d/refs/heads/{b_branch}; done 2>&1 \
+             | tee stolen-repos"
+        ),
+        format!("cat {out}/tool-results/b/*/* 2>&1 | head -c 3000 | tee stolen-results; ls -R {out}/tool-results 2>&1"),
+        format!("grep -r -a -l -i topsecret {out} 2>&1 | tee stolen-grep; echo searched"),
+    ];
+    let mut script = String::from("version: 1\nagents:\n  b:\n");
+    for command in [
+        format!("printf '%s\\n' {file_secret} > secret"),
+        // Over the inline limit: saved in full under the run directory's tool-results/b.
+        format!("for i in $(seq 4000); do echo {file_secret}-$i; done"),
+        format!("bash -c 'sleep 25' {argv_secret}"),
+    ] {
+        script.push_str(&format!(
+            "    - tool_calls: [{{name: Bash, input: {{command: {}, timeout: 60000}}}}]\n",
+            serde_json::to_string(&command).unwrap()
+        ));
+    }
+    script.push_str("    - text: kept it\n  a:\n");
+    for command in &steal {
+        script.push_str(&format!(
+            "    - tool_calls: [{{name: Bash, input: {{command: {}, timeout: 60000}}}}]\n",
+            serde_json::to_string(command).unwrap()
+        ));
+    }
+    script.push_str("    - text: looked\n  synthesis:\n    - text: done\n");
+    let run = fx.run(&workflow, &script, &[]);
+    run.expect_code(0);
+
+    // `b`'s secret was committed, early (by a checkpoint), and reached the user's repository.
+    assert_eq!(fx.show(&b_branch, "secret").trim(), file_secret);
+    let log = crate::support::git(&fx.repo, &["log", "--format=%s", &b_branch]);
+    assert!(log.contains("checkpoint"), "{log}");
+    // `a` ran every attempt (and the command-line read saw command lines at all).
+    let results = run.tool_results("a");
+    assert_eq!(results.len(), steal.len(), "{results:?}");
+    assert!(results[1].2.contains("cmdline"), "a saw no command line at all: {}", results[1].2);
+    // Command lines: hidden as root (each tool host's /proc shows its own uid only) and
+    // in containers (a pid namespace each). As a normal user, agents share the uid and
+    // nothing hides them (the README's threat model says so): not checked there.
+    let mut secrets = vec![&file_secret];
+    if backend == Backend::Container || nix::unistd::Uid::effective().is_root() {
+        secrets.push(&argv_secret);
+    }
+    for secret in secrets {
+        for (i, (_, _, output)) in results.iter().enumerate() {
+            assert!(!output.contains(secret.as_str()), "a's attempt `{}` got b's secret: {output}", steal[i]);
+        }
+        let transcript = run.transcript_text("a");
+        assert!(!transcript.contains(secret.as_str()), "b's secret in a's transcript");
+        let patch = std::fs::read_to_string(run.out.join(run.agent("a")["patch"].as_str().unwrap())).unwrap();
+        assert!(patch.contains("stolen-show") && !patch.contains(secret.as_str()), "b's secret in a's patch");
+        let grep = crate::support::git_cmd(&fx.repo)
+            .args(["grep", "-a", "-c", "-F", "-e", secret.as_str(), &fx.branch("a"), "--"])
+            .output()
+            .unwrap();
+        assert!(grep.stdout.is_empty(), "b's secret on a's branch: {}", String::from_utf8_lossy(&grep.stdout));
+    }
+}
+
+#[test]
+fn landlock_agents_cannot_read_each_others_work() {
+    cross_agent_case(Backend::Landlock);
+}
+
+#[test]
+fn container_agents_cannot_read_each_others_work() {
+    cross_agent_case(Backend::Container);
+}

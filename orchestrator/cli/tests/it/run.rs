@@ -842,7 +842,7 @@ fn a_run_leaves_no_worktrees_branches_or_processes_behind() {
     run.expect_code(0);
     assert_eq!(git(&fx.repo, &["worktree", "list", "--porcelain"]), worktrees_before);
     assert_eq!(fx.orch_branches(), [fx.branch("one"), fx.branch("two")]);
-    for gone in ["repo.git", "worktrees", "sandbox"] {
+    for gone in ["repo.git", "repos", "worktrees", "sandbox"] {
         assert!(!run.out.join(gone).exists(), "{gone} is still in the run directory");
     }
     for id in ["one", "two"] {
@@ -866,8 +866,11 @@ fn keep_worktrees_keeps_them_committed_and_usable() {
         assert_eq!(git(worktree, &["rev-parse", "HEAD"]).trim(), a["commit"].as_str().unwrap());
     }
     assert!(run.out.join("repo.git").is_dir());
-    let listed = git(&run.out.join("repo.git"), &["worktree", "list", "--porcelain"]);
-    assert_eq!(listed.matches("\nbranch refs/heads/orch/t-keep/").count(), 2, "{listed}");
+    // Each a linked worktree of the agent's own repository, which the run clone keeps.
+    for id in ["one", "two"] {
+        let listed = git(&run.out.join(format!("repos/{id}.git")), &["worktree", "list", "--porcelain"]);
+        assert_eq!(listed.matches(&format!("\nbranch refs/heads/{}\n", fx.branch(id))).count(), 1, "{listed}");
+    }
     // Kept worktrees keep no processes.
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
@@ -1253,6 +1256,6 @@ agents:
     assert_eq!(a["changed_files"], json!([{"path": "n.txt", "kind": "added"}]));
     let worktree = Path::new(a["worktree"].as_str().unwrap());
     let dotgit = std::fs::read_to_string(worktree.join(".git")).expect(".git is a file again");
-    assert_eq!(dotgit, format!("gitdir: {}\n", run.out.join("repo.git/worktrees/planter").display()));
+    assert_eq!(dotgit, format!("gitdir: {}\n", run.out.join("repos/planter.git/worktrees/planter").display()));
     assert_eq!(git(worktree, &["status", "--porcelain"]), "");
 }

@@ -1,6 +1,8 @@
 //! The run clone: a bare repository under the run directory that borrows the user's
-//! objects through `objects/info/alternates`, has a clean config and no hooks, and hangs
-//! every agent's linked worktree. Results leave it only through
+//! objects through `objects/info/alternates`, has a clean config and no hooks, and
+//! receives every agent's branch once the coordinator has committed it. Each agent works
+//! in a repository of its own (same layout, holding only the base and its own commits),
+//! so no agent can read another's branch. Results leave the run clone only through
 //! [`RunClone::fetch_into_user`], which copies the new objects into the user's store and
 //! creates `orch/...` branches there without touching anything else.
 
@@ -39,6 +41,9 @@ const CONFIG: &str = "\
 pub const CLONE_DIR: &str = "repo.git";
 /// Name of the directory holding the agents' checkouts under the run directory.
 pub const CHECKOUTS_DIR: &str = "worktrees";
+/// Name of the directory holding the agents' own repositories (`<name>.git`) under the
+/// run directory.
+pub const REPOS_DIR: &str = "repos";
 /// Deepest chain of alternates followed (git's own limit).
 const MAX_ALTERNATE_DEPTH: usize = 5;
 
@@ -57,6 +62,8 @@ pub(super) struct Inner {
     pub(super) git_dir: PathBuf,
     /// `<run_dir>/worktrees`, canonical.
     pub(super) checkouts: PathBuf,
+    /// `<run_dir>/repos`, canonical: one repository per agent.
+    pub(super) repos: PathBuf,
     /// The user's git directory (`.git`, or the repository itself when bare).
     pub(super) user_git_dir: PathBuf,
     /// The user's object store, canonical.
@@ -123,7 +130,8 @@ impl RunClone {
         drop(user);
         let git_dir = run_dir.join(CLONE_DIR);
         let checkouts = run_dir.join(CHECKOUTS_DIR);
-        for path in [&git_dir, &checkouts] {
+        let repos = run_dir.join(REPOS_DIR);
+        for path in [&git_dir, &checkouts, &repos] {
             if path.symlink_metadata().is_ok() {
                 return Err(GitError::Exists(path.clone()));
             }
@@ -133,6 +141,7 @@ impl RunClone {
             run_dir,
             git_dir,
             checkouts,
+            repos,
             user_git_dir,
             user_objects,
             borrowed,
@@ -145,6 +154,7 @@ impl RunClone {
             Err(e) => {
                 let _ = fs::remove_dir_all(&inner.git_dir);
                 let _ = fs::remove_dir_all(&inner.checkouts);
+                let _ = fs::remove_dir_all(&inner.repos);
                 Err(e)
             }
         }
@@ -181,10 +191,14 @@ impl RunClone {
         format!("orch/{}/integration", self.inner.run_id)
     }
 
-    /// Adds the linked worktree `<run_dir>/worktrees/<name>` of an agent, on the new
-    /// branch `orch/<run>/<name>` at the base commit. Safe to call many times at once:
-    /// each call touches only its own branch, admin dir and checkout (see
-    /// [`Worktree::link_and_checkout`] for why this is not `git_worktree_add`).
+    /// Adds the worktree `<run_dir>/worktrees/<name>` of an agent, on the new branch
+    /// `orch/<run>/<name>` at the base commit. The worktree is a linked worktree of the
+    /// agent's own repository `<run_dir>/repos/<name>.git` (which borrows the user's
+    /// store and holds nothing of other agents); the run clone gets the branch too, and
+    /// each commit of the agent's work is copied there ([`Worktree::commit_all`]). Safe
+    /// to call many times at once: each call touches only its own branch, repository and
+    /// checkout (see [`Worktree::link_and_checkout`] for why this is not
+    /// `git_worktree_add`).
     pub async fn add_worktree(&self, agent_id: &str) -> Result<Worktree> {
         let (this, agent_id) = (self.clone(), agent_id.to_owned());
         blocking("add a worktree", move || this.add_worktree_blocking(&agent_id)).await
@@ -196,7 +210,8 @@ impl RunClone {
     }
 
     /// [`RunClone::add_worktree`], with the branch at `start` (an earlier run's work on
-    /// this agent, readable through the alternates) instead of the base.
+    /// this agent, fetched into the user's repository, so readable through the
+    /// alternates) instead of the base.
     pub async fn add_worktree_at(&self, agent_id: &str, start: Oid) -> Result<Worktree> {
         let (this, agent_id) = (self.clone(), agent_id.to_owned());
         blocking("add a worktree", move || this.add_worktree_at_blocking(&agent_id, Some(start))).await
@@ -206,23 +221,24 @@ impl RunClone {
         let name = safe_name(agent_id)?;
         let branch = format!("orch/{}/{name}", self.inner.run_id);
         let checkout = self.inner.checkouts.join(&name);
-        let admin = self.inner.git_dir.join("worktrees").join(&name);
-        for path in [&checkout, &admin] {
+        let repo_dir = self.inner.repos.join(format!("{name}.git"));
+        for path in [&checkout, &repo_dir] {
             if path.symlink_metadata().is_ok() {
                 return Err(GitError::Exists(path.clone()));
             }
         }
-        let repo = self.inner.open()?;
-        let base = repo
-            .find_commit(start.unwrap_or(self.inner.base))
-            .git(|| "find the start commit in the run clone".into())?;
-        let branch_ref = repo.branch(&branch, &base, false).git(|| {
+        let run = self.inner.open()?;
+        let start = start.unwrap_or(self.inner.base);
+        let start_commit = run.find_commit(start).git(|| "find the start commit in the run clone".into())?;
+        // The run clone's branch claims the name first: two ids that map to one name fail
+        // here, before either touches the other's repository.
+        let branch_ref = run.branch(&branch, &start_commit, false).git(|| {
             format!("create the branch {branch} for agent `{agent_id}` (agent ids must map to distinct names)")
         })?;
-        let worktree = Worktree::new(self.clone(), agent_id.to_owned(), name, branch, checkout, admin);
-        if let Err(e) = worktree.link_and_checkout(&repo, &base) {
+        let worktree = Worktree::new(self.clone(), agent_id.to_owned(), name, branch, checkout, repo_dir);
+        if let Err(e) = worktree.create(start) {
             let _ = fs::remove_dir_all(worktree.path());
-            let _ = fs::remove_dir_all(worktree.admin_dir());
+            let _ = fs::remove_dir_all(worktree.repo_dir());
             let _ = branch_ref.into_reference().delete();
             return Err(e);
         }
@@ -269,23 +285,9 @@ impl RunClone {
         // The new objects live in the run clone's own store; everything reachable from
         // the base (or the branch's current tip in the user's repository) is already in
         // the user's store, which the run clone borrows.
-        let mut walk = run.revwalk().git(|| "start a revision walk in the run clone".into())?;
-        walk.push(tip).git(|| format!("walk {branch}"))?;
-        walk.hide(self.inner.base).git(|| format!("walk {branch}"))?;
-        if let Some(old) = existing.filter(|old| run.find_commit(*old).is_ok()) {
-            walk.hide(old).git(|| format!("walk {branch}"))?;
-        }
-        let mut pack = run.packbuilder().git(|| "start a pack in the run clone".into())?;
-        pack.insert_walk(&mut walk).git(|| format!("collect the objects of {branch}"))?;
-        let objects = pack.object_count();
-        if objects > 0 {
-            let mut buf = git2::Buf::new();
-            pack.write_buf(&mut buf).git(|| format!("pack the objects of {branch}"))?;
-            let odb = user.odb().git(|| "open the user's object store".into())?;
-            let mut writer = odb.packwriter().git(|| "write a pack into the user's object store".into())?;
-            writer.write_all(&buf).map_err(io_err("write a pack into", &self.inner.user_objects))?;
-            writer.commit().git(|| format!("index the pack of {branch} in the user's object store"))?;
-        }
+        let mut hide = vec![self.inner.base];
+        hide.extend(existing);
+        let objects = super::transfer::copy_objects(run, user, tip, &hide, branch)?;
         user.find_commit(tip).git(|| format!("find the commit of {branch} in the user's repository after copying"))?;
 
         let message = format!("orch: fetch {branch} from the run clone");
@@ -329,6 +331,7 @@ impl RunClone {
             return Ok(Removal::Kept { worktrees: kept });
         }
         remove_all(&self.inner.git_dir)?;
+        remove_all(&self.inner.repos)?;
         remove_all(&self.inner.checkouts)?;
         Ok(Removal::Removed)
     }
@@ -367,7 +370,27 @@ impl Inner {
     }
 
     fn write_layout(&self, shallow: Option<&Path>) -> Result<()> {
-        let git_dir = &self.git_dir;
+        for dir in [&self.checkouts, &self.repos] {
+            fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+        }
+        let shallow = match shallow {
+            // A shallow user clone (the default of checkout actions) has commits whose
+            // parents are absent: without this list, `git log` fails at the boundary.
+            Some(path) => Some(fs::read(path).map_err(io_err("read", path))?),
+            None => None,
+        };
+        self.write_repo(&self.git_dir, shallow.as_deref())?;
+        let repo = self.open()?;
+        repo.find_commit(self.base).git(|| "read the base commit through the run clone's alternates".into())?;
+        Ok(())
+    }
+
+    /// Writes a bare repository at `git_dir` (which must not exist) with the layout of
+    /// the run clone: our config, `HEAD` detached at the base, the user's store as its
+    /// only alternate, the shallow list if any, and no refs yet. The run clone and every
+    /// agent's repository are made this way.
+    pub(super) fn write_repo(&self, git_dir: &Path, shallow: Option<&[u8]>) -> Result<()> {
+        fs::create_dir(git_dir).map_err(io_err("create", git_dir))?;
         let branches = git_dir.join("refs/heads/orch").join(&self.run_id);
         // `worktrees/` and the branch directory exist before any worktree is added, so
         // parallel adds never race to create them (libgit2 creates `worktrees/` with
@@ -378,13 +401,11 @@ impl Inner {
             git_dir.join("refs/tags"),
             git_dir.join("worktrees"),
             branches,
-            self.checkouts.clone(),
         ] {
             fs::create_dir_all(&dir).map_err(io_err("create", dir))?;
         }
         write_new(&git_dir.join("config"), CONFIG.as_bytes())?;
         write_new(&git_dir.join("HEAD"), format!("{}\n", self.base).as_bytes())?;
-        let mut alternates = String::new();
         let objects = &self.user_objects;
         let line =
             objects.to_str().filter(|s| !s.contains('\n') && !s.starts_with('"')).ok_or_else(|| GitError::Io {
@@ -392,40 +413,39 @@ impl Inner {
                 path: objects.clone(),
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
             })?;
-        alternates.push_str(line);
-        alternates.push('\n');
-        write_new(&git_dir.join("objects/info/alternates"), alternates.as_bytes())?;
-        if let Some(shallow) = shallow {
-            // A shallow user clone (the default of checkout actions) has commits whose
-            // parents are absent: without this list, `git log` fails at the boundary.
-            let text = fs::read(shallow).map_err(io_err("read", shallow))?;
-            write_new(&git_dir.join("shallow"), &text)?;
+        write_new(&git_dir.join("objects/info/alternates"), format!("{line}\n").as_bytes())?;
+        if let Some(text) = shallow {
+            write_new(&git_dir.join("shallow"), text)?;
         }
-        let repo = self.open()?;
-        repo.find_commit(self.base).git(|| "read the base commit through the run clone's alternates".into())?;
         Ok(())
     }
 
+    /// Checkouts of the worktrees that hang off the agents' repositories (the admin dirs
+    /// `<run_dir>/repos/<name>.git/worktrees/<name>`).
     fn worktrees(&self) -> Result<Vec<PathBuf>> {
-        let admin = self.git_dir.join("worktrees");
-        let entries = match fs::read_dir(&admin) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err("list", admin)(e)),
-        };
         let mut kept = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io_err("list", &admin))?;
-            let gitdir = entry.path().join("gitdir");
-            let checkout = fs::read_to_string(&gitdir)
-                .ok()
-                .and_then(|text| Path::new(text.trim_end()).parent().map(Path::to_owned))
-                .unwrap_or_else(|| entry.path());
-            kept.push(checkout);
+        for repo in list_dir(&self.repos)? {
+            for admin in list_dir(&repo.join("worktrees"))? {
+                let checkout = fs::read_to_string(admin.join("gitdir"))
+                    .ok()
+                    .and_then(|text| Path::new(text.trim_end()).parent().map(Path::to_owned))
+                    .unwrap_or(admin);
+                kept.push(checkout);
+            }
         }
         kept.sort();
         Ok(kept)
     }
+}
+
+/// The entries of `dir` (none when it does not exist).
+pub(super) fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list", dir)(e)),
+    };
+    entries.map(|entry| entry.map(|e| e.path()).map_err(io_err("list", dir))).collect()
 }
 
 /// A run directory inside the user's checkout shows up in its `git status` (the run

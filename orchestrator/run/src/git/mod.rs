@@ -10,20 +10,25 @@
 //!     config                       clean: core settings only, no remote, no include
 //!     objects/info/alternates      -> the user's object store (shared, never copied)
 //!     refs/heads/orch/<run>/...    one branch per agent, plus `integration`
-//!     worktrees/<name>/            admin dir of each linked worktree (HEAD, index)
+//! <run_dir>/repos/<name>.git/      one agent's own repository, laid out the same way
+//!     refs/heads/orch/<run>/<name> its branch only
+//!     worktrees/<name>/            the admin dir of its worktree (HEAD, index)
 //! <run_dir>/worktrees/<name>/      the agent's checkout (the only writable git-related path)
 //! ```
 //!
-//! The run clone is bare because nothing ever works in a main checkout of it: every
-//! agent (and `setup:`, if it wants a checkout) gets a linked worktree.
+//! The run clone is bare because nothing ever works in a checkout of it. Each agent (and
+//! `setup:`) gets a linked worktree of a repository of its own, which holds the base
+//! (through the user's store) and its own commits, nothing else. The coordinator commits
+//! there and copies each commit into the run clone ([`transfer`]), where merges, patches
+//! and the fetch into the user's repository read it.
 //!
 //! Invariants:
 //! - The user's repository is only ever read, except for writing the objects and refs
 //!   of the `orch/...` branches fetched into it at the end ([`RunClone::fetch_into_user`]).
 //!   Its HEAD, index, working tree, config and other refs are never touched.
-//! - Nothing of the user's configuration reaches the run clone: no remote, credential,
-//!   `http.*.extraheader`, `include`/`includeIf`, `core.hooksPath`, `core.fsmonitor`, and
-//!   no hooks directory at all.
+//! - Nothing of the user's configuration reaches the run clone or an agent's
+//!   repository: no remote, credential, `http.*.extraheader`, `include`/`includeIf`,
+//!   `core.hooksPath`, `core.fsmonitor`, and no hooks directory at all.
 //! - The coordinator never trusts a file the agent could write: it finds a worktree's
 //!   git metadata from its own records, never through the checkout's `.git` file, and
 //!   restores that file before it commits.
@@ -34,12 +39,13 @@
 //!   does not re-hash objects on read either; see BENCHMARKS.md, "Worktree creation").
 //!
 //! Where the sandbox comes in: [`Worktree::git_paths`] lists what an agent's sandbox
-//! must expose read-only (the run clone's git dir, the worktree's admin dir, the user's
-//! object store) and writable (the checkout only), and the environment its git needs.
-//! Enforcing that is the sandbox's job; the tests emulate it with file modes and a uid.
-//! What that exposure allows: reading, never writing, what the run clone holds, which
-//! includes the branches of agents the coordinator has already committed and the admin
-//! dirs (HEAD, index) of other worktrees; other agents' checkouts are never exposed.
+//! must expose read-only (the agent's own repository and the user's object store) and
+//! writable (the checkout only), and the environment its git needs. Enforcing that is
+//! the sandbox's job; the tests emulate it with file modes and a uid. What that exposure
+//! allows: reading, never writing, the base history (all of the user's store) and the
+//! agent's own branch. Never the run clone, where the other agents' branches are, nor
+//! another agent's repository or checkout. The user's store receives this run's
+//! branches only at the end, after every agent has stopped.
 
 mod capture;
 mod clone;
@@ -48,6 +54,7 @@ mod merge;
 mod names;
 mod reopen;
 mod snapshot;
+mod transfer;
 mod worktree;
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
-//! Reopening what a killed run left: its run clone and the worktrees that still hang off
-//! it, found from the run directory alone, so `orch recover` (and `--resume`) can commit
+//! Reopening what a killed run left: its run clone and the agents' worktrees (with their
+//! own repositories) that are still there, found from the run directory alone, so `orch recover` (and `--resume`) can commit
 //! the agents' work and fetch it into the user's repository.
 //!
 //! Everything is read from records the coordinator wrote and the agents could not
 //! write: the run clone's `HEAD` (the base), its `objects/info/alternates` (the user's
-//! store), and each admin dir's `HEAD` (the branch). Checkouts are found by name under
-//! `<run_dir>/worktrees`, never through their `.git` files.
+//! store), and the `HEAD` of each agent repository's admin dir (the branch). Checkouts
+//! are found by name under `<run_dir>/worktrees`, never through their `.git` files.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use git2::Oid;
 
-use super::clone::{CHECKOUTS_DIR, CLONE_DIR, Inner, RunClone, alternates};
+use super::clone::{CHECKOUTS_DIR, CLONE_DIR, Inner, REPOS_DIR, RunClone, alternates, list_dir};
 use super::names::validate_run_id;
 use super::worktree::Worktree;
 use super::{GitError, Result, blocking, io_err};
@@ -46,6 +46,7 @@ impl RunClone {
         let inner = Inner {
             run_id: run_id.to_owned(),
             checkouts: run_dir.join(CHECKOUTS_DIR),
+            repos: run_dir.join(REPOS_DIR),
             run_dir,
             git_dir,
             user_git_dir,
@@ -64,22 +65,20 @@ impl RunClone {
         Ok(clone)
     }
 
-    /// The worktrees that still hang off the run clone, each with its branch from its
-    /// admin dir (only `orch/<run>/...` branches). `agent_id` of each is its name: the
-    /// caller knows the ids (from the report) and can match them with `safe_name`.
+    /// The agents' worktrees that are still there (`<run_dir>/repos/<name>.git` with the
+    /// admin dir `worktrees/<name>` and the checkout `<run_dir>/worktrees/<name>`), each
+    /// with its branch from its admin dir (only `orch/<run>/...` branches). `agent_id`
+    /// of each is its name: the caller knows the ids (from the report) and can match
+    /// them with `safe_name`.
     pub fn leftover_worktrees(&self) -> Result<Vec<Worktree>> {
-        let admin_root = self.inner.git_dir.join("worktrees");
-        let entries = match fs::read_dir(&admin_root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err("list", admin_root)(e)),
-        };
         let prefix = format!("ref: refs/heads/orch/{}/", self.inner.run_id);
         let mut found = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(io_err("list", &admin_root))?;
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            let admin = entry.path();
+        for repo in list_dir(&self.inner.repos)? {
+            let Some(name) = repo.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".git")) else {
+                continue;
+            };
+            let name = name.to_owned();
+            let admin = repo.join("worktrees").join(&name);
             let Ok(head) = fs::read_to_string(admin.join("HEAD")) else { continue };
             let Some(rest) = head.trim_end().strip_prefix(&prefix) else { continue };
             let branch = format!("orch/{}/{rest}", self.inner.run_id);
@@ -87,7 +86,7 @@ impl RunClone {
             if !checkout.is_dir() || fs::symlink_metadata(&checkout).is_ok_and(|m| m.file_type().is_symlink()) {
                 continue;
             }
-            found.push(Worktree::new(self.clone(), name.clone(), name, branch, checkout, admin));
+            found.push(Worktree::new(self.clone(), name.clone(), name, branch, checkout, repo));
         }
         found.sort_by(|a, b| a.name().cmp(b.name()));
         Ok(found)

@@ -214,8 +214,14 @@ fn run_clone_borrows_objects_and_has_a_clean_config_and_no_hooks() {
     let user_git = fs::canonicalize(fx.user.join(".git")).unwrap();
     assert!(paths.read_only.iter().all(|p| p == &user_git.join("objects") || !p.starts_with(&user_git)));
     assert!(paths.read_only.contains(&user_git.join("objects")));
-    assert!(paths.read_only.contains(&git_dir.to_owned()) && paths.read_only.contains(&wt.admin_dir().to_owned()));
+    assert!(paths.read_only.contains(&wt.repo_dir().to_owned()) && wt.admin_dir().starts_with(wt.repo_dir()));
+    // Not the run clone: every agent's branch ends up there.
+    assert!(paths.read_only.iter().all(|p| !p.starts_with(git_dir) && !git_dir.starts_with(p)), "{paths:?}");
     assert_eq!(paths.writable, vec![wt.path().to_owned()]);
+    // The agent's repository is as clean as the run clone.
+    let config = fs::read_to_string(wt.repo_dir().join("config")).unwrap();
+    assert_eq!(config, fs::read_to_string(git_dir.join("config")).unwrap());
+    assert!(!wt.repo_dir().join("hooks").exists());
 }
 
 #[test]
@@ -324,8 +330,10 @@ async fn many_worktrees_in_parallel() {
         assert_eq!(git(wt.path(), &["status", "--porcelain", "--untracked-files=all"]), "", "{}", wt.name());
         assert_eq!(fs::read_to_string(wt.path().join("b.txt")).unwrap(), "bee\nbuzz\n");
     }
-    let listing = git(clone.git_dir(), &["worktree", "list", "--porcelain"]);
-    assert_eq!(listing.matches("\nbranch refs/heads/orch/r3/").count(), 32, "{listing}");
+    for wt in &worktrees {
+        let listing = git(wt.repo_dir(), &["worktree", "list", "--porcelain"]);
+        assert_eq!(listing.matches("\nbranch refs/heads/orch/r3/").count(), 1, "{listing}");
+    }
     assert_eq!(clone.worktrees().unwrap().len(), 32);
     // An id used twice is refused, and the first worktree is intact.
     assert!(clone.add_worktree("agent-0").await.is_err());
@@ -497,8 +505,8 @@ fn cleanup_leaves_nothing_unless_kept() {
     let removal = clone.clone().remove_blocking().unwrap();
     assert_eq!(removal, Removal::Kept { worktrees: vec![kept.path().to_owned()] });
     assert_eq!(git(kept.path(), &["status", "--porcelain"]), "");
-    let listing = git(clone.git_dir(), &["worktree", "list", "--porcelain"]);
-    assert_eq!(listing.matches("worktree ").count(), 2, "{listing}"); // the bare clone and `kept`
+    let listing = git(kept.repo_dir(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(listing.matches("worktree ").count(), 2, "{listing}"); // the bare repository and `kept`
 
     kept.remove_blocking().unwrap();
     assert_eq!(clone.remove_blocking().unwrap(), Removal::Removed);
@@ -747,4 +755,56 @@ fn large_files_are_streamed_into_blobs() {
     assert!(out.stdout == bytes, "the streamed blob differs from the file");
     // A kept worktree shows a clean status: the stat cache was written.
     assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+}
+
+/// Issue 12, item 9: once agent `b`'s work is committed, agent `a`'s git (confined, as
+/// the sandbox confines it, to `a`'s `git_paths`) cannot reach it by any name: not its
+/// branch, not its commit, not its objects. The run clone has it, for integration.
+#[test]
+fn an_agent_cannot_read_another_agents_branch_or_objects() {
+    let fx = Fixture::new();
+    let clone = fx.clone("iso");
+    let a = clone.add_worktree_blocking("a").unwrap();
+    let b = clone.add_worktree_blocking("b").unwrap();
+    const SECRET: &str = "b-secret-7f3a9c";
+    write(&b.path().join("secret"), format!("{SECRET}\n"));
+    let info = b.commit_all_blocking("b's work", &author()).unwrap().unwrap();
+    let blob = git(&fx.run_dir.join("repo.git"), &["rev-parse", &format!("{}:secret", info.commit)]).trim().to_owned();
+    assert_eq!(git(&fx.run_dir.join("repo.git"), &["cat-file", "blob", &blob]), format!("{SECRET}\n"));
+
+    // What `a` may read does not include the run clone, `b`'s repository or checkout.
+    let paths = a.git_paths();
+    for other in [clone.git_dir(), b.repo_dir(), b.path()] {
+        assert!(paths.read_only.iter().chain(&paths.writable).all(|p| !other.starts_with(p)), "{other:?} in {paths:?}");
+    }
+    // `a`'s git, as the agent runs it, in its checkout.
+    let run = |args: &[&str]| {
+        let out = git_cmd(a.path(), args).envs(a.git_paths().env).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    for args in [
+        vec!["show", "orch/iso/b:secret"],
+        vec!["show", &format!("{}:secret", info.commit)],
+        vec!["cat-file", "-p", &blob],
+    ] {
+        let (ok, out) = run(&args);
+        assert!(!ok && !out.contains(SECRET), "git {args:?} in a's worktree: {out}");
+    }
+    let (ok, out) = run(&["log", "--all", "--format=%H %s"]);
+    assert!(ok && !out.contains(&info.commit) && !out.contains("b's work"), "{out}");
+    let (ok, out) = run(&["cat-file", "--batch-all-objects", "--batch-check"]);
+    assert!(ok && !out.contains(&blob) && !out.contains(&info.commit), "{out}");
+    let (ok, out) = run(&["for-each-ref"]);
+    assert!(ok && !out.contains("orch/iso/b"), "{out}");
+
+    // `a`'s own commit still works and reaches the run clone next to b's.
+    write(&a.path().join("mine"), "a\n");
+    let mine = a.commit_all_blocking("a's work", &author()).unwrap().unwrap();
+    assert_eq!(git(&fx.run_dir.join("repo.git"), &["show", "orch/iso/a:mine"]), "a\n");
+    assert_eq!(git(&fx.run_dir.join("repo.git"), &["rev-parse", "orch/iso/a"]).trim(), mine.commit);
+    let (ok, out) = run(&["cat-file", "--batch-all-objects", "--batch-check"]);
+    assert!(ok && !out.contains(&blob), "{out}");
 }

@@ -1,22 +1,30 @@
-//! An agent's linked worktree: what its sandbox may read and write, committing its
-//! changes on its branch, the changed files and the patch, and removal.
+//! An agent's worktree and its own repository: what its sandbox may read and write,
+//! committing its changes on its branch (then copying the branch into the run clone),
+//! the changed files and the patch, and removal.
+//!
+//! Each agent's checkout is a linked worktree of a repository made for that agent alone
+//! (`<run_dir>/repos/<name>.git`): it borrows the user's store, like the run clone, but
+//! holds only the agent's own branch and commits. The sandbox exposes that repository
+//! and never the run clone, where every agent's branch ends up, so an agent cannot read
+//! another's work, however it asks git.
 //!
 //! The coordinator never opens the worktree through its checkout: the `.git` file there
 //! is writable by the agent and could point anywhere (or be replaced by a directory with
-//! its own config). It opens the run clone, sets the checkout as the working directory
-//! and uses the index in the worktree's admin dir, all from its own records.
+//! its own config). It opens the agent's repository, sets the checkout as the working
+//! directory and uses the index in the worktree's admin dir, all from its own records.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{Delta, DiffFormat, DiffOptions, Index, Repository};
+use git2::{Delta, DiffFormat, DiffOptions, Index, Oid, Repository, RepositoryOpenFlags};
 
 use super::capture::{self, DEFAULT_MAX_FILE_SIZE};
 use super::clone::{RunClone, remove_all, write_new};
 use super::{Author, Context as _, Result, blocking, io_err};
 
-/// One agent's linked worktree of the run clone. Holds paths only; `Send + Sync`.
+/// One agent's worktree: a linked worktree of the agent's own repository. Holds paths
+/// only; `Send + Sync`.
 #[derive(Debug, Clone)]
 pub struct Worktree {
     clone: RunClone,
@@ -24,6 +32,9 @@ pub struct Worktree {
     name: String,
     branch: String,
     checkout: PathBuf,
+    /// The agent's repository, `<run_dir>/repos/<name>.git`.
+    repo: PathBuf,
+    /// Its admin dir, `<repo>/worktrees/<name>`.
     admin: PathBuf,
 }
 
@@ -36,10 +47,11 @@ pub struct Worktree {
 /// try.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitPaths {
-    /// Readable, never writable: the run clone's git directory (config, refs, objects,
-    /// the worktree's admin dir `worktrees/<name>` with its HEAD and index) and the
-    /// user's object store with every store it borrows from. Not the user's `.git`
-    /// directory itself: its config holds the credentials.
+    /// Readable, never writable: the agent's own repository (config, its branch, its
+    /// objects, the worktree's admin dir `worktrees/<name>` with its HEAD and index) and
+    /// the user's object store with every store it borrows from. Not the run clone (it
+    /// holds the other agents' branches), not another agent's repository, and not the
+    /// user's `.git` directory itself: its config holds the credentials.
     pub read_only: Vec<PathBuf>,
     /// Writable: the checkout only.
     pub writable: Vec<PathBuf>,
@@ -97,9 +109,10 @@ impl Worktree {
         name: String,
         branch: String,
         checkout: PathBuf,
-        admin: PathBuf,
+        repo: PathBuf,
     ) -> Self {
-        Self { clone, agent_id, name, branch, checkout, admin }
+        let admin = repo.join("worktrees").join(&name);
+        Self { clone, agent_id, name, branch, checkout, repo, admin }
     }
 
     /// The agent id this worktree was made for.
@@ -122,15 +135,20 @@ impl Worktree {
         &self.checkout
     }
 
-    /// The worktree's admin dir, `<run_dir>/repo.git/worktrees/<name>`.
+    /// The worktree's admin dir, `<run_dir>/repos/<name>.git/worktrees/<name>`.
     pub fn admin_dir(&self) -> &Path {
         &self.admin
+    }
+
+    /// The agent's own repository, `<run_dir>/repos/<name>.git`.
+    pub fn repo_dir(&self) -> &Path {
+        &self.repo
     }
 
     /// The paths and environment the agent's sandbox needs for read-only git.
     pub fn git_paths(&self) -> GitPaths {
         let inner = &self.clone.inner;
-        let mut read_only = vec![inner.git_dir.clone(), self.admin.clone(), inner.user_objects.clone()];
+        let mut read_only = vec![self.repo.clone(), inner.user_objects.clone()];
         read_only.extend(inner.borrowed.iter().cloned());
         let env = [
             ("GIT_OPTIONAL_LOCKS", "0".to_owned()),
@@ -201,6 +219,9 @@ impl Worktree {
             .and_then(|r| r.peel_to_commit())
             .git(|| format!("find the branch {}", self.branch))?;
         if parent.tree_id() == tree {
+            // An earlier commit may not have reached the run clone (a run killed in
+            // between): `orch recover` comes here and copies it.
+            self.publish(&repo)?;
             if !too_large.is_empty() {
                 tracing::warn!(worktree = %self.checkout.display(), ?too_large, "left files over the size limit out");
             }
@@ -211,7 +232,8 @@ impl Worktree {
         let commit = repo
             .commit(Some(&refname), &signature, &signature, message, &tree, &[&parent])
             .git(|| format!("commit on {}", self.branch))?;
-        let files = self.changes(&repo)?;
+        self.publish(&repo)?;
+        let files = self.changes(&self.clone.inner.open()?)?;
         Ok(Some(CommitInfo { commit: commit.to_string(), branch: self.branch.clone(), files, skipped, too_large }))
     }
 
@@ -249,7 +271,7 @@ impl Worktree {
         Ok(out)
     }
 
-    /// Deletes the checkout and the worktree's admin dir. Not calling this keeps the
+    /// Deletes the checkout and the agent's repository. Not calling this keeps the
     /// worktree (`--keep-worktrees`, or a failed agent) and then the run clone too. The
     /// branch stays in the run clone until it is removed (merges and fetches need it).
     pub async fn remove(self) -> Result<()> {
@@ -259,7 +281,46 @@ impl Worktree {
     /// [`Worktree::remove`], on the calling thread.
     pub fn remove_blocking(self) -> Result<()> {
         remove_all(&self.checkout)?;
-        remove_all(&self.admin)
+        remove_all(&self.repo)
+    }
+
+    /// Makes the agent's repository, its branch there at `start` (a commit the run
+    /// clone can read: the base, or an earlier run's work fetched into the user's
+    /// repository), and the checkout of it.
+    pub(super) fn create(&self, start: Oid) -> Result<()> {
+        let inner = &self.clone.inner;
+        let shallow = match fs::read(inner.git_dir.join("shallow")) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err("read", inner.git_dir.join("shallow"))(e)),
+        };
+        inner.write_repo(&self.repo, shallow.as_deref())?;
+        let repo = self.open_repo()?;
+        let start = repo.find_commit(start).git(|| "find the start commit through the user's store".into())?;
+        repo.branch(&self.branch, &start, false)
+            .git(|| format!("create the branch {} in {}", self.branch, self.repo.display()))?;
+        self.link_and_checkout(&repo, &start)
+    }
+
+    /// Copies the agent's branch into the run clone: the objects the run clone lacks,
+    /// then the ref. The run clone is where merges, patches and fetches read it; the
+    /// agent's repository goes with its worktree.
+    fn publish(&self, repo: &Repository) -> Result<()> {
+        let refname = self.refname();
+        let tip = repo
+            .refname_to_id(&refname)
+            .git(|| format!("find the branch {} in {}", self.branch, self.repo.display()))?;
+        let run = self.clone.inner.open()?;
+        let old = run.refname_to_id(&refname).ok();
+        if old == Some(tip) {
+            return Ok(());
+        }
+        let mut hide = vec![self.clone.inner.base];
+        hide.extend(old);
+        super::transfer::copy_objects(repo, &run, tip, &hide, &self.branch)?;
+        run.reference(&refname, tip, true, "orch: the agent's work, committed by the coordinator")
+            .git(|| format!("move the branch {} of the run clone", self.branch))?;
+        Ok(())
     }
 
     /// Makes this worktree exist: the admin dir, the checkout's `.git` file, then a
@@ -306,10 +367,20 @@ impl Worktree {
         format!("refs/heads/{}", self.branch)
     }
 
-    /// The run clone with this checkout as its working directory and this worktree's
-    /// index, found from our own records, not from the checkout's `.git` file.
+    /// The agent's repository, found from our own records.
+    fn open_repo(&self) -> Result<Repository> {
+        Repository::open_ext(
+            &self.repo,
+            RepositoryOpenFlags::NO_SEARCH | RepositoryOpenFlags::BARE,
+            [&self.clone.inner.run_dir],
+        )
+        .git(|| format!("open the agent's repository {}", self.repo.display()))
+    }
+
+    /// The agent's repository with this checkout as its working directory and this
+    /// worktree's index, found from our own records, not from the checkout's `.git` file.
     fn open(&self) -> Result<(Repository, Index)> {
-        let repo = self.clone.inner.open()?;
+        let repo = self.open_repo()?;
         repo.set_workdir(&self.checkout, false).git(|| format!("use {} as a working tree", self.checkout.display()))?;
         let path = self.admin.join("index");
         let mut index = Index::open(&path).git(|| format!("open the index {}", path.display()))?;

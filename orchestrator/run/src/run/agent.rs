@@ -227,7 +227,11 @@ async fn drive(
         source: SettingSource::Workflow,
     };
     let writes = orch_types::tools::any_writes(&spec.tools);
-    let results = shared.run_dir.join("tool-results");
+    // Its own directory of large results, readable by its sandbox: not the others'.
+    let results = shared.run_dir.join("tool-results").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
+    if let Err(e) = std::fs::create_dir_all(&results) {
+        tracing::warn!(agent = %spec.id, "cannot create {}: {e}", results.display());
+    }
     let private = private_dir(shared, spec);
     let rules = RuleSet {
         // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).

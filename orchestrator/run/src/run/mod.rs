@@ -10,7 +10,7 @@
 //! <run_dir>/tool-results/<agent>/       results too large to send inline
 //! <run_dir>/synthesis-prompt.md
 //! <run_dir>/setup.log, cache/           when the workflow has `setup:`
-//! <run_dir>/repo.git, worktrees/        the run clone; removed at the end unless kept
+//! <run_dir>/repo.git, repos/, worktrees/ the run clone, agents' repositories, checkouts; removed unless kept
 //! ```
 //!
 //! The run's limits are enforced by a shared meter (cost, tokens, turns: see
