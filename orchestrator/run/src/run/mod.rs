@@ -29,6 +29,7 @@ mod live_report;
 mod merge;
 mod output;
 pub mod recover;
+mod render;
 #[cfg(test)]
 mod render_snapshots;
 pub mod report;
