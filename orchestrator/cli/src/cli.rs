@@ -610,7 +610,6 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[test]
     /// Nine levels of nine aliases each: 9^9 copies if expanded.
     fn alias_bomb() -> String {
         let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");

@@ -40,7 +40,7 @@ pub fn prices(args: &ModelSpec) -> crate::error::Result<Arc<PriceTable>> {
     if let Some(path) = &args.prices {
         // YAML is a superset of JSON, so this reads both.
         let overrides: PriceTable = orch_workflows::yaml::load_file_as(path)
-            .map_err(|e| UsageError(format!("not a price table: {}", crate::error::yaml_message(&e))))?;
+            .map_err(|e| UsageError(format!("cannot use the price table: {}", crate::error::yaml_message(&e))))?;
         table.merge(&overrides);
     }
     Ok(Arc::new(table))
@@ -53,7 +53,7 @@ pub const MAX_SCRIPT_BYTES: usize = 256 << 20;
 /// Reads a turn script (`--script`, `--replay`) with the positioned YAML loader.
 pub fn script(path: &std::path::Path) -> Result<ScriptedProvider, UsageError> {
     let script = orch_workflows::yaml::load_file_as_capped(path, MAX_SCRIPT_BYTES)
-        .map_err(|e| UsageError(format!("not a turn script: {}", crate::error::yaml_message(&e))))?;
+        .map_err(|e| UsageError(format!("cannot use the turn script: {}", crate::error::yaml_message(&e))))?;
     ScriptedProvider::new(script, &path.display().to_string()).map_err(|e| UsageError(e.to_string()))
 }
 
@@ -63,6 +63,20 @@ mod tests {
 
     fn spec(prices: Option<std::path::PathBuf>, script: Option<std::path::PathBuf>) -> ModelSpec {
         ModelSpec { provider: Provider::Scripted, model: "m".into(), fallback_model: None, script, prices }
+    }
+
+    #[test]
+    fn every_example_script_loads() {
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&examples).unwrap() {
+            let file = entry.unwrap().path().join("script.yaml");
+            if file.is_file() {
+                script(&file).unwrap_or_else(|e| panic!("{e}"));
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 4, "only {loaded} example scripts");
     }
 
     #[test]
