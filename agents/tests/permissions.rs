@@ -140,9 +140,8 @@ fn run_case(case: &Case) -> (String, String) {
 
 #[test]
 fn the_table_of_rules_modes_and_bypasses() {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/permissions/cases.yaml")).unwrap();
-    let cases: Vec<Case> = serde_yaml::from_str(&text).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/permissions/cases.yaml");
+    let cases: Vec<Case> = orch_workflows::yaml::load_file_as(&path).unwrap_or_else(|e| panic!("{}", e.render()));
     assert!(cases.len() >= 80, "the table has only {} cases", cases.len());
     let mut failures = Vec::new();
     for case in &cases {

@@ -280,6 +280,63 @@ pub fn load_value(name: &str, bytes: &[u8]) -> Result<Value, Diagnostic> {
 /// [`load_value`] with another size cap.
 #[allow(clippy::result_large_err)] // one error per file, made once
 pub fn load_value_capped(name: &str, bytes: &[u8], max_bytes: usize) -> Result<Value, Diagnostic> {
+    let (source, root) = load_tree(name, bytes, max_bytes)?;
+    match root {
+        None => Ok(Value::Null),
+        Some(node) => to_value(&node).map_err(|span| {
+            Diagnostic::new(
+                "this number cannot be represented (`.inf` and `.nan` are not plain data)",
+                source.span(span),
+                "write a finite number, or quote the value to keep it as text",
+            )
+        }),
+    }
+}
+
+/// Parses `bytes` like [`load_value`] (same caps and checks) and deserializes a `T`
+/// straight from the positioned tree, so a wrong type, an unknown key or a missing key
+/// also names `name:line:column`. An empty document deserializes from `null`.
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_as<T: serde::de::DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T, Diagnostic> {
+    load_as_capped(name, bytes, MAX_FILE_BYTES)
+}
+
+/// [`load_as`] with another size cap (recorded model scripts grow past 1 MiB).
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_as_capped<T: serde::de::DeserializeOwned>(
+    name: &str,
+    bytes: &[u8],
+    max_bytes: usize,
+) -> Result<T, Diagnostic> {
+    let (source, root) = load_tree(name, bytes, max_bytes)?;
+    match root {
+        Some(node) => {
+            crate::de::from_node::<T>(&node, Vec::new(), None).map_err(|e| crate::load::de_diagnostic(&source, e))
+        }
+        None => T::deserialize(Value::Null).map_err(|e| {
+            Diagnostic::new(format!("the file is empty: {e}"), source.at(1, 0, 1), "write the document's contents")
+        }),
+    }
+}
+
+/// Reads the YAML file at `path` (stopping at [`MAX_FILE_BYTES`]) and loads it with
+/// [`load_as`].
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_file_as<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Diagnostic> {
+    load_file_as_capped(path, MAX_FILE_BYTES)
+}
+
+/// [`load_file_as`] with another size cap.
+#[allow(clippy::result_large_err)] // one error per file, made once
+pub fn load_file_as_capped<T: serde::de::DeserializeOwned>(path: &Path, max_bytes: usize) -> Result<T, Diagnostic> {
+    let bytes = crate::input::read_capped(path, max_bytes, "the file")?;
+    load_as_capped(&path.display().to_string(), &bytes, max_bytes)
+}
+
+/// The checked text and its tree (`None` for a file with no document); the first error
+/// as a diagnostic.
+#[allow(clippy::result_large_err)] // one error per file, made once
+fn load_tree(name: &str, bytes: &[u8], max_bytes: usize) -> Result<(SourceFile, Option<Node>), Diagnostic> {
     let text = crate::input::decode(name, bytes, max_bytes)?;
     let source = SourceFile::new(name, text);
     let to_diagnostic = |e: YamlError| {
@@ -298,16 +355,7 @@ pub fn load_value_capped(name: &str, bytes: &[u8], max_bytes: usize) -> Result<V
             }));
         }
     };
-    match root {
-        None => Ok(Value::Null),
-        Some(node) => to_value(&node).map_err(|span| {
-            Diagnostic::new(
-                "this number cannot be represented (`.inf` and `.nan` are not plain data)",
-                source.span(span),
-                "write a finite number, or quote the value to keep it as text",
-            )
-        }),
-    }
+    Ok((source, root))
 }
 
 /// Reads the YAML file at `path` (stopping at [`MAX_FILE_BYTES`]) and loads it with

@@ -19,13 +19,16 @@
 //!     - text: Nothing to do.
 //! ```
 //!
+//! This crate does not read YAML: the caller parses the file (in `orch-run`, with the
+//! positioned loader of `orch-workflows`) into a [`Script`] and hands it to
+//! [`ScriptedProvider::new`].
+//!
 //! Each agent id keeps its own cursor: the n-th model call of that agent gets the n-th
 //! turn of the first entry that matches it (an exact id before any wildcard). A script
 //! that has no entry for an agent, runs out of turns, or whose `expect` does not hold
 //! fails the call with a clear error; it never hangs.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -41,8 +44,28 @@ use crate::usage::Usage;
 #[serde(deny_unknown_fields)]
 pub struct Script {
     pub version: u32,
-    /// Agent ids (or `*` patterns) to their turns, in file order.
-    pub agents: serde_yaml::Mapping,
+    /// Agent ids (or `*` patterns) with their turns, in file order.
+    #[serde(deserialize_with = "in_order")]
+    pub agents: Vec<(String, Vec<ScriptedTurn>)>,
+}
+
+/// A mapping read as its entries in file order (the first matching pattern wins).
+fn in_order<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Vec<(String, Vec<ScriptedTurn>)>, D::Error> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = Vec<(String, Vec<ScriptedTurn>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a mapping of agent ids to lists of turns")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(entry) = map.next_entry()? {
+                out.push(entry);
+            }
+            Ok(out)
+        }
+    }
+    de.deserialize_map(Entries)
 }
 
 /// One scripted model answer.
@@ -95,35 +118,14 @@ pub struct ScriptedProvider {
 }
 
 impl ScriptedProvider {
-    /// Loads a script file.
-    pub fn from_file(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::Config {
-            message: format!("cannot read the model script {}: {e}", path.display()),
-        })?;
-        Self::from_yaml(&text, &path.display().to_string())
-    }
-
-    /// Parses a script; `source` names it in errors.
-    pub fn from_yaml(text: &str, source: &str) -> Result<Self, ModelError> {
-        let bad = |message: String| ModelError::Config { message };
-        let script: Script = serde_yaml::from_str(text).map_err(|e| bad(format!("{source}: {e}")))?;
+    /// Serves `script`; `source` names it (the file) in errors.
+    pub fn new(script: Script, source: &str) -> Result<Self, ModelError> {
         if script.version != 1 {
-            return Err(bad(format!(
-                "{source}: unsupported script version {}; this orch reads version 1",
-                script.version
-            )));
+            return Err(ModelError::Config {
+                message: format!("{source}: unsupported script version {}; this orch reads version 1", script.version),
+            });
         }
-        let mut entries = Vec::new();
-        for (key, turns) in script.agents {
-            let key = key
-                .as_str()
-                .ok_or_else(|| bad(format!("{source}: agent keys must be strings, found {key:?}")))?
-                .to_string();
-            let turns: Vec<ScriptedTurn> =
-                serde_yaml::from_value(turns).map_err(|e| bad(format!("{source}: turns of agent `{key}`: {e}")))?;
-            entries.push((key, turns));
-        }
-        Ok(Self { source: source.to_string(), entries, cursors: Mutex::new(HashMap::new()) })
+        Ok(Self { source: source.to_string(), entries: script.agents, cursors: Mutex::new(HashMap::new()) })
     }
 
     /// The turns for `agent`: an exact entry first, then the first matching pattern.
@@ -274,6 +276,11 @@ agents:
     - text: fixed
 "#;
 
+    fn scripted(text: &str) -> Result<ScriptedProvider, ModelError> {
+        let script = orch_workflows::yaml::load_as("test.yaml", text.as_bytes()).unwrap();
+        ScriptedProvider::new(script, "test.yaml")
+    }
+
     fn req<'a>(agent: &'a str, messages: &'a [Message]) -> ModelRequest<'a> {
         ModelRequest {
             agent_id: agent,
@@ -295,7 +302,7 @@ agents:
 
     #[tokio::test]
     async fn serves_turns_in_order_per_agent() {
-        let p = ScriptedProvider::from_yaml(SCRIPT, "test.yaml").unwrap();
+        let p = scripted(SCRIPT).unwrap();
         let msgs = [Message::user("go")];
         let r1 = send(&p, "main", &msgs).await.unwrap();
         assert_eq!(r1.stop_reason, StopReason::ToolUse);
@@ -314,7 +321,7 @@ agents:
 
     #[tokio::test]
     async fn wildcards_and_missing_agents() {
-        let p = ScriptedProvider::from_yaml(SCRIPT, "test.yaml").unwrap();
+        let p = scripted(SCRIPT).unwrap();
         let msgs = [Message::user("go")];
         assert_eq!(send(&p, "fix-a", &msgs).await.unwrap().content, vec![ContentBlock::text("fixed")]);
         assert_eq!(send(&p, "fix-b", &msgs).await.unwrap().content, vec![ContentBlock::text("fixed")]);
@@ -324,7 +331,7 @@ agents:
 
     #[tokio::test]
     async fn expect_mismatch_is_an_error() {
-        let p = ScriptedProvider::from_yaml(SCRIPT, "test.yaml").unwrap();
+        let p = scripted(SCRIPT).unwrap();
         let msgs = [Message::user("go")];
         send(&p, "main", &msgs).await.unwrap();
         let err = send(&p, "main", &[Message::user("zzz")]).await.unwrap_err();
@@ -333,10 +340,20 @@ agents:
 
     #[test]
     fn bad_files_are_clear_errors() {
-        let err = ScriptedProvider::from_yaml("version: 1\nagents:\n  a:\n    - txt: hi\n", "s.yaml").unwrap_err();
-        assert!(err.to_string().contains("unknown field `txt`"), "{err}");
-        let err = ScriptedProvider::from_yaml("version: 2\nagents: {}\n", "s.yaml").unwrap_err();
+        let err = orch_workflows::yaml::load_as::<Script>("s.yaml", b"version: 1\nagents:\n  a:\n    - txt: hi\n")
+            .unwrap_err();
+        assert_eq!((err.location.line, err.location.column), (4, 7), "{err}");
+        assert!(err.to_string().contains("txt"), "{err}");
+        let err = scripted("version: 2\nagents: {}\n").unwrap_err();
         assert!(err.to_string().contains("unsupported script version 2"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn entries_keep_file_order() {
+        // The first matching pattern wins, so the order of the file must survive loading.
+        let p = scripted("version: 1\nagents:\n  \"z-*\": [{ text: first }]\n  \"*\": [{ text: second }]\n").unwrap();
+        let msgs = [Message::user("go")];
+        assert_eq!(send(&p, "z-1", &msgs).await.unwrap().content, vec![ContentBlock::text("first")]);
     }
 
     #[test]

@@ -637,7 +637,8 @@ fn parse_input(text: &str) -> Result<(String, serde_json::Value), String> {
     if name.is_empty() {
         return Err(format!("`{text}` has no input name; write it as name=value"));
     }
-    let value = serde_yaml::from_str::<serde_json::Value>(value)
+    // The positioned loader, with its caps: an alias bomb is not expanded (it stays text).
+    let value = orch_workflows::yaml::load_value("--input", value.as_bytes())
         .ok()
         .filter(|v| !v.is_null() || value.trim() == "null")
         // YAML folds the lines of a plain scalar into one; text of several lines (`$(git
@@ -704,12 +705,26 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Nine levels of nine aliases each: 9^9 copies if expanded.
+    fn alias_bomb() -> String {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let prev = format!("*a{}", i - 1);
+            text.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 9].join(", ")));
+        }
+        text
+    }
+
     #[test]
     fn inputs_are_yaml_values() {
         assert_eq!(parse_input("n=3"), Ok(("n".into(), serde_json::json!(3))));
         assert_eq!(parse_input("xs=[a, b]"), Ok(("xs".into(), serde_json::json!(["a", "b"]))));
         assert_eq!(parse_input("s=a: b: c"), Ok(("s".into(), serde_json::json!("a: b: c"))));
         assert_eq!(parse_input("e="), Ok(("e".into(), serde_json::json!(""))));
+        assert_eq!(parse_input("b=yes"), Ok(("b".into(), serde_json::json!("yes"))));
+        let bomb = alias_bomb();
+        let (_, value) = parse_input(&format!("x={bomb}")).unwrap();
+        assert_eq!(value, serde_json::json!(bomb), "an alias bomb is refused as YAML and kept as text");
         assert!(parse_input("novalue").is_err());
         assert!(parse_input("=x").is_err());
     }

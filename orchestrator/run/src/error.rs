@@ -63,6 +63,23 @@ impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result
     }
 }
 
+/// A diagnostic of the positioned YAML loader on one line: `file:line:column: what is
+/// wrong (how to fix it)`. Every YAML file orch reads besides workflows reports this way.
+pub fn yaml_message(d: &orch_workflows::Diagnostic) -> String {
+    format!("{d} ({})", d.hint)
+}
+
+/// YAML that the positioned loader must refuse: nine levels of nine aliases (9^9 copies
+/// if expanded), in a few hundred bytes.
+#[cfg(test)]
+pub(crate) fn alias_bomb() -> String {
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        text.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 9].join(", ")));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

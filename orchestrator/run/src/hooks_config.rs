@@ -37,8 +37,13 @@ pub fn load(
 ) -> crate::error::Result<Extensions> {
     let mut out = Extensions::default();
     if let Some(text) = repo.read(".orch/settings.yaml")? {
-        let value: Value = serde_yaml::from_str(&text)
-            .with_context(|| format!(".orch/settings.yaml (from {}) is not valid YAML", repo.describe()))?;
+        let value = orch_workflows::yaml::load_value(".orch/settings.yaml", text.as_bytes()).map_err(|e| {
+            crate::error::Error::Message(format!(
+                "{} (in the settings from {}); fix the file",
+                crate::error::yaml_message(&e),
+                repo.describe()
+            ))
+        })?;
         out.hooks.extend(hooks_of(&value, ".orch/settings.yaml")?);
     }
     if let Some(text) = repo.read(".claude/settings.json")? {
@@ -150,6 +155,20 @@ fn convert(settings: &HookSettings) -> Vec<CommandHook> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_yaml_file_is_read_with_positions_and_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".orch")).unwrap();
+        let repo = RepoConfig::checkout(dir.path());
+        let load = || load(&repo, &HookSettings::new(), &BTreeMap::new()).map(|_| ()).unwrap_err().to_string();
+        std::fs::write(dir.path().join(".orch/settings.yaml"), "hooks: {}\nhooks: {}\n").unwrap();
+        let err = load();
+        assert!(err.contains(".orch/settings.yaml:2:1: duplicate key"), "{err}");
+        std::fs::write(dir.path().join(".orch/settings.yaml"), crate::error::alias_bomb()).unwrap();
+        let err = load();
+        assert!(err.contains("aliases copy too much"), "{err}");
+    }
 
     #[test]
     fn claude_code_settings_are_read_and_extras_skipped() {

@@ -55,6 +55,30 @@ pub fn provider(
     }
 }
 
+/// The script file: `version` and `agents`, agents in the order they first spoke in.
+#[derive(serde::Serialize)]
+struct Doc<'a> {
+    version: u32,
+    agents: Agents<'a>,
+}
+
+/// Agent id -> turns, as a mapping in first-spoke order.
+struct Agents<'a> {
+    order: &'a [String],
+    turns: &'a BTreeMap<String, Vec<Value>>,
+}
+
+impl serde::Serialize for Agents<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(self.order.len()))?;
+        for id in self.order {
+            map.serialize_entry(id, self.turns.get(id).map(Vec::as_slice).unwrap_or_default())?;
+        }
+        map.end()
+    }
+}
+
 /// A provider that records what another one answers.
 pub struct Recorder {
     inner: Arc<dyn ModelProvider>,
@@ -84,18 +108,13 @@ impl Recorder {
                 order.push(agent.to_string());
             }
             turns.entry(agent.to_string()).or_default().push(turn);
-            let mut agents = serde_yaml::Mapping::new();
-            for id in order.iter() {
-                let list = serde_yaml::to_value(turns.get(id)).map_err(std::io::Error::other)?;
-                agents.insert(serde_yaml::Value::String(id.clone()), list);
-            }
-            let mut doc = serde_yaml::Mapping::new();
-            doc.insert("version".into(), 1.into());
-            doc.insert("agents".into(), serde_yaml::Value::Mapping(agents));
-            serde_yaml::to_string(&doc).map_err(std::io::Error::other)?
+            // JSON is YAML 1.2, so the scripted provider reads this back as it is; the
+            // agents stay in the order they first spoke in.
+            let doc = Doc { version: 1, agents: Agents { order, turns } };
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?
         };
         let tmp = self.path.with_extension("yaml.tmp");
-        std::fs::write(&tmp, format!("# Recorded by orch --record; replay with --replay.\n{text}"))?;
+        std::fs::write(&tmp, format!("# Recorded by orch --record; replay with --replay.\n{text}\n"))?;
         std::fs::rename(&tmp, &self.path)
     }
 }
@@ -166,4 +185,52 @@ fn plain_prompt(request: &ModelRequest<'_>) -> Option<String> {
         }
     }
     Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orch_agents::message::Message;
+    use orch_agents::model::StreamEvent;
+
+    async fn ask(provider: &dyn ModelProvider, agent: &str, prompt: &str) -> ModelResponse {
+        let messages = [Message::user(prompt)];
+        let request = ModelRequest {
+            agent_id: agent,
+            model: "m",
+            system: &[],
+            messages: &messages,
+            tools: &[],
+            max_tokens: 10,
+            give_up_on_overload_after: None,
+            timeouts: Default::default(),
+            thinking: None,
+        };
+        let mut sink = |_e: StreamEvent| {};
+        provider.send(&request, &mut sink).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_recording_replays_through_the_positioned_loader() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("source.yaml");
+        let tricky = "a: \"quoted\" # not a comment\n\\u{1b} `tick` &anchor *alias";
+        let text = serde_json::to_string(tricky).unwrap();
+        std::fs::write(
+            &source,
+            format!("version: 1\nagents:\n  zeta:\n    - text: {text}\n  alpha:\n    - text: two\n"),
+        )
+        .unwrap();
+        let recorder = Recorder::new(Arc::new(crate::provider::script(&source).unwrap()), dir.path()).unwrap();
+        let first = ask(&recorder, "zeta", "go on").await;
+        let second = ask(&recorder, "alpha", "next").await;
+
+        let recorded = std::fs::read_to_string(dir.path().join(SCRIPT)).unwrap();
+        // Agents stay in the order they first spoke in.
+        assert!(recorded.find("zeta").unwrap() < recorded.find("alpha").unwrap(), "{recorded}");
+        let replay = crate::provider::script(&dir.path().join(SCRIPT)).unwrap();
+        assert_eq!(ask(&replay, "zeta", "go on").await.content, first.content);
+        assert_eq!(ask(&replay, "alpha", "next").await.content, second.content);
+        assert_eq!(first.content, vec![ContentBlock::text(tricky)]);
+    }
 }

@@ -60,7 +60,8 @@ pub fn load(repo: &RepoConfig, root: &Path) -> Result<RepoPermissions, SettingsE
         let parse_err =
             |message: String| SettingsError::Parse { file: file.to_string(), from: repo.describe(), message };
         let value: Value = if file.ends_with(".yaml") {
-            serde_yaml::from_str(&text).map_err(|e| parse_err(e.to_string()))?
+            orch_workflows::yaml::load_value(file, text.as_bytes())
+                .map_err(|e| parse_err(crate::error::yaml_message(&e)))?
         } else {
             serde_json::from_str(&text).map_err(|e| parse_err(e.to_string()))?
         };
@@ -262,6 +263,19 @@ mod tests {
 }"#;
 
     const ORCH: &str = "permissions:\n  deny:\n    - \"Bash(git push:*)\"\n  defaultMode: dontAsk\n";
+
+    #[test]
+    fn the_yaml_file_is_read_with_positions_and_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".orch")).unwrap();
+        let repo = RepoConfig::checkout(dir.path());
+        std::fs::write(dir.path().join(".orch/settings.yaml"), "permissions:\n  deny: []\n  deny: []\n").unwrap();
+        let err = load(&repo, dir.path()).unwrap_err().to_string();
+        assert!(err.contains(".orch/settings.yaml:3:3: duplicate key"), "{err}");
+        std::fs::write(dir.path().join(".orch/settings.yaml"), crate::error::alias_bomb()).unwrap();
+        let err = load(&repo, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("aliases copy too much"), "{err}");
+    }
 
     #[test]
     fn rules_carry_file_and_line_and_the_higher_scope_wins_the_mode() {

@@ -241,7 +241,8 @@ impl Default for MockUsage {
 /// `- reply: {text: hi}`. Enums use the plain map form (`reply: ...`), not YAML tags.
 pub fn parse_steps(text: &str) -> Result<Vec<Step>, String> {
     // Through JSON values, so that externally tagged enums take the map form.
-    let items: Vec<Value> = serde_yaml::from_str(text).map_err(|e| format!("not a list of steps: {e}"))?;
+    let items: Vec<Value> = orch_workflows::yaml::load_as("script", text.as_bytes())
+        .map_err(|e| format!("not a list of steps: {e} ({})", e.hint))?;
     items
         .into_iter()
         .enumerate()

@@ -86,7 +86,8 @@ fn config() -> QueryConfig {
 }
 
 fn scripted(yaml: &str) -> Arc<dyn ModelProvider> {
-    Arc::new(ScriptedProvider::from_yaml(yaml, "test.yaml").unwrap())
+    let script = orch_workflows::yaml::load_as("test.yaml", yaml.as_bytes()).unwrap();
+    Arc::new(ScriptedProvider::new(script, "test.yaml").unwrap())
 }
 
 /// The tool results the root got, in order.

@@ -111,7 +111,8 @@ struct Expect {
 }
 
 fn cases() -> Vec<Case> {
-    serde_yaml::from_str(CASES).expect("containment/cases.yaml parses")
+    orch_workflows::yaml::load_as("containment/cases.yaml", CASES.as_bytes())
+        .unwrap_or_else(|e| panic!("{}", e.render()))
 }
 
 fn orch() -> Command {

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use rand::Rng as _;
 
-use super::report::{AgentStatus, RunReport, RunStatus};
+use super::render::{self, Column, code, code_block};
+use super::report::{AgentStatus, RunReport};
 
 /// GitHub caps a step summary at 1 MiB; ours stays under this, cut at a line.
 const SUMMARY_LIMIT: usize = 1000 * 1000;
@@ -68,7 +69,7 @@ impl Actions {
         let branches: Vec<&str> = report.integration.fetched.iter().map(|f| f.branch.as_str()).collect();
         let mut out = String::new();
         for (key, value) in [
-            ("status", status_name(report.status).to_string()),
+            ("status", render::run_status(report.status).to_string()),
             ("exit-code", report.exit_code.to_string()),
             ("report", report.run_dir.join("report.json").display().to_string()),
             ("report-md", report.run_dir.join("report.md").display().to_string()),
@@ -88,16 +89,6 @@ impl Actions {
         for line in annotations(report, &report.repo) {
             let _ = writeln!(err, "{line}");
         }
-    }
-}
-
-fn status_name(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-        RunStatus::Partial => "partial",
-        RunStatus::Interrupted => "interrupted",
-        RunStatus::Running => "running",
     }
 }
 
@@ -163,68 +154,42 @@ fn escape_property(s: &str) -> String {
     escape_data(s).replace(':', "%3A").replace(',', "%2C")
 }
 
-/// The step summary: a table of agents, then the synthesis, cut at a line under the
-/// limit.
+/// The columns of the step summary's agent table.
+const SUMMARY_COLUMNS: &[Column] =
+    &[Column::Agent, Column::Status, Column::Turns, Column::Tokens, Column::Cost, Column::FileList, Column::Branch];
+
+/// The step summary: a table of agents, then the synthesis (fenced: model text shows as
+/// it is and cannot break out), cut at a line under the limit.
 pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "## orch: {} {}\n\nRun {} · {:.1}s · {} turns · {} tokens · ${:.4}\n",
+        "## orch: {} {}\n\nRun {} · {} · {} turns · {} tokens · {}\n",
         code(&r.workflow.name),
-        status_name(r.status),
+        render::run_status(r.status),
         code(&r.run_id),
-        r.duration_ms as f64 / 1000.0,
+        render::seconds(r.duration_ms),
         r.totals.turns,
         r.totals.usage.total(),
-        r.totals.cost_usd
+        render::cost(r.totals.cost_usd)
     );
     if let Some(why) = &r.stopped {
-        let _ = writeln!(md, "Stopped early: {}\n", cell(why));
+        let _ = writeln!(md, "Stopped early: {}\n", render::cell(why));
     }
-    let _ = writeln!(md, "| agent | status | turns | tokens | cost | changed files | branch |");
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---|---|");
-    for a in &r.agents {
-        let files: Vec<String> = a.changed_files.iter().take(10).map(|f| code(&f.path.to_string_lossy())).collect();
-        let more = a.changed_files.len().saturating_sub(10);
-        let files = if more > 0 { format!("{} and {more} more", files.join(", ")) } else { files.join(", ") };
-        let fetched = r.integration.fetched.iter().any(|f| Some(&f.branch) == a.branch.as_ref());
-        let branch = match (&a.branch, repo_url, a.commit.is_some()) {
-            (Some(b), Some(url), true) if fetched => format!("[{}]({url}/tree/{b})", code(b)),
-            (Some(b), _, true) => code(b),
-            _ => String::new(),
-        };
-        let status = match &a.reason {
-            Some(reason) => format!("{}: {}", a.status.as_str(), one_line(reason)),
-            None => a.status.as_str().to_string(),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | ${:.4} | {} | {} |",
-            code(&a.id),
-            status,
-            a.turns,
-            a.usage.total(),
-            a.cost_usd,
-            files,
-            branch
-        );
-    }
-    if let Some(s) = &r.synthesis
-        && !s.text.trim().is_empty()
-    {
-        let _ = writeln!(md, "\n### Synthesis\n\n{}", code_block(s.text.trim()));
+    md.push_str(&render::agent_table(r, SUMMARY_COLUMNS, repo_url));
+    // A skipped synthesis with nothing to show leaves room for a single agent's answer.
+    let synthesis = r.synthesis.as_ref().filter(|s| !s.text.trim().is_empty() || s.status != AgentStatus::Skipped);
+    if let Some(s) = synthesis {
+        md.push_str(&render::synthesis_head(s, "###"));
+        if !s.text.trim().is_empty() {
+            let _ = writeln!(md, "{}", code_block(s.text.trim()));
+        }
     } else if let [only] = r.agents.as_slice()
         && !only.text.trim().is_empty()
     {
         let _ = writeln!(md, "\n### Answer\n\n{}", code_block(only.text.trim()));
     }
-    if !r.overlaps.is_empty() {
-        let _ = writeln!(md, "\n### Likely conflicts\n");
-        for o in &r.overlaps {
-            let agents: Vec<String> = o.agents.iter().map(|a| code(a)).collect();
-            let _ = writeln!(md, "- {}: {}", code(&o.path.to_string_lossy()), agents.join(", "));
-        }
-    }
+    md.push_str(&render::overlaps(r, "###"));
     md.push('\n');
     cut(md, SUMMARY_LIMIT)
 }
@@ -242,48 +207,6 @@ fn cut(text: String, limit: usize) -> String {
     }
     let end = text[..end].rfind('\n').unwrap_or(end);
     format!("{}{note}", &text[..end])
-}
-
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    let line = if line.chars().count() > 100 {
-        format!("{}…", line.chars().take(100).collect::<String>())
-    } else {
-        line.into()
-    };
-    cell(&line)
-}
-
-/// Text for a table cell or a line of Markdown: one line, no `|` that ends the cell,
-/// no HTML (`<`, `>`, `&` as entities).
-fn cell(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('|', "\\|").replace(['\n', '\r'], " ")
-}
-
-/// `text` as an inline code span that nothing in it can close, fit for a table cell:
-/// delimited by one backtick more than its longest backtick run, `|` escaped.
-fn code(text: &str) -> String {
-    let text = text.replace(['\n', '\r'], " ").replace('|', "\\|");
-    let ticks = "`".repeat(longest_run(&text, '`') + 1);
-    let pad = if text.starts_with('`') || text.ends_with('`') { " " } else { "" };
-    format!("{ticks}{pad}{text}{pad}{ticks}")
-}
-
-/// `text` in a fenced code block whose fence is longer than any backtick run in it, so
-/// model text shows as it is and cannot close the block, open HTML or end a table.
-fn code_block(text: &str) -> String {
-    let fence = "`".repeat((longest_run(text, '`') + 1).max(3));
-    format!("{fence}text\n{text}\n{fence}")
-}
-
-/// The length of the longest run of `c` in `text`.
-fn longest_run(text: &str, c: char) -> usize {
-    let (mut best, mut run) = (0, 0);
-    for ch in text.chars() {
-        run = if ch == c { run + 1 } else { 0 };
-        best = best.max(run);
-    }
-    best
 }
 
 #[cfg(test)]
@@ -321,7 +244,7 @@ mod tests {
             schema_version: 1,
             run_id: "r".into(),
             workflow: super::super::report::WorkflowInfo { name: "w".into(), file: "w.yaml".into(), description: None },
-            status: RunStatus::Failed,
+            status: super::super::report::RunStatus::Failed,
             exit_code: 1,
             stopped: None,
             started_at: String::new(),
@@ -353,8 +276,6 @@ mod tests {
         assert_eq!(fence, "`````");
         let body: Vec<&str> = answer.lines().skip(1).take_while(|l| !l.starts_with(fence)).collect();
         assert_eq!(body.join("\n"), "| forged | row |\n</details>\n```\nout of the block\n````");
-        assert_eq!(code("a`b|c"), "``a`b\\|c``");
-        assert_eq!(code("`x"), "`` `x ``");
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod live_report;
 mod merge;
 pub(crate) mod output;
 pub mod recover;
+mod render;
 #[cfg(test)]
 mod render_snapshots;
 pub mod report;

@@ -10,6 +10,8 @@ use orch_agents::{Terminal, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::render::{self, Column};
+
 /// The version of the `report.json` shape.
 pub const REPORT_VERSION: u32 = 1;
 
@@ -482,15 +484,19 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The columns of `report.md`'s agent table.
+const REPORT_COLUMNS: &[Column] =
+    &[Column::Agent, Column::Status, Column::Turns, Column::Cost, Column::FileCount, Column::Branch];
+
 /// `report.md`: the summary a person reads first.
 pub fn markdown(r: &RunReport) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# orch run `{}`: {}\n", r.run_id, r.workflow.name);
+    let _ = writeln!(md, "# orch run {}: {}\n", render::code(&r.run_id), render::cell(&r.workflow.name));
     let _ = writeln!(
         md,
-        "**{}** in {:.1}s · {} agents: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped · {} turns · ${:.4}\n",
+        "**{}** in {} · {} agents: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped · {} turns · {}\n",
         status_word(r.status),
-        r.duration_ms as f64 / 1000.0,
+        render::seconds(r.duration_ms),
         r.agents.len(),
         r.totals.succeeded,
         r.totals.partial,
@@ -498,45 +504,24 @@ pub fn markdown(r: &RunReport) -> String {
         r.totals.cancelled,
         r.totals.skipped,
         r.totals.turns,
-        r.totals.cost_usd,
+        render::cost(r.totals.cost_usd),
     );
     if let Some(why) = &r.stopped {
-        let _ = writeln!(md, "Stopped early: {why}\n");
+        let _ = writeln!(md, "Stopped early: {}\n", render::cell(why));
     }
-    let _ = writeln!(md, "| agent | status | turns | cost | files | branch |\n|---|---|---:|---:|---:|---|");
-    for a in &r.agents {
-        let _ = writeln!(
-            md,
-            "| `{}` | {}{} | {} | ${:.4} | {} | {} |",
-            a.id,
-            status_cell(a),
-            a.reason.as_deref().map(|r| format!(": {}", one_line(r))).unwrap_or_default(),
-            a.turns,
-            a.cost_usd,
-            a.changed_files.len(),
-            a.branch.as_deref().filter(|_| a.commit.is_some()).map(|b| format!("`{b}`")).unwrap_or_default(),
-        );
-    }
+    md.push_str(&render::agent_table(r, REPORT_COLUMNS, None));
     for a in r.agents.iter().filter(|a| !a.too_large_files.is_empty()) {
         let files: Vec<String> =
             a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
         let _ = writeln!(md, "\n`{}`: not committed, over the file size limit: {}", a.id, files.join(", "));
     }
     if let Some(s) = &r.synthesis {
-        let _ = writeln!(md, "\n## Synthesis ({})\n", s.status.as_str());
-        if let Some(reason) = &s.reason {
-            let _ = writeln!(md, "{reason}\n");
-        }
+        md.push_str(&render::synthesis_head(s, "##"));
         if !s.text.trim().is_empty() {
             let _ = writeln!(md, "{}\n", s.text.trim());
         }
     }
-    if !r.overlaps.is_empty() {
-        let _ = writeln!(md, "\n## Likely conflicts\n");
-        for o in &r.overlaps {
-            let _ = writeln!(md, "- `{}`: {}", o.path.display(), o.agents.join(", "));
-        }
-    }
+    md.push_str(&render::overlaps(r, "##"));
     if let Some(merge) = &r.integration.merge {
         let _ = writeln!(md, "\n## Integration branch `{}`\n", merge.branch);
         for m in &merge.merges {
@@ -553,7 +538,7 @@ pub fn markdown(r: &RunReport) -> String {
     }
     let _ = writeln!(md, "\n## Agents");
     for a in &r.agents {
-        let _ = writeln!(md, "\n### `{}` ({})\n", a.id, a.status.as_str());
+        let _ = writeln!(md, "\n### {} ({})\n", render::code(&a.id), a.status.as_str());
         if let Some(reason) = &a.reason {
             let _ = writeln!(md, "{reason}\n");
         }
@@ -585,16 +570,6 @@ pub fn markdown(r: &RunReport) -> String {
     md
 }
 
-/// An agent's status in the table, saying whether `--resume` carried it over or ran it
-/// again.
-fn status_cell(a: &AgentReport) -> String {
-    match (a.carried_over, &a.resumed_from) {
-        (true, _) => format!("{} (carried over)", a.status.as_str()),
-        (false, Some(_)) => format!("{} (rerun)", a.status.as_str()),
-        _ => a.status.as_str().to_owned(),
-    }
-}
-
 fn status_word(s: RunStatus) -> &'static str {
     match s {
         RunStatus::Succeeded => "Succeeded",
@@ -603,9 +578,4 @@ fn status_word(s: RunStatus) -> &'static str {
         RunStatus::Interrupted => "Interrupted",
         RunStatus::Running => "Running (or killed before it finished)",
     }
-}
-
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default().replace('|', "\\|");
-    if line.chars().count() > 120 { format!("{}…", line.chars().take(120).collect::<String>()) } else { line }
 }
