@@ -16,6 +16,7 @@ mod reap;
 mod run;
 mod sandbox_run;
 mod signals;
+mod skills;
 mod subagents;
 mod support;
 mod trust;
