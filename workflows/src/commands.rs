@@ -11,10 +11,10 @@
 use serde::Serialize;
 
 use crate::diagnostic::Diagnostic;
+use crate::frontmatter;
 use crate::plan::{AgentSpec, Plan, PlanNode, Prompt};
 use crate::schema::Workflow;
 use crate::yaml::Seg;
-use crate::frontmatter;
 
 /// Where a repository keeps slash commands, searched in this order.
 pub const COMMAND_DIRS: [&str; 2] = [".orch/commands", ".claude/commands"];

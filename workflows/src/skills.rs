@@ -13,10 +13,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::diagnostic::Diagnostic;
+use crate::frontmatter;
 use crate::plan::{Plan, PlanNode};
 use crate::schema::Workflow;
 use crate::yaml::Seg;
-use crate::frontmatter;
 
 /// Where a repository keeps skills, searched in this order: on a name clash the first
 /// one wins.

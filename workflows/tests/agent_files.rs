@@ -238,8 +238,7 @@ fn skills_and_commands_a_workflow_names_must_exist() {
         (".claude/skills/lint/SKILL.md".to_string(), "---\ndescription: Lints.\n---\nL".to_string()),
         (".orch/skills/notes/SKILL.md".to_string(), "---\ndescription: Notes.\n---\nN".to_string()),
     ]);
-    let commands =
-        Commands::from_files(&[(".claude/commands/review.md".to_string(), "Review $ARGUMENTS".to_string())]);
+    let commands = Commands::from_files(&[(".claude/commands/review.md".to_string(), "Review $ARGUMENTS".to_string())]);
     let text = "version: 1\ndefaults:\n  skills: [lint, lnt]\nagents:\n  a:\n    prompt: /reveiw x\n    skills: [notes, nope]\n  b:\n    prompt: /review y\n  c:\n    prompt: /usr/bin/env is odd\n";
     let workflow = load_str(text, "wf.yaml").unwrap();
     let mut found = skills.check_workflow(&workflow);

@@ -43,7 +43,10 @@ fn check_names(workflow: &Workflow, files: Option<&(RepoFiles, String)>) -> Opti
     }
     eprint!("{}", orch_workflows::render_diagnostics(&diagnostics));
     let n = diagnostics.len();
-    eprintln!("orch: the workflow is invalid ({n} error{}; the repository was read from {from})", if n == 1 { "" } else { "s" });
+    eprintln!(
+        "orch: the workflow is invalid ({n} error{}; the repository was read from {from})",
+        if n == 1 { "" } else { "s" }
+    );
     Some(Code::Usage)
 }
 
@@ -158,7 +161,10 @@ fn repo_section(files: &RepoFiles, from: &str) -> String {
     }
     let _ = writeln!(out, "\nrepository configuration (from {from}):");
     if !files.agents.agents.is_empty() {
-        let _ = writeln!(out, "  agent definitions (on a name clash .orch/agents wins over .claude/agents, project over plugin):");
+        let _ = writeln!(
+            out,
+            "  agent definitions (on a name clash .orch/agents wins over .claude/agents, project over plugin):"
+        );
         for agent in &files.agents.agents {
             let tools = match &agent.tools {
                 Some(tools) => tools.join(", "),

@@ -300,7 +300,11 @@ impl RepoConfig {
                                 return Err(too_big());
                             }
                             let bytes = std::fs::read(entry.path()).map_err(|e| err(e.to_string()))?;
-                            out.push(TreeFile { path: child, bytes, executable: meta.permissions().mode() & 0o111 != 0 });
+                            out.push(TreeFile {
+                                path: child,
+                                bytes,
+                                executable: meta.permissions().mode() & 0o111 != 0,
+                            });
                         }
                     }
                 }
@@ -361,11 +365,8 @@ impl RepoConfig {
         for dir in subagents::AGENT_DIRS {
             agents.extend(self.list(dir)?.into_iter().filter(|(p, _)| p.ends_with(".md")));
         }
-        let skill_files: Vec<(String, String)> = self
-            .texts_under(&skills::SKILL_DIRS)?
-            .into_iter()
-            .filter(|(p, _)| p.ends_with("/SKILL.md"))
-            .collect();
+        let skill_files: Vec<(String, String)> =
+            self.texts_under(&skills::SKILL_DIRS)?.into_iter().filter(|(p, _)| p.ends_with("/SKILL.md")).collect();
         Ok(RepoFiles {
             agents: subagents::AgentFiles::from_files(&agents),
             skills: skills::Skills::from_files(&skill_files),

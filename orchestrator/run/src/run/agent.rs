@@ -189,8 +189,11 @@ async fn drive(
     read.extend(git.read_only.iter().cloned());
     read.extend(shared.cache_dir.iter().cloned());
     // The skills it may load, and (read-only) the directory of their files.
-    let skills =
-        if spec.tools.iter().any(|t| t == SKILL_TOOL) { shared.skills.entries(spec.skills.as_deref()) } else { Vec::new() };
+    let skills = if spec.tools.iter().any(|t| t == SKILL_TOOL) {
+        shared.skills.entries(spec.skills.as_deref())
+    } else {
+        Vec::new()
+    };
     if !skills.is_empty() {
         read.extend(shared.skills.root.iter().cloned());
     }

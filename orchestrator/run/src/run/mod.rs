@@ -201,7 +201,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let named = repo_files.check(&workflow);
     if !named.is_empty() {
         eprint!("{}", orch_workflows::render_diagnostics(&named));
-        eprintln!("orch: the workflow names skills or commands the repository does not have (read from {})", config_commit.describe());
+        eprintln!(
+            "orch: the workflow names skills or commands the repository does not have (read from {})",
+            config_commit.describe()
+        );
         return Ok(Code::Usage);
     }
     let agent_files = &repo_files.agents;

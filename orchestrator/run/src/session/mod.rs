@@ -27,8 +27,8 @@ use orch_agents::pipeline::ToolPool;
 
 use orch_agents::pipeline::PoolError;
 use orch_agents::subagent::AGENT_TOOL;
-use orch_agents::tools::skill::SKILL_TOOL;
 use orch_agents::tools::host::ToolExecutor;
+use orch_agents::tools::skill::SKILL_TOOL;
 use orch_agents::{EventSink, SystemPart};
 use orch_sandbox::container::ContainerHost;
 use orch_workflows::extensions::McpServer;
