@@ -268,10 +268,10 @@ fn the_plan_shows_expanded_commands_and_offered_skills() {
     skills.apply_to_plan(&mut planned);
     let text = render_text(&planned);
     assert!(text.contains("Review src/lib.rs for bugs."), "{text}");
-    assert!(text.contains("command: .claude/commands/review.md"), "{text}");
-    assert!(text.contains("model: claude-haiku-4-5"), "{text}");
-    assert!(text.contains("tools: Grep, Skill, Read, Bash"), "{text}");
-    assert!(text.contains("skills: notes"), "{text}");
+    assert!(text.contains("command:     .claude/commands/review.md"), "{text}");
+    assert!(text.contains("model:       claude-haiku-4-5"), "{text}");
+    assert!(text.contains("tools:       Grep, Skill, Read, Bash"), "{text}");
+    assert!(text.contains("skills:      notes"), "{text}");
     // `b` has no Skill tool: it is offered none.
-    assert!(text.contains("skills: (none)"), "{text}");
+    assert!(text.contains("skills:      (none)"), "{text}");
 }
