@@ -155,7 +155,9 @@ impl ToolPool {
             None => host.into_iter().cloned().collect(),
             Some(names) => {
                 let mut picked = Vec::with_capacity(names.len());
-                for name in names {
+                // A local tool of this pool is not carried over (the caller adds its own).
+                let local = |name: &str| self.entries.iter().any(|e| e.local.is_some() && e.tool.name() == name);
+                for name in names.iter().filter(|n| !local(n)) {
                     let found = host.iter().find(|e| e.tool.name() == name).ok_or_else(|| PoolError::UnknownTool {
                         name: name.clone(),
                         known: self.tool_names().join(", "),

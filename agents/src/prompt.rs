@@ -85,6 +85,20 @@ pub fn system_prompt(env: &Environment<'_>) -> Vec<SystemPart> {
     vec![SystemPart { text: STATIC_PROMPT.to_string(), cache: true }, SystemPart { text: dynamic, cache: false }]
 }
 
+/// Adds the list of `skills` (names and descriptions; the `Skill` tool loads the rest)
+/// to the dynamic part of `parts`, so the cached static part stays the same for every
+/// agent.
+pub fn add_skills(parts: &mut Vec<SystemPart>, skills: &[crate::tools::skill::SkillEntry]) {
+    let Some(section) = crate::tools::skill::listing(skills) else { return };
+    match parts.iter_mut().rev().find(|p| !p.cache) {
+        Some(dynamic) => {
+            dynamic.text.push_str("\n\n");
+            dynamic.text.push_str(&section);
+        }
+        None => parts.push(SystemPart { text: section, cache: false }),
+    }
+}
+
 fn render_git(git: &GitSnapshot) -> String {
     let mut out = format!(
         "Git status when you started (a snapshot; it does not update as you work):\n- branch: {}\n- status:",
@@ -197,6 +211,25 @@ mod tests {
         assert!(parts[0].cache && parts[0].text == STATIC_PROMPT);
         assert!(!parts[1].cache && parts[1].text.contains("/w") && parts[1].text.contains("2026-01-02"));
         assert!(!parts[1].text.contains("Git status") && !parts[1].text.contains("Project instructions"));
+    }
+
+    #[test]
+    fn skills_go_into_the_dynamic_part_only() {
+        let mut parts = system_prompt(&env(None, None));
+        let skill = crate::tools::skill::SkillEntry {
+            name: "pdf".into(),
+            summary: "pdf: fill in forms".into(),
+            body: "FULL TEXT".into(),
+            directory: "/s/pdf".into(),
+            allowed_tools: None,
+        };
+        add_skills(&mut parts, std::slice::from_ref(&skill));
+        assert_eq!(parts[0].text, STATIC_PROMPT);
+        assert!(parts[1].text.ends_with("\n- pdf: fill in forms"), "{}", parts[1].text);
+        assert!(!parts[1].text.contains("FULL TEXT"));
+        let before = parts.clone();
+        add_skills(&mut parts, &[]);
+        assert_eq!(parts, before);
     }
 
     #[test]

@@ -10,7 +10,11 @@
 
 use serde::Serialize;
 
+use crate::diagnostic::Diagnostic;
 use crate::frontmatter;
+use crate::plan::{AgentSpec, Plan, PlanNode, Prompt};
+use crate::schema::Workflow;
+use crate::yaml::Seg;
 
 /// Where a repository keeps slash commands, searched in this order.
 pub const COMMAND_DIRS: [&str; 2] = [".orch/commands", ".claude/commands"];
@@ -271,6 +275,75 @@ pub fn expand(prompt: &str, commands: &Commands) -> Result<Option<Expanded>, Com
         model: command.model.clone(),
         source: command.source.clone(),
     }))
+}
+
+impl Expanded {
+    /// Applies the command to a planned agent, as Claude Code honours a command's front
+    /// matter: its `allowed-tools` become allow rules (and the built-in tools they name
+    /// are added to the agent's tools, so the rules can be used), its `model` runs the
+    /// agent. The prompt itself is the caller's to replace.
+    pub fn apply(&self, spec: &mut AgentSpec) {
+        if let Some(rules) = &self.tools {
+            for rule in rules {
+                let rule = rule.trim();
+                let name = rule.split('(').next().unwrap_or(rule).trim();
+                if let Some(info) = orch_types::tools::lookup(name)
+                    && !spec.tools.iter().any(|t| t == info.name)
+                {
+                    spec.tools.push(info.name.to_string());
+                }
+                if !rule.is_empty() && !spec.permissions.allow.iter().any(|r| r == rule) {
+                    spec.permissions.allow.push(rule.to_string());
+                }
+            }
+        }
+        if let Some(model) = &self.model {
+            spec.model = Some(model.clone());
+        }
+        spec.command_source = Some(self.source.clone());
+    }
+}
+
+/// Expands the slash command of every prompt of `plan` that is rendered already (a
+/// template that waits for other agents is expanded when it is rendered). Returns the
+/// errors of prompts that name no command.
+pub fn apply_to_plan(commands: &Commands, plan: &mut Plan) -> Vec<CommandError> {
+    let mut errors = Vec::new();
+    for node in plan.stages.iter_mut().flat_map(|s| s.agents.iter_mut()) {
+        let PlanNode::Agent(spec) = node else { continue };
+        let Some(Prompt::Rendered { text }) = &spec.prompt else { continue };
+        match expand(text, commands) {
+            Ok(Some(expanded)) => {
+                expanded.apply(spec);
+                spec.prompt = Some(Prompt::Rendered { text: expanded.prompt });
+            }
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    errors
+}
+
+/// A diagnostic, at the prompt's position, for every agent prompt that starts with a
+/// slash command the repository does not have.
+pub fn check_workflow(workflow: &Workflow, commands: &Commands) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for agent in &workflow.agents {
+        let Some(prompt) = &agent.prompt else { continue };
+        let Err(e) = expand(prompt, commands) else { continue };
+        let path = [Seg::key("agents"), Seg::key(&agent.id), Seg::key("prompt")];
+        let location = match workflow.source.tree.find(&path) {
+            Some((node, _)) => workflow.source.file.span(node.span),
+            None => workflow.source.file.at(1, 0, 1),
+        };
+        let hint = format!(
+            "commands are read from {} (a file `<name>.md` is `/<name>`); add the file or fix the name, or \
+             start the prompt with other text",
+            COMMAND_DIRS.join(" and ")
+        );
+        out.push(Diagnostic::new(e.to_string(), location, hint));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -163,6 +163,9 @@ pub struct AgentSpec {
     /// The skills the agent is offered (`skills:`, else `defaults.skills`); `None`: all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skills: Option<Vec<String>>,
+    /// The slash command file the prompt was expanded from (`commands::Expanded::apply`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_source: Option<String>,
     /// The JSON Schema the final answer must satisfy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
@@ -535,6 +538,7 @@ impl<'w> Planner<'w> {
             uses: agent.uses.clone(),
             uses_source: None,
             skills: agent.skills.clone().or_else(|| defaults.skills.clone()),
+            command_source: None,
             output_schema: agent.output.as_ref().map(|o| o.schema.clone()),
             continue_on_failure: agent.continue_on_failure,
             instructions: agent.instructions.or(defaults.instructions).unwrap_or(true),

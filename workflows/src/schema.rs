@@ -404,11 +404,12 @@ mod tidy {
     use super::*;
 
     /// The tool names a workflow may list are the catalog's: the core tools the agent
-    /// loop implements plus `Agent` (which the model may also call `Task`).
+    /// loop implements plus the coordinator's `Agent` (which the model may also call
+    /// `Task`) and `Skill`.
     #[test]
-    fn workflow_tool_names_are_the_catalog_plus_agent() {
+    fn workflow_tool_names_are_the_catalog_plus_agent_and_skill() {
         let mut expected: Vec<&str> = CORE_NAMES.to_vec();
-        expected.push("Agent");
+        expected.extend(["Agent", "Skill"]);
         let mut known = KNOWN_TOOLS.to_vec();
         known.sort_unstable();
         expected.sort_unstable();

@@ -12,7 +12,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::diagnostic::Diagnostic;
 use crate::frontmatter;
+use crate::plan::{Plan, PlanNode};
+use crate::schema::Workflow;
+use crate::yaml::Seg;
 
 /// Where a repository keeps skills, searched in this order: on a name clash the first
 /// one wins.
@@ -190,6 +194,60 @@ impl Skills {
 
     pub fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.iter().find(|s| s.name == name)
+    }
+
+    /// Replaces every planned agent's `skills` with the names it is offered here (for
+    /// `orch plan`: `None`, all skills, becomes the list; an agent without the `Skill`
+    /// tool gets none).
+    pub fn apply_to_plan(&self, plan: &mut Plan) {
+        for node in plan.stages.iter_mut().flat_map(|s| s.agents.iter_mut()) {
+            let spec = match node {
+                PlanNode::Agent(spec) => spec,
+                PlanNode::DynamicFanOut(d) => &mut d.template,
+            };
+            // Without the `Skill` tool an agent is offered none.
+            let names = if spec.tools.iter().any(|t| t == "Skill") {
+                self.visible(spec.skills.as_deref()).map(|s| s.name.clone()).collect()
+            } else {
+                Vec::new()
+            };
+            spec.skills = Some(names);
+        }
+    }
+
+    /// A diagnostic, at its position, for every name in `defaults.skills` and
+    /// `agents.<id>.skills` that is not a skill of the repository.
+    pub fn check_workflow(&self, workflow: &Workflow) -> Vec<Diagnostic> {
+        let mut lists = vec![(vec![Seg::key("defaults"), Seg::key("skills")], workflow.defaults.skills.as_ref())];
+        for agent in &workflow.agents {
+            lists.push((vec![Seg::key("agents"), Seg::key(&agent.id), Seg::key("skills")], agent.skills.as_ref()));
+        }
+        let known: Vec<&str> = self.skills.iter().map(|s| s.name.as_str()).collect();
+        let mut out = Vec::new();
+        for (base, names) in lists {
+            for (i, name) in names.into_iter().flatten().enumerate() {
+                if known.contains(&name.as_str()) {
+                    continue;
+                }
+                let mut path = base.clone();
+                path.push(Seg::Index(i));
+                let location = match workflow.source.tree.find(&path).or_else(|| workflow.source.tree.find(&base)) {
+                    Some((node, _)) => workflow.source.file.span(node.span),
+                    None => workflow.source.file.at(1, 0, 1),
+                };
+                let mut hint = crate::load::did_you_mean(name, known.iter().copied());
+                let listed = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                crate::load::push_sentence(
+                    &mut hint,
+                    &format!(
+                        "the repository's skills ({}/<name>/SKILL.md, at the commit the run reads) are: {listed}",
+                        SKILL_DIRS.join(" and ")
+                    ),
+                );
+                out.push(Diagnostic::new(format!("unknown skill `{name}`"), location, hint));
+            }
+        }
+        out
     }
 
     /// The skills an agent is offered: those the model may invoke, limited to `allowed`

@@ -492,7 +492,11 @@ impl Uses {
         if let Some(tools) = &self.tools {
             spec.tools = tools.clone();
         }
-        spec.tools.retain(|t| !self.disallowed_tools.contains(t));
+        // `disallowedTools` may name a tool by an alias (`Task`) or with a rule (`Bash(rm:*)`
+        // takes nothing away: only a bare name removes the tool).
+        let canonical = |t: &str| orch_types::tools::lookup(t).map_or(t.to_string(), |info| info.name.to_string());
+        let denied: Vec<String> = self.disallowed_tools.iter().map(|t| canonical(t.trim())).collect();
+        spec.tools.retain(|t| !denied.contains(&canonical(t)));
         spec.uses_source = Some(self.source.clone());
         if let Some(model) = &self.model {
             spec.model = Some(model.clone());

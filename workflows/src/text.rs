@@ -109,6 +109,9 @@ fn settings(out: &mut String, spec: &AgentSpec) {
             None => field(out, 4, "uses", uses),
         }
     }
+    if let Some(command) = &spec.command_source {
+        field(out, 4, "command", command);
+    }
     field(out, 4, "model", spec.model.as_deref().unwrap_or("(orch's default)"));
     field(out, 4, "tools", &if spec.tools.is_empty() { "(none)".to_string() } else { spec.tools.join(", ") });
     if let Some(skills) = &spec.skills {

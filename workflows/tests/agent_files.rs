@@ -231,3 +231,47 @@ fn skills_lists_are_checked() {
     assert!(text.contains("`../x` in `skills` is not a skill name"), "{text}");
     assert!(text.contains("wf.yaml:7:"), "{text}");
 }
+
+#[test]
+fn skills_and_commands_a_workflow_names_must_exist() {
+    let skills = Skills::from_files(&[
+        (".claude/skills/lint/SKILL.md".to_string(), "---\ndescription: Lints.\n---\nL".to_string()),
+        (".orch/skills/notes/SKILL.md".to_string(), "---\ndescription: Notes.\n---\nN".to_string()),
+    ]);
+    let commands = Commands::from_files(&[(".claude/commands/review.md".to_string(), "Review $ARGUMENTS".to_string())]);
+    let text = "version: 1\ndefaults:\n  skills: [lint, lnt]\nagents:\n  a:\n    prompt: /reveiw x\n    skills: [notes, nope]\n  b:\n    prompt: /review y\n  c:\n    prompt: /usr/bin/env is odd\n";
+    let workflow = load_str(text, "wf.yaml").unwrap();
+    let mut found = skills.check_workflow(&workflow);
+    found.extend(orch_workflows::commands::check_workflow(&workflow, &commands));
+    let rendered = render_diagnostics(&found);
+    assert_eq!(found.len(), 3, "{rendered}");
+    assert!(rendered.contains("wf.yaml:3:") && rendered.contains("unknown skill `lnt`"), "{rendered}");
+    assert!(rendered.contains("did you mean `lint`?"), "{rendered}");
+    assert!(rendered.contains("wf.yaml:7:") && rendered.contains("unknown skill `nope`"), "{rendered}");
+    assert!(rendered.contains("wf.yaml:6:") && rendered.contains("`/reveiw`"), "{rendered}");
+}
+
+#[test]
+fn the_plan_shows_expanded_commands_and_offered_skills() {
+    let skills = Skills::from_files(&[
+        (".claude/skills/lint/SKILL.md".to_string(), "---\ndescription: Lints.\n---\nL".to_string()),
+        (".claude/skills/notes/SKILL.md".to_string(), "---\ndescription: Notes.\n---\nN".to_string()),
+    ]);
+    let commands = Commands::from_files(&[(
+        ".claude/commands/review.md".to_string(),
+        "---\nallowed-tools: Read, Bash(git diff:*)\nmodel: haiku\n---\nReview $1 for $2.".to_string(),
+    )]);
+    let text = "version: 1\ndefaults:\n  tools: [Grep, Skill]\nagents:\n  a:\n    prompt: /review src/lib.rs bugs\n    skills: [notes]\n  b:\n    prompt: plain\n    tools: [Read]\n";
+    let workflow = load_str(text, "wf.yaml").unwrap();
+    let mut planned = plan(&workflow, &Inputs::new()).unwrap();
+    assert!(orch_workflows::commands::apply_to_plan(&commands, &mut planned).is_empty());
+    skills.apply_to_plan(&mut planned);
+    let text = render_text(&planned);
+    assert!(text.contains("Review src/lib.rs for bugs."), "{text}");
+    assert!(text.contains("command:     .claude/commands/review.md"), "{text}");
+    assert!(text.contains("model:       claude-haiku-4-5"), "{text}");
+    assert!(text.contains("tools:       Grep, Skill, Read, Bash"), "{text}");
+    assert!(text.contains("skills:      notes"), "{text}");
+    // `b` has no Skill tool: it is offered none.
+    assert!(text.contains("skills:      (none)"), "{text}");
+}

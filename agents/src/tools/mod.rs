@@ -17,6 +17,7 @@ pub mod media;
 pub mod multi_edit;
 pub mod notebook_edit;
 pub mod read;
+pub mod skill;
 pub mod text;
 pub mod todo;
 pub mod write;

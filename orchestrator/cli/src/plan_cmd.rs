@@ -2,10 +2,19 @@
 //! position, and print what a run would do. Both make every check `orch run` makes
 //! before it starts (the same loader, against the repository's `.mcp.json`); neither
 //! touches the network, a sandbox or a model.
+//!
+//! Both read the repository around the current directory by the trust rule (the base
+//! ref in a pull-request run, the checkout otherwise), as `orch run` does: its agent
+//! files, skills and slash commands. A workflow that names a skill or command the
+//! repository does not have is invalid; `orch plan` shows each agent with its agent
+//! definition applied (tools, model, source file), its skills and its expanded slash
+//! command, then which file won each name clash.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
+use orch_run::repo_config::{RepoConfig, RepoFiles, Trust};
 use orch_run::workflow::plan;
 use orch_workflows::{Plan, Workflow};
 
@@ -27,10 +36,46 @@ fn load(path: &Path) -> Result<Workflow, Code> {
     }
 }
 
+/// The agent files, skills and commands of the repository around the current
+/// directory, and where they were read; `None` (with a warning) when they cannot be read.
+fn repo_files() -> Option<(RepoFiles, String)> {
+    let cwd = std::env::current_dir().ok()?;
+    let read = RepoConfig::resolve(&cwd, &Trust::from_env(false, None))
+        .and_then(|config| Ok((config.extension_files()?, config.describe())));
+    match read {
+        Ok(found) => Some(found),
+        Err(e) => {
+            eprintln!("warning: the repository's agent files, skills and commands were not read: {e}");
+            None
+        }
+    }
+}
+
+/// The diagnostics of what `workflow` names that `files` lack, printed; the exit code
+/// when there are any.
+fn check_names(workflow: &Workflow, files: Option<&(RepoFiles, String)>) -> Option<Code> {
+    let (files, from) = files?;
+    let diagnostics = files.check(workflow);
+    if diagnostics.is_empty() {
+        return None;
+    }
+    eprint!("{}", orch_workflows::render_diagnostics(&diagnostics));
+    let n = diagnostics.len();
+    eprintln!(
+        "orch: the workflow is invalid ({n} error{}; the repository was read from {from})",
+        if n == 1 { "" } else { "s" }
+    );
+    Some(Code::Usage)
+}
+
 /// `orch validate`: exit 0 and one line on stderr when the file is valid.
 pub fn validate(args: &ValidateArgs) -> Code {
     match load(&args.workflow) {
         Ok(workflow) => {
+            let files = repo_files();
+            if let Some(code) = check_names(&workflow, files.as_ref()) {
+                return code;
+            }
             for warning in orch_workflows::publish::findings_warnings(&workflow) {
                 eprintln!("warning: {}: {warning}", args.workflow.display());
             }
@@ -78,10 +123,23 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
         Ok(w) => w,
         Err(code) => return Ok(code),
     };
-    let plan = match plan(&workflow, &args.inputs) {
+    let files = repo_files();
+    if let Some(code) = check_names(&workflow, files.as_ref()) {
+        return Ok(code);
+    }
+    let mut plan = match plan(&workflow, &args.inputs) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
+    if let Some((files, _)) = &files {
+        for id in files.agents.apply_to_plan(&workflow, &mut plan) {
+            eprintln!("warning: agent `{id}` says `uses:`, but no agent definition has that name");
+        }
+        for e in orch_workflows::commands::apply_to_plan(&files.commands, &mut plan) {
+            eprintln!("warning: {e}");
+        }
+        files.skills.apply_to_plan(&mut plan);
+    }
     let mut out = std::io::stdout().lock();
     match (args.format, args.shards) {
         (PlanFormat::GithubMatrix, None) => {
@@ -93,6 +151,9 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
         }
         (PlanFormat::Text, shards) => {
             out.write_all(orch_workflows::render_text(&plan).as_bytes())?;
+            if let Some((files, from)) = &files {
+                out.write_all(repo_section(files, from).as_bytes())?;
+            }
             if let Some(n) = shards {
                 for entry in matrix(&plan, n)["include"].as_array().into_iter().flatten() {
                     writeln!(out, "shard {}: {}", entry["shard"].as_str().unwrap_or_default(), entry["agents"])?;
@@ -106,4 +167,54 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
     }
     out.flush()?;
     Ok(Code::Success)
+}
+
+/// What `orch plan` shows of the repository's agent files, skills and commands: where
+/// they come from, which definition each name resolves to (and which lost a clash, by
+/// the precedence `.orch/agents` over `.claude/agents`, project over plugin).
+fn repo_section(files: &RepoFiles, from: &str) -> String {
+    let mut out = String::new();
+    if files.agents.agents.is_empty() && files.skills.skills.is_empty() && files.commands.commands.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nrepository configuration (from {from}):");
+    if !files.agents.agents.is_empty() {
+        let _ = writeln!(
+            out,
+            "  agent definitions (on a name clash .orch/agents wins over .claude/agents, project over plugin):"
+        );
+        for agent in &files.agents.agents {
+            let tools = match &agent.tools {
+                Some(tools) => tools.join(", "),
+                None => "(the caller's)".to_string(),
+            };
+            let mut line = format!("    {}: {}  tools: {tools}", agent.name, agent.source);
+            if !agent.disallowed_tools.is_empty() {
+                let _ = write!(line, " minus {}", agent.disallowed_tools.join(", "));
+            }
+            let _ = write!(line, "  model: {}", agent.model.as_deref().unwrap_or("(the caller's)"));
+            let _ = writeln!(out, "{line}");
+            for clash in files.agents.clashes.iter().filter(|c| c.name == agent.name) {
+                let _ = writeln!(out, "      also defined in {}: ignored", clash.ignored);
+            }
+        }
+    }
+    if !files.skills.skills.is_empty() {
+        let _ = writeln!(out, "  skills (on a name clash .orch/skills wins over .claude/skills):");
+        for skill in &files.skills.skills {
+            let hidden = if skill.model_invocable { "" } else { "  (disable-model-invocation: not offered)" };
+            let _ = writeln!(out, "    {}: {}{hidden}", skill.name, skill.source);
+        }
+    }
+    if !files.commands.commands.is_empty() {
+        let _ = writeln!(out, "  slash commands:");
+        for command in &files.commands.commands {
+            let mut line = format!("    /{}: {}", command.name, command.source);
+            if let Some(d) = &command.description {
+                let _ = write!(line, "  {}", d.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
 }

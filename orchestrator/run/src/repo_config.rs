@@ -1,6 +1,7 @@
 //! Where executable repository configuration is read from: hooks
-//! (`.orch/settings.yaml`, `.claude/settings.json`), MCP servers (`.mcp.json`) and
-//! agent files (`.orch/agents/`, `.claude/agents/`).
+//! (`.orch/settings.yaml`, `.claude/settings.json`), MCP servers (`.mcp.json`), agent
+//! files (`.orch/agents/`, `.claude/agents/`), skills (`.orch/skills/`,
+//! `.claude/skills/`) and slash commands (`.orch/commands/`, `.claude/commands/`).
 //!
 //! The trust rule: in a pull-request run, these files come from the **base ref**, not
 //! from the checked-out pull request, so a pull request cannot add a hook or a server
@@ -100,6 +101,11 @@ impl RepoConfig {
         RepoConfig::at_ref(repo, &reference)
     }
 
+    /// The files of `commit` in the repository (or git directory) at `repo`.
+    pub fn at_commit(repo: &Path, commit: git2::Oid) -> RepoConfig {
+        RepoConfig { source: Source::Commit { repo: repo.to_path_buf(), reference: commit.to_string(), commit } }
+    }
+
     /// The checked-out files under `root`.
     pub fn checkout(root: &Path) -> RepoConfig {
         RepoConfig { source: Source::Checkout(root.to_path_buf()) }
@@ -196,8 +202,6 @@ impl RepoConfig {
     }
 
     /// The regular files directly in directory `dir`, as `(path, text)`, sorted by path.
-    /// (For agent-definition directories; `allow` until that loader uses it.)
-    #[allow(dead_code)]
     /// A missing directory is empty.
     pub fn list(&self, dir: &str) -> Result<Vec<(String, String)>, RepoConfigError> {
         let rel = relative(dir)?;
@@ -246,6 +250,187 @@ impl RepoConfig {
             }
         }
         Ok(out)
+    }
+}
+
+/// The most files [`RepoConfig::tree`] returns, and the most bytes in all of them.
+const TREE_MAX_FILES: usize = 5_000;
+const TREE_MAX_BYTES: u64 = 64 << 20;
+
+/// One file of [`RepoConfig::tree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFile {
+    /// The path relative to the repository, `/`-separated.
+    pub path: String,
+    pub bytes: Vec<u8>,
+    pub executable: bool,
+}
+
+impl RepoConfig {
+    /// Every regular file below directory `dir`, at any depth, sorted by path; symbolic
+    /// links are skipped, never followed. A missing directory is empty. At most
+    /// 5,000 files and 64 MiB in all: past that, an error.
+    pub fn tree(&self, dir: &str) -> Result<Vec<TreeFile>, RepoConfigError> {
+        let rel = relative(dir)?;
+        let prefix = rel.to_string_lossy().trim_end_matches('/').to_string();
+        let err = |message: String| RepoConfigError::Read { path: dir.to_string(), from: self.describe(), message };
+        let too_big = || err("it holds more than 5,000 files or 64 MiB; make it smaller".into());
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        match &self.source {
+            Source::Checkout(root) => {
+                let mut stack = vec![(root.join(&rel), prefix)];
+                while let Some((full, path)) = stack.pop() {
+                    match std::fs::symlink_metadata(&full) {
+                        Ok(meta) if meta.is_dir() => {}
+                        _ => continue,
+                    }
+                    for entry in std::fs::read_dir(&full).map_err(|e| err(e.to_string()))? {
+                        let entry = entry.map_err(|e| err(e.to_string()))?;
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        let kind = entry.file_type().map_err(|e| err(e.to_string()))?;
+                        let child = format!("{path}/{name}");
+                        if kind.is_dir() {
+                            stack.push((entry.path(), child));
+                        } else if kind.is_file() {
+                            use std::os::unix::fs::PermissionsExt as _;
+                            let meta = entry.metadata().map_err(|e| err(e.to_string()))?;
+                            total += meta.len();
+                            if out.len() >= TREE_MAX_FILES || total > TREE_MAX_BYTES {
+                                return Err(too_big());
+                            }
+                            let bytes = std::fs::read(entry.path()).map_err(|e| err(e.to_string()))?;
+                            out.push(TreeFile {
+                                path: child,
+                                bytes,
+                                executable: meta.permissions().mode() & 0o111 != 0,
+                            });
+                        }
+                    }
+                }
+            }
+            Source::Commit { repo, commit, .. } => {
+                let git = git2::Repository::open(repo).map_err(|e| err(e.message().into()))?;
+                let tree = git.find_commit(*commit).and_then(|c| c.tree()).map_err(|e| err(e.message().into()))?;
+                let sub = match tree.get_path(&rel) {
+                    Ok(e) if e.kind() == Some(git2::ObjectType::Tree) => {
+                        git.find_tree(e.id()).map_err(|e| err(e.message().into()))?
+                    }
+                    _ => return Ok(Vec::new()),
+                };
+                let mut blobs = Vec::new();
+                sub.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+                    let mode = entry.filemode();
+                    if entry.kind() == Some(git2::ObjectType::Blob)
+                        && mode != 0o120000
+                        && let Ok(name) = entry.name()
+                    {
+                        blobs.push((format!("{prefix}/{parent}{name}"), entry.id(), mode == 0o100755));
+                    }
+                    git2::TreeWalkResult::Ok
+                })
+                .map_err(|e| err(e.message().into()))?;
+                for (path, id, executable) in blobs {
+                    let blob = git.find_blob(id).map_err(|e| err(e.message().into()))?;
+                    total += blob.size() as u64;
+                    if out.len() >= TREE_MAX_FILES || total > TREE_MAX_BYTES {
+                        return Err(too_big());
+                    }
+                    out.push(TreeFile { path, bytes: blob.content().to_vec(), executable });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// The UTF-8 text files below `dirs` (each in turn), as `(path, text)`; other files
+    /// are skipped.
+    pub fn texts_under(&self, dirs: &[&str]) -> Result<Vec<(String, String)>, RepoConfigError> {
+        let mut out = Vec::new();
+        for dir in dirs {
+            for file in self.tree(dir)? {
+                if let Ok(text) = String::from_utf8(file.bytes) {
+                    out.push((file.path, text));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The repository's agent files, skills and slash commands.
+    pub fn extension_files(&self) -> Result<RepoFiles, RepoConfigError> {
+        use orch_workflows::{commands, skills, subagents};
+        let mut agents = Vec::new();
+        for dir in subagents::AGENT_DIRS {
+            agents.extend(self.list(dir)?.into_iter().filter(|(p, _)| p.ends_with(".md")));
+        }
+        let skill_files: Vec<(String, String)> =
+            self.texts_under(&skills::SKILL_DIRS)?.into_iter().filter(|(p, _)| p.ends_with("/SKILL.md")).collect();
+        Ok(RepoFiles {
+            agents: subagents::AgentFiles::from_files(&agents),
+            skills: skills::Skills::from_files(&skill_files),
+            commands: commands::Commands::from_files(&self.texts_under(&commands::COMMAND_DIRS)?),
+        })
+    }
+
+    /// Copies the files of every skill in `skills` (its directory, as read here) to
+    /// `dest/<name>/`, read-only for everyone but the owner, and returns each skill's
+    /// copy. Agents read a skill's files there, whatever their worktree holds.
+    pub fn copy_skills(
+        &self,
+        skills: &orch_workflows::skills::Skills,
+        dest: &Path,
+    ) -> Result<Vec<(String, PathBuf)>, RepoConfigError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut out = Vec::new();
+        for skill in &skills.skills {
+            let target = dest.join(&skill.name);
+            let err = |e: std::io::Error| RepoConfigError::Read {
+                path: skill.directory.clone(),
+                from: self.describe(),
+                message: format!("cannot copy it to {}: {e}", target.display()),
+            };
+            for file in self.tree(&skill.directory)? {
+                let Some(rest) = file.path.strip_prefix(&skill.directory).map(|r| r.trim_start_matches('/')) else {
+                    continue;
+                };
+                let rel = relative(rest)?;
+                let path = target.join(rel);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(err)?;
+                }
+                std::fs::write(&path, &file.bytes).map_err(err)?;
+                let mode = if file.executable { 0o755 } else { 0o644 };
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+            }
+            out.push((skill.name.clone(), target));
+        }
+        Ok(out)
+    }
+}
+
+/// The repository's Claude Code extension files, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct RepoFiles {
+    pub agents: orch_workflows::subagents::AgentFiles,
+    pub skills: orch_workflows::skills::Skills,
+    pub commands: orch_workflows::commands::Commands,
+}
+
+impl RepoFiles {
+    /// Every warning of the three, one line each.
+    pub fn warnings(&self) -> impl Iterator<Item = &String> {
+        self.agents.warnings.iter().chain(&self.skills.warnings).chain(&self.commands.warnings)
+    }
+
+    /// What the workflow names that these files do not have (skills, slash commands),
+    /// with positions.
+    pub fn check(&self, workflow: &orch_workflows::Workflow) -> Vec<orch_workflows::Diagnostic> {
+        let mut out = self.skills.check_workflow(workflow);
+        out.extend(orch_workflows::commands::check_workflow(workflow, &self.commands));
+        out.sort_by_key(|d| (d.location.line, d.location.column));
+        out
     }
 }
 

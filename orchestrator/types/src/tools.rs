@@ -48,6 +48,8 @@ pub const CATALOG: &[ToolInfo] = &[
     ToolInfo { ..tool("KillShell") },
     ToolInfo { read_only: true, default: true, ..tool("TodoWrite") },
     ToolInfo { aliases: &["Task"], core: false, ..tool("Agent") },
+    // Runs in the coordinator: it returns a skill's text, which calling again gives back.
+    ToolInfo { read_only: true, refetchable: true, core: false, ..tool("Skill") },
 ];
 
 /// The catalog entry of `name`, which may be an alias (`Task` finds `Agent`).
@@ -165,7 +167,8 @@ mod tests {
                 "BashOutput",
                 "KillShell",
                 "TodoWrite",
-                "Agent"
+                "Agent",
+                "Skill"
             ]
         );
         assert_eq!(DEFAULT_NAMES, ["Read", "Glob", "Grep", "LS", "TodoWrite"]);
@@ -186,7 +189,7 @@ mod tests {
                 "TodoWrite"
             ]
         );
-        assert_eq!(REFETCHABLE_NAMES, ["Read", "Glob", "Grep", "LS", "Bash"]);
+        assert_eq!(REFETCHABLE_NAMES, ["Read", "Glob", "Grep", "LS", "Bash", "Skill"]);
         // A default tool must never be one that changes files.
         assert!(CATALOG.iter().filter(|t| t.default).all(|t| t.read_only && !t.writes));
         assert!(CATALOG.iter().filter(|t| t.read_only).all(|t| !t.writes));

@@ -19,6 +19,7 @@ mod rough_edges;
 mod run;
 mod sandbox_run;
 mod signals;
+mod skills;
 mod subagents;
 mod support;
 mod trust;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
+use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
 use orch_agents::{Limits, QueryConfig, Terminal};
 use orch_workflows::AgentSpec;
 use tokio_util::sync::CancellationToken;
@@ -48,9 +49,20 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
             prompt = uses.task.clone();
         }
     }
+    // A prompt that starts with `/name` is the repository's slash command `name`.
+    let command = orch_workflows::commands::expand(&prompt, &shared.commands);
+    if let Ok(Some(expanded)) = &command {
+        expanded.apply(&mut spec);
+        prompt = expanded.prompt.clone();
+    }
     let item = spec.fan_out.as_ref().map(|f| f.item.clone());
     let mut report = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Failed, String::new());
     report.reason = None;
+    if let Err(e) = command {
+        report.reason = Some(e.to_string());
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        return Finished { report, spec };
+    }
     report.continue_on_failure = spec.continue_on_failure;
     report.uses = uses.as_ref().map(|u| u.name.clone());
     let file = safe_name(&spec.id).unwrap_or_else(|_| "agent".into());
@@ -218,6 +230,15 @@ async fn drive(
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
     read.extend(git.read_only.iter().cloned());
     read.extend(shared.cache_dir.iter().cloned());
+    // The skills it may load, and (read-only) the directory of their files.
+    let skills = if spec.tools.iter().any(|t| t == SKILL_TOOL) {
+        shared.skills.entries(spec.skills.as_deref())
+    } else {
+        Vec::new()
+    };
+    if !skills.is_empty() {
+        read.extend(shared.skills.root.iter().cloned());
+    }
     let args = SandboxSpec {
         backend: spec.sandbox.backend,
         network: spec.sandbox.network,
@@ -294,6 +315,7 @@ async fn drive(
         {
             first.text = uses.system_prompt.clone();
         }
+        orch_agents::prompt::add_skills(&mut config.system, &skills);
         let capped = shared.meter.cap(spec.limits);
         config.limits = Limits {
             max_turns: capped.max_turns,
@@ -312,6 +334,10 @@ async fn drive(
                 sink.clone(),
                 records.clone(),
             );
+            session.map_pool(|pool| tool.install(pool))?;
+        }
+        if spec.tools.iter().any(|t| t == SKILL_TOOL) {
+            let tool = SkillTool::new(skills.clone());
             session.map_pool(|pool| tool.install(pool))?;
         }
         let Some(pool) = session.pool() else {

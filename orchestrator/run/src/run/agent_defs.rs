@@ -1,63 +1,71 @@
-//! Agent definition files of the repository (`.orch/agents/*.md`, then
-//! `.claude/agents/*.md`), read with git2 as blobs of one commit: never from the user's
-//! working tree, so no symlink or uncommitted file is followed. `orch run` picks the
-//! commit by the trust rule (`repo_config`): the base ref in a pull-request run,
-//! otherwise the run's base commit. The parsing itself takes file contents
-//! (`AgentFiles::from_files`), whatever their source.
+//! The repository's agent definition files (`.orch/agents/*.md`, then
+//! `.claude/agents/*.md`), skills (`.orch/skills/`, `.claude/skills/`) and slash commands
+//! (`.orch/commands/`, `.claude/commands/`), read as blobs of one commit: never from the
+//! user's working tree, so no symlink or uncommitted file is followed. `orch run` picks
+//! the commit by the trust rule (`repo_config`): the base ref in a pull-request run,
+//! otherwise the run's base commit. The parsing itself takes file contents, whatever
+//! their source.
+//!
+//! Skills are also copied out of that commit into the run directory (`skills/<name>/`),
+//! which every agent's sandbox may read and none may write: the `Skill` tool points the
+//! model there for the files beside `SKILL.md`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Oid, Repository};
 use orch_agents::permissions::Mode;
 use orch_agents::subagent::AgentDefinition;
+use orch_agents::tools::skill::SkillEntry;
 use orch_workflows::PermissionMode;
-use orch_workflows::subagents::{AGENT_DIRS, AgentFile, AgentFiles};
+use orch_workflows::skills::Skills;
+use orch_workflows::subagents::AgentFile;
 
-/// The `*.md` files under the agent directories at `commit`, as (path, contents), in
-/// search order (each directory sorted by name).
-pub fn files_at(git_dir: &Path, commit: Oid) -> Result<Vec<(String, String)>, git2::Error> {
-    let repo = Repository::open(git_dir)?;
-    let tree = repo.find_commit(commit)?.tree()?;
-    let mut files = Vec::new();
-    for dir in AGENT_DIRS {
-        let Ok(entry) = tree.get_path(Path::new(dir)) else { continue };
-        if entry.kind() != Some(ObjectType::Tree) {
-            continue;
-        }
-        let sub = repo.find_tree(entry.id())?;
-        let mut names: Vec<(String, Oid)> = sub
-            .iter()
-            .filter(|e| e.kind() == Some(ObjectType::Blob))
-            .filter_map(|e| e.name().ok().map(|n| (n.to_string(), e.id())))
-            .filter(|(n, _)| n.ends_with(".md"))
-            .collect();
-        names.sort();
-        for (name, id) in names {
-            let blob = repo.find_blob(id)?;
-            let path = format!("{dir}/{name}");
-            match std::str::from_utf8(blob.content()) {
-                Ok(text) => files.push((path, text.to_string())),
-                Err(_) => tracing::warn!("{path} is not UTF-8 text; the agent definition is ignored"),
-            }
-        }
+use crate::repo_config::{RepoConfig, RepoFiles};
+
+/// The agent files, skills and commands of `config`; warnings are logged.
+pub fn load(config: &RepoConfig) -> crate::error::Result<RepoFiles> {
+    let files = config.extension_files().map_err(|e| crate::error::Error::Message(e.to_string()))?;
+    for warning in files.warnings() {
+        tracing::warn!("repository configuration: {warning}");
     }
     Ok(files)
 }
 
-/// The definitions at the run's base commit; warnings are logged.
-pub fn load(git_dir: &Path, commit: Oid) -> AgentFiles {
-    match files_at(git_dir, commit) {
-        Ok(files) => {
-            let found = AgentFiles::from_files(&files);
-            for warning in &found.warnings {
-                tracing::warn!("agent definitions: {warning}");
-            }
-            found
+/// The skills of a run, with the directory each was copied to.
+#[derive(Debug, Clone, Default)]
+pub struct RunSkills {
+    pub skills: Skills,
+    /// The copies, by name; every one under `root`.
+    pub copies: Vec<(String, PathBuf)>,
+    /// Where the copies are (a read-only root of every agent that can load skills).
+    pub root: Option<PathBuf>,
+}
+
+impl RunSkills {
+    /// Copies the skills of `config` into `dest`.
+    pub fn copy(config: &RepoConfig, skills: Skills, dest: &Path) -> crate::error::Result<RunSkills> {
+        if skills.skills.is_empty() {
+            return Ok(RunSkills { skills, ..RunSkills::default() });
         }
-        Err(e) => {
-            tracing::warn!("cannot read the agent definition files at the base commit: {e}");
-            AgentFiles::default()
-        }
+        let copies = config.copy_skills(&skills, dest).map_err(|e| crate::error::Error::Message(e.to_string()))?;
+        Ok(RunSkills { skills, copies, root: Some(dest.to_path_buf()) })
+    }
+
+    /// The skills an agent whose `skills:` is `allowed` is offered, as the `Skill` tool
+    /// takes them.
+    pub fn entries(&self, allowed: Option<&[String]>) -> Vec<SkillEntry> {
+        self.skills
+            .visible(allowed)
+            .filter_map(|skill| {
+                let (_, directory) = self.copies.iter().find(|(name, _)| *name == skill.name)?;
+                Some(SkillEntry {
+                    name: skill.name.clone(),
+                    summary: skill.listing(),
+                    body: skill.body.clone(),
+                    directory: directory.clone(),
+                    allowed_tools: skill.allowed_tools.clone(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -70,10 +78,48 @@ pub fn definition(file: &AgentFile) -> AgentDefinition {
     AgentDefinition {
         name: file.name.clone(),
         description: file.description.clone(),
-        tools: file.tools.clone(),
+        tools: effective_tools(file),
         model: file.model.clone(),
         max_turns: file.max_turns,
         permission_mode: file.permission_mode.map(mode),
         system_prompt: file.prompt.clone(),
+    }
+}
+
+/// The tools of a definition with its `disallowedTools` taken away. A definition that
+/// lists no tools inherits its caller's; with a `disallowedTools`, that becomes every
+/// built-in tool but those (the `Agent` tool intersects it with the caller's).
+fn effective_tools(file: &AgentFile) -> Option<Vec<String>> {
+    if file.disallowed_tools.is_empty() {
+        return file.tools.clone();
+    }
+    let denied = |t: &str| {
+        let canonical = orch_types::tools::lookup(t).map_or(t, |info| info.name);
+        file.disallowed_tools.iter().any(|d| {
+            let d = d.split('(').next().unwrap_or(d).trim();
+            orch_types::tools::lookup(d).map_or(d, |info| info.name) == canonical
+        })
+    };
+    let base: Vec<String> = match &file.tools {
+        Some(tools) => tools.clone(),
+        None => orch_types::tools::ALL_NAMES.iter().map(|t| t.to_string()).collect(),
+    };
+    Some(base.into_iter().filter(|t| !denied(t)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disallowed_tools_are_taken_away() {
+        let text = "---\nname: r\ndescription: reviews\ndisallowedTools: Write, Edit, Task\n---\nbody";
+        let (file, _) = orch_workflows::subagents::parse_agent_file(text, ".claude/agents/r.md").unwrap();
+        let tools = definition(&file).tools.unwrap();
+        assert!(tools.contains(&"Read".to_string()) && tools.contains(&"Bash".to_string()), "{tools:?}");
+        assert!(!tools.iter().any(|t| t == "Write" || t == "Edit" || t == "Agent"), "{tools:?}");
+        let listed = "---\nname: r\ndescription: d\ntools: Read, Edit\ndisallowedTools: [Edit]\n---\nb";
+        let (file, _) = orch_workflows::subagents::parse_agent_file(listed, ".claude/agents/r.md").unwrap();
+        assert_eq!(definition(&file).tools, Some(vec!["Read".to_string()]));
     }
 }

@@ -133,6 +133,10 @@ pub struct Shared {
     pub extensions: Arc<crate::hooks_config::Extensions>,
     /// `--resume`: agents that run again from their work in the earlier run (by id).
     pub resume_from: std::collections::HashMap<String, git2::Oid>,
+    /// The repository's skills, copied where agents can read them.
+    pub skills: Arc<agent_defs::RunSkills>,
+    /// The repository's slash commands, for prompts that start with `/name`.
+    pub commands: Arc<orch_workflows::commands::Commands>,
 }
 
 /// `orch run`.
@@ -189,12 +193,24 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     })?;
     let clone_ms = ms(at);
     let resume_from = selection.carry_into(&clone);
-    // The trust rule: in a pull-request run, the base ref's definitions.
-    let agent_files = match repo_config.commit() {
-        Some((user_repo, commit)) => agent_defs::load(user_repo, commit),
-        None => agent_defs::load(clone.git_dir(), clone.base()),
+    // The trust rule: in a pull-request run, the base ref's definitions, skills and
+    // commands; otherwise the run's base commit.
+    let config_commit = match repo_config.commit() {
+        Some((user_repo, commit)) => crate::repo_config::RepoConfig::at_commit(user_repo, commit),
+        None => crate::repo_config::RepoConfig::at_commit(clone.git_dir(), clone.base()),
     };
-    let uses = resolve_uses(&workflow, &agent_files)?;
+    let repo_files = agent_defs::load(&config_commit)?;
+    let named = repo_files.check(&workflow);
+    if !named.is_empty() {
+        eprint!("{}", orch_workflows::render_diagnostics(&named));
+        eprintln!(
+            "orch: the workflow names skills or commands the repository does not have (read from {})",
+            config_commit.describe()
+        );
+        return Ok(Code::Usage);
+    }
+    let agent_files = &repo_files.agents;
+    let uses = resolve_uses(&workflow, agent_files)?;
     let limits = orch_agents::subagent::SubagentLimits {
         max_depth: workflow.subagents.max_depth,
         max_concurrent: workflow.subagents.max_concurrent,
@@ -203,6 +219,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let definitions = agent_files.agents.iter().map(agent_defs::definition).collect();
     let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
+    let skills = agent_defs::RunSkills::copy(&config_commit, repo_files.skills.clone(), &run_dir.join("skills"))?;
     eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
 
     let run_cancel = CancellationToken::new();
@@ -238,6 +255,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         uses,
         extensions,
         resume_from,
+        skills: Arc::new(skills),
+        commands: Arc::new(repo_files.commands.clone()),
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,
@@ -436,7 +455,10 @@ fn load_extensions(
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
     if config.is_base_ref() {
-        eprintln!("orch: pull-request run: hooks, MCP servers and agent files come from {}", config.describe());
+        eprintln!(
+            "orch: pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+            config.describe()
+        );
     }
     let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
         .map_err(|e| UsageError(format!("{e:#}")))?;

@@ -28,6 +28,7 @@ use orch_agents::pipeline::ToolPool;
 use orch_agents::pipeline::PoolError;
 use orch_agents::subagent::AGENT_TOOL;
 use orch_agents::tools::host::ToolExecutor;
+use orch_agents::tools::skill::SKILL_TOOL;
 use orch_agents::{EventSink, SystemPart};
 use orch_sandbox::container::ContainerHost;
 use orch_workflows::extensions::McpServer;
@@ -108,12 +109,13 @@ impl AgentSession {
         events: Arc<dyn EventSink>,
         cancel: &CancellationToken,
     ) -> crate::error::Result<AgentSession> {
-        // `Agent` runs in the coordinator; MCP tools are served by their servers (stdio
-        // ones in the tool host, HTTP ones here); the tool host gets the others.
+        // `Agent` and `Skill` run in the coordinator; MCP tools are served by their
+        // servers (stdio ones in the tool host, HTTP ones here); the tool host gets the
+        // others.
         let host_tools: Vec<String> = spec
             .tools
             .iter()
-            .filter(|t| t.as_str() != AGENT_TOOL && !t.starts_with(agent_mcp::PREFIX))
+            .filter(|t| t.as_str() != AGENT_TOOL && t.as_str() != SKILL_TOOL && !t.starts_with(agent_mcp::PREFIX))
             .cloned()
             .collect();
         let core = host::select_tools(&host_tools)?;
