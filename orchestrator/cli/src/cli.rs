@@ -353,6 +353,7 @@ impl MergeArgs {
             models: self.models.spec(),
             json: self.json,
             junit: self.junit,
+            publish: self.publish,
             reporter,
         }
     }
@@ -486,6 +487,10 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Publish the merged result as the workflow's `publish:` declares (needs
+    /// --workflow): `on`, `dry-run` or `off`. Default as for `orch run`.
+    #[arg(long, value_name = "MODE", value_parser = parse_publish)]
+    pub publish: Option<orch_run::publish::PublishMode>,
 }
 
 /// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did

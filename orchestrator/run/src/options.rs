@@ -183,6 +183,8 @@ pub struct MergeOptions {
     pub models: WorkflowModelSpec,
     pub json: bool,
     pub junit: Option<PathBuf>,
+    /// `--publish`, as for `orch run` (needs `workflow`).
+    pub publish: Option<crate::publish::PublishMode>,
     pub reporter: Arc<dyn Reporter>,
 }
 
