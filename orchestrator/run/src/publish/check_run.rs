@@ -56,14 +56,17 @@ pub(crate) async fn publish(job: &Job<'_>, cfg: &CheckRunOutput) -> Result<Outco
     let mut batches = posted.chunks(BATCH);
     let first = batches.next().unwrap_or(&[]);
     let output = |batch: &[Value]| json!({"title": title, "summary": summary, "annotations": batch});
-    let body = json!({"name": cfg.name, "head_sha": head, "external_id": external_id, "status": "completed",
-                      "conclusion": conclusion, "output": output(first)});
+    let mut body = json!({"name": cfg.name, "external_id": external_id, "status": "completed",
+                          "conclusion": conclusion, "output": output(first)});
     let answer = match &existing {
         Some(id) => {
             let path = format!("/repos/{}/check-runs/{id}", job.repo);
             job.client.write("check_run", Method::PATCH, &path, body).await?
         }
-        None => job.client.write("check_run", Method::POST, &format!("/repos/{}/check-runs", job.repo), body).await?,
+        None => {
+            body["head_sha"] = json!(head);
+            job.client.write("check_run", Method::POST, &format!("/repos/{}/check-runs", job.repo), body).await?
+        }
     };
     let id = existing
         .clone()
