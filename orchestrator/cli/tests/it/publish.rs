@@ -608,6 +608,10 @@ impl Recipe {
             .env("GITHUB_REF", "refs/heads/main")
             .env("GITHUB_TOKEN", TOKEN)
             .env_remove("ORCH_GITHUB_TOKEN");
+        if event_name == "pull_request" {
+            // Actions sets it for pull requests: orch reads the repository's configuration there.
+            cmd.env("GITHUB_BASE_REF", "main");
+        }
         let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
         Run::from_output(&out, output)
     }
