@@ -21,8 +21,8 @@ if [[ -z ${ORCH_BIN:-} || -z ${BENCH_PUBLISH_BIN:-} ]]; then
     echo "publish.sh: building orch and bench-publish (release)" >&2
     (cd "$root" && cargo build --release --quiet -p orch -p orch-testkit --bin orch --bin bench-publish)
 fi
-orch=${ORCH_BIN:-$target/release/orch}
-bench=${BENCH_PUBLISH_BIN:-$target/release/bench-publish}
+orch=$(realpath "${ORCH_BIN:-$target/release/orch}")
+bench=$(realpath "${BENCH_PUBLISH_BIN:-$target/release/bench-publish}")
 echo "publish.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bench" --orch "$orch" --runs "${RUNS:-10}" --inline "${INLINE:-30}" --off-diff "${OFF_DIFF:-6}"
 echo "publish.sh: load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

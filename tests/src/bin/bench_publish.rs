@@ -54,6 +54,8 @@ fn args() -> Args {
         i += 2;
     }
     assert!(a.orch.is_file(), "--orch must name the orch binary (got {:?})", a.orch);
+    // Runs start in a scratch directory: a relative path would not be found there.
+    a.orch = std::fs::canonicalize(&a.orch).unwrap();
     assert!(a.runs > 0, "--runs must be at least 1");
     a
 }
@@ -167,7 +169,8 @@ async fn one_run(a: &Args, w: &World, publish: bool, n: usize) -> Measure {
         .arg(&w.repo)
         .arg("--out")
         .arg(&out)
-        .args(["--run-id", &format!("bench-{n}"), "--publish", if publish { "on" } else { "off" }])
+        .args(["--run-id", &format!("bench-{n}"), "--trust-repo-config"])
+        .args(["--publish", if publish { "on" } else { "off" }])
         .env("GITHUB_API_URL", gh.url())
         .env("GITHUB_REPOSITORY", REPO)
         .env("GITHUB_EVENT_NAME", "pull_request")
