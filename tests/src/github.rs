@@ -165,6 +165,19 @@ impl FakeGitHub {
     pub fn sarif_uploads(&self, repo: &str) -> Vec<SarifUpload> {
         self.shared.data().sarifs.iter().filter(|s| s.repo == repo).cloned().collect()
     }
+
+    /// The code-scanning analyses `repo` shows: as on GitHub, an upload replaces the
+    /// earlier one of the same ref, tool and category, so this is the latest upload of
+    /// each, oldest first.
+    pub fn sarif_analyses(&self, repo: &str) -> Vec<SarifUpload> {
+        let uploads = self.sarif_uploads(repo);
+        let mut latest: Vec<SarifUpload> = Vec::new();
+        for upload in uploads {
+            latest.retain(|u| (&u.git_ref, &u.tool, &u.category) != (&upload.git_ref, &upload.tool, &upload.category));
+            latest.push(upload);
+        }
+        latest
+    }
 }
 
 impl Drop for FakeGitHub {

@@ -423,6 +423,7 @@ impl MergeArgs {
             models: self.models.spec(),
             json: self.json,
             junit: self.junit,
+            publish: self.publish,
             reporter,
             trust_repo_config: self.trust_repo_config,
             config_ref: self.config_ref,
@@ -578,6 +579,10 @@ pub struct MergeArgs {
     /// commit of the repository) instead of the checkout.
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
+    /// Publish the merged result as the workflow's `publish:` declares (needs
+    /// --workflow): `on`, `dry-run` or `off`. Default as for `orch run`.
+    #[arg(long, value_name = "MODE", value_parser = parse_publish)]
+    pub publish: Option<orch_run::publish::PublishMode>,
 }
 
 /// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did

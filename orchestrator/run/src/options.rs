@@ -240,6 +240,8 @@ pub struct MergeOptions {
     pub models: WorkflowModelSpec,
     pub json: bool,
     pub junit: Option<PathBuf>,
+    /// `--publish`, as for `orch run` (needs `workflow`).
+    pub publish: Option<crate::publish::PublishMode>,
     pub reporter: Arc<dyn Reporter>,
     /// Read `workflow` from the checkout even in a pull-request run (see `RunOptions`).
     pub trust_repo_config: bool,

@@ -28,6 +28,7 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let received = std::time::Instant::now();
     let path = uri.path().to_owned();
     let query = uri.query().unwrap_or("").to_owned();
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -47,6 +48,8 @@ pub(crate) async fn handle(
         headers: header_map,
         body: json,
         status: response.status().as_u16(),
+        received,
+        answered: std::time::Instant::now(),
     });
     response
 }
@@ -287,12 +290,14 @@ fn answer(shared: &Shared, method: &Method, path: &str, query: &str, auth: Optio
                 id: data.next_id(),
                 name: name.to_owned(),
                 head_sha: sha.to_owned(),
+                external_id: body["external_id"].as_str().map(str::to_owned),
                 status: body["status"].as_str().unwrap_or("queued").to_owned(),
                 conclusion: body["conclusion"].as_str().map(str::to_owned),
                 title: body["output"]["title"].as_str().unwrap_or("").to_owned(),
                 summary: body["output"]["summary"].as_str().unwrap_or("").to_owned(),
                 annotation_requests: u32::from(!annotations.is_empty()),
                 annotations,
+                updates: 0,
             };
             let json = check_run_json(&run, &base);
             data.check_runs.push(run);
@@ -302,6 +307,12 @@ fn answer(shared: &Shared, method: &Method, path: &str, query: &str, auth: Optio
             let id = number(id)?;
             let annotations = check_annotations(&body["output"]["annotations"])?;
             let run = data.check_runs.iter_mut().find(|c| c.repo == repo && c.id == id).ok_or_else(not_found)?;
+            if let Some(name) = body["name"].as_str() {
+                run.name = name.to_owned();
+            }
+            if let Some(external_id) = body["external_id"].as_str() {
+                run.external_id = Some(external_id.to_owned());
+            }
             if let Some(status) = body["status"].as_str() {
                 run.status = status.to_owned();
             }
@@ -317,9 +328,16 @@ fn answer(shared: &Shared, method: &Method, path: &str, query: &str, auth: Optio
             if !annotations.is_empty() {
                 run.annotation_requests += 1;
             }
+            // Appended, never replaced, as on GitHub.
             run.annotations.extend(annotations);
+            run.updates += 1;
             let run = run.clone();
             ok(StatusCode::OK, check_run_json(&run, &base))
+        }
+        ("GET", ["check-runs", id, "annotations"]) => {
+            let id = number(id)?;
+            let run = data.check_runs.iter().find(|c| c.repo == repo && c.id == id).ok_or_else(not_found)?;
+            Ok(page(run.annotations.clone(), &base, path, query))
         }
         ("GET", ["commits", sha, "check-runs"]) => {
             let name = param(query, "check_name");
@@ -344,11 +362,16 @@ fn answer(shared: &Shared, method: &Method, path: &str, query: &str, auth: Optio
                 .ok_or_else(|| error(StatusCode::BAD_REQUEST, "Invalid SARIF: not gzip+base64 JSON"))?;
             let id = format!("sarif-{}", data.next_id());
             let url = format!("{base}/repos/{repo}/code-scanning/sarifs/{id}");
+            let tool = sarif["runs"][0]["tool"]["driver"]["name"].as_str().unwrap_or("").to_owned();
+            let automation = sarif["runs"][0]["automationDetails"]["id"].as_str().unwrap_or("");
+            let category = automation.rsplit_once('/').map(|(c, _)| c).unwrap_or("").to_owned();
             data.sarifs.push(SarifUpload {
                 repo,
                 id: id.clone(),
                 commit_sha: sha.to_owned(),
                 git_ref: git_ref.to_owned(),
+                tool,
+                category,
                 sarif,
             });
             ok(StatusCode::ACCEPTED, json!({"id": id, "url": url}))
@@ -554,6 +577,7 @@ fn check_run_json(c: &CheckRun, base: &str) -> Value {
         "id": c.id,
         "name": c.name,
         "head_sha": c.head_sha,
+        "external_id": c.external_id,
         "status": c.status,
         "conclusion": c.conclusion,
         "html_url": format!("{base}/{}/runs/{}", c.repo, c.id),

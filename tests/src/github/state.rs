@@ -32,6 +32,12 @@ pub struct GhRequest {
     pub body: Value,
     /// The HTTP status the server answered.
     pub status: u16,
+    /// When the request arrived and when its answer was ready (benchmarks time the
+    /// span of a run's requests with them).
+    #[serde(skip)]
+    pub received: std::time::Instant,
+    #[serde(skip)]
+    pub answered: std::time::Instant,
 }
 
 /// An answer forced on the next request matching `method` and a path ending in
@@ -167,6 +173,8 @@ pub struct CheckRun {
     pub id: u64,
     pub name: String,
     pub head_sha: String,
+    /// The integrator's own reference for the check.
+    pub external_id: Option<String>,
     pub status: String,
     pub conclusion: Option<String>,
     pub title: String,
@@ -174,6 +182,8 @@ pub struct CheckRun {
     pub annotations: Vec<Value>,
     /// How many requests carried annotations.
     pub annotation_requests: u32,
+    /// How many times it was updated after it was created.
+    pub updates: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -182,6 +192,10 @@ pub struct SarifUpload {
     pub id: String,
     pub commit_sha: String,
     pub git_ref: String,
+    /// The tool (`runs[0].tool.driver.name`).
+    pub tool: String,
+    /// The category: `runs[0].automationDetails.id` up to its last `/` (empty when none).
+    pub category: String,
     /// The SARIF document, un-gzipped and parsed.
     pub sarif: Value,
 }

@@ -62,8 +62,15 @@ impl World {
             .arg("--repo")
             .arg(&self.fx.repo)
             .args(["--out", out.to_str().unwrap(), "--run-id", run_id, "--trust-repo-config"])
-            .args(extra)
-            .env("GITHUB_API_URL", self.gh.url())
+            .args(extra);
+        self.github_env(&mut cmd, token);
+        let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        Run::from_output(&out, output)
+    }
+
+    /// The environment of a step of a `pull_request` job, pointed at the fake server.
+    fn github_env(&self, cmd: &mut std::process::Command, token: Option<&str>) {
+        cmd.env("GITHUB_API_URL", self.gh.url())
             .env("GITHUB_REPOSITORY", REPO)
             .env("GITHUB_EVENT_NAME", "pull_request")
             .env("GITHUB_EVENT_PATH", &self.event)
@@ -75,6 +82,19 @@ impl World {
             Some(t) => cmd.env("GITHUB_TOKEN", t),
             None => cmd.env_remove("GITHUB_TOKEN"),
         };
+    }
+
+    /// `orch merge DIRS --workflow WORKFLOW` (the workflow written by the last `run`).
+    async fn merge(&self, name: &str, dirs: &[&str], script: &str, token: Option<&str>, extra: &[&str]) -> Run {
+        let out = self.fx.dir.path().join(format!("out-{name}"));
+        let script = self.fx.write("merge-script.yaml", script);
+        let mut cmd = orch();
+        cmd.current_dir(self.fx.dir.path()).arg("merge");
+        for dir in dirs {
+            cmd.arg(self.fx.dir.path().join(format!("out-{dir}")));
+        }
+        cmd.args(["--provider", "scripted", "--script"]).arg(&script).arg("--out").arg(&out).args(extra);
+        self.github_env(&mut cmd, token);
         let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
         Run::from_output(&out, output)
     }
@@ -402,4 +422,274 @@ fn validate_warns_when_no_output_can_produce_findings() {
     );
     let out = orch().arg("validate").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_run_updates_the_check_run_and_replaces_the_sarif_analysis() {
+    let w = World::new("t-rerun-check").await;
+    let findings =
+        |lines: std::ops::RangeInclusive<u64>| -> Value {
+            json!(lines
+            .map(|i| json!({"path": "src/lib.rs", "line": i, "severity": if i == 1 { "error" } else { "warning" },
+                            "message": format!("finding {i}")}))
+            .collect::<Vec<_>>())
+        };
+    let first = agent_findings_script("lint", findings(1..=60), "Sixty findings.");
+    w.run("c1", CHECKS, &first, Some(TOKEN), &["--publish", "on"]).await.expect_code(0);
+    // The second run on the same head: finding 1 is fixed, finding 61 is new.
+    let second = agent_findings_script("lint", findings(2..=61), "Sixty findings again.");
+    let run = w.run("c2", CHECKS, &second, Some(TOKEN), &["--publish", "on"]).await;
+    run.expect_code(0);
+
+    let checks = w.gh.check_runs(REPO);
+    assert_eq!(checks.len(), 1, "a second check run was created: {checks:#?}");
+    let check = &checks[0];
+    assert_eq!(check.external_id.as_deref(), Some("orch:lint"));
+    assert!(check.updates >= 1, "{check:#?}");
+    assert_eq!(check.conclusion.as_deref(), Some("success"), "the error is gone");
+    assert!(check.summary.starts_with("Sixty findings again."), "{}", check.summary);
+    assert!(check.summary.contains("1 annotation(s) from an earlier run"), "{}", check.summary);
+    // Every finding annotated once: the 59 kept ones were not sent again.
+    let mut lines: Vec<u64> = check.annotations.iter().map(|a| a["start_line"].as_u64().unwrap()).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, (1..=61).collect::<Vec<_>>(), "annotations duplicated or lost");
+    let outcome = run.report["publish"]["outcomes"].as_array().unwrap().iter().find(|o| o["output"] == "check_run");
+    assert_eq!(outcome.unwrap()["state"], "updated");
+
+    // SARIF: each run uploads, under the same category; the second analysis replaces
+    // the first, and a finding found again keeps its fingerprint.
+    let uploads = w.gh.sarif_uploads(REPO);
+    assert_eq!(uploads.len(), 2);
+    let analyses = w.gh.sarif_analyses(REPO);
+    assert_eq!(analyses.len(), 1, "{analyses:#?}");
+    assert_eq!((analyses[0].category.as_str(), analyses[0].id.as_str()), ("lint", uploads[1].id.as_str()));
+    let fingerprint = |upload: usize, line: u64| {
+        uploads[upload].sarif["runs"][0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["locations"][0]["physicalLocation"]["region"]["startLine"] == line)
+            .map(|r| r["partialFingerprints"]["orchFinding/v1"].clone())
+            .unwrap()
+    };
+    assert!(fingerprint(0, 30).is_string());
+    assert_eq!(fingerprint(0, 30), fingerprint(1, 30));
+    assert_ne!(fingerprint(1, 30), fingerprint(1, 31));
+}
+
+const SHARDED: &str = r#"
+version: 1
+name: sharded report
+agents:
+  one: { prompt: Look at one. }
+  two: { prompt: Look at two. }
+integrate: none
+publish:
+  comment: { sticky: true }
+  issue: { title: "Sharded report", labels: [orch] }
+"#;
+
+const SHARDED_SCRIPT: &str = "version: 1\nagents:\n  one:\n    - text: One is fine.\n  two:\n    - text: Two is fine.\n  synthesis:\n    - text: Both are fine.\n    - text: Both are still fine.\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_leave_publishing_to_merge_which_publishes_like_run() {
+    let w = World::new("t-merge").await;
+    let mut dirs = Vec::new();
+    for k in 1..=2 {
+        let name = format!("m{k}");
+        let run = w
+            .run(&name, SHARDED, SHARDED_SCRIPT, Some(TOKEN), &["--publish", "on", "--shard", &format!("{k}/2")])
+            .await;
+        run.expect_code(0);
+        assert!(run.stderr.contains("publish skipped"), "{}", run.stderr);
+        dirs.push(name);
+    }
+    assert!(w.gh.writes().is_empty(), "a shard published: {:#?}", w.gh.writes());
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    let workflow = w.fx.dir.path().join("workflow.yaml");
+    let workflow = workflow.to_str().unwrap();
+
+    // --publish without --workflow has nothing to publish from: a usage error.
+    let run = w.merge("no-workflow", &dirs, SHARDED_SCRIPT, Some(TOKEN), &["--publish", "on"]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    // Off: nothing is sent.
+    let run = w.merge("off", &dirs, SHARDED_SCRIPT, Some(TOKEN), &["--workflow", workflow, "--publish", "off"]).await;
+    run.expect_code(0);
+    assert!(w.gh.writes().is_empty(), "{:#?}", w.gh.writes());
+    // Dry run: the requests are listed, nothing is sent.
+    let run =
+        w.merge("dry", &dirs, SHARDED_SCRIPT, Some(TOKEN), &["--workflow", workflow, "--publish", "dry-run"]).await;
+    run.expect_code(0);
+    assert!(w.gh.writes().is_empty(), "{:#?}", w.gh.writes());
+    let planned: Value = serde_json::from_str(&std::fs::read_to_string(run.out.join("publish.json")).unwrap()).unwrap();
+    assert_eq!(planned["requests"].as_array().unwrap().len(), 2, "{planned:#}");
+
+    // On: the merged answer (the one synthesis) is the comment and the issue.
+    let run = w.merge("on", &dirs, SHARDED_SCRIPT, Some(TOKEN), &["--workflow", workflow, "--publish", "on"]).await;
+    run.expect_code(0);
+    assert_eq!(run.report["publish"]["mode"], "on", "{:#}", run.report["publish"]);
+    let comments = w.gh.comments(REPO, 7);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert!(comments[0].body.starts_with("Both are fine."), "{}", comments[0].body);
+    assert_eq!(w.gh.issues(REPO).len(), 1);
+
+    // Merging again edits the same comment and issue.
+    let run = w.merge("again", &dirs, SHARDED_SCRIPT, Some(TOKEN), &["--workflow", workflow, "--publish", "on"]).await;
+    run.expect_code(0);
+    let comments = w.gh.comments(REPO, 7);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0].updates, 1);
+    let issues = w.gh.issues(REPO);
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert_eq!(issues[0].updates, 1);
+    let states: Vec<&str> =
+        run.report["publish"]["outcomes"].as_array().unwrap().iter().map(|o| o["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["updated", "updated"]);
+
+    // A failed output fails the merge (exit 1), as it fails a run.
+    let run =
+        w.merge("ro", &dirs, SHARDED_SCRIPT, Some("ghs_readonly"), &["--workflow", workflow, "--publish", "on"]).await;
+    run.expect_code(1);
+    assert_eq!(run.report["publish"]["outcomes"][0]["http_status"], 403);
+}
+
+/// The recipes of `examples/github/`, end to end through the binary: a copy of
+/// `examples/` committed in a repository whose `origin` is a local bare repository, the
+/// environment of a GitHub Actions step (`GITHUB_ACTIONS=true` and a token, so
+/// publishing is on by default, as in the recipes), and the fake server.
+struct Recipe {
+    dir: tempfile::TempDir,
+    repo: PathBuf,
+    origin: PathBuf,
+    head: String,
+    gh: FakeGitHub,
+}
+
+impl Recipe {
+    async fn new() -> Recipe {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let status = std::process::Command::new("cp").arg("-r").arg(root.join("examples")).arg(&repo).status().unwrap();
+        assert!(status.success());
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "fixture"]);
+        let origin = dir.path().join("origin.git");
+        git(dir.path(), &["init", "-q", "--bare", "-b", "main", origin.to_str().unwrap()]);
+        git(&repo, &["remote", "add", "origin", origin.to_str().unwrap()]);
+        git(&repo, &["push", "-q", "origin", "main"]);
+        let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_string();
+        let gh = FakeGitHub::start().await;
+        gh.add_token(TOKEN, Access::Write);
+        Recipe { dir, repo, origin, head, gh }
+    }
+
+    /// `orch run examples/NAME/workflow.yaml` as the recipe's step runs it.
+    async fn run(&self, name: &str, run_id: &str, event_name: &str, event: &Value, extra: &[&str]) -> Run {
+        let out = self.dir.path().join(format!("out-{run_id}"));
+        let event_path = self.dir.path().join(format!("event-{run_id}.json"));
+        std::fs::write(&event_path, event.to_string()).unwrap();
+        let mut cmd = orch();
+        cmd.current_dir(&self.repo)
+            .args(["run", &format!("examples/{name}/workflow.yaml"), "--provider", "scripted"])
+            .args(["--script", &format!("examples/{name}/script.yaml"), "--run-id", run_id, "--out"])
+            .arg(&out)
+            .args(extra)
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", self.dir.path().join(format!("summary-{run_id}.md")))
+            .env("GITHUB_OUTPUT", self.dir.path().join(format!("output-{run_id}.txt")))
+            .env("GITHUB_API_URL", self.gh.url())
+            .env("GITHUB_REPOSITORY", REPO)
+            .env("GITHUB_EVENT_NAME", event_name)
+            .env("GITHUB_EVENT_PATH", &event_path)
+            .env("GITHUB_SHA", &self.head)
+            .env("GITHUB_REF", "refs/heads/main")
+            .env("GITHUB_TOKEN", TOKEN)
+            .env_remove("ORCH_GITHUB_TOKEN");
+        if event_name == "pull_request" {
+            // Actions sets it for pull requests: orch reads the repository's configuration there.
+            cmd.env("GITHUB_BASE_REF", "main");
+        }
+        let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        Run::from_output(&out, output)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pr_review_recipe_posts_one_review_and_a_rerun_posts_nothing_new() {
+    let r = Recipe::new().await;
+    let recipe = std::fs::read_to_string(r.repo.join("examples/github/pr-review.yml")).unwrap();
+    assert!(recipe.contains("pull-requests: write") && recipe.contains("GITHUB_TOKEN"), "{recipe}");
+    // The pull request changes greet.py line 2 and sums.py line 3; sums.py line 2 is
+    // outside its diff.
+    r.gh.add_pull(
+        REPO,
+        PullSpec::new(7, &r.head)
+            .file(
+                "examples/refactor/fixture/greet.py",
+                "@@ -1,2 +1,2 @@\n def greet(name):\n-    pass\n+    print \"hello, %s\" % name",
+            )
+            .file("examples/refactor/fixture/sums.py", "@@ -3 +3 @@\n-def total():\n+def total(xs):"),
+    );
+    let event = json!({"pull_request": {"number": 7, "head": {"sha": r.head, "repo": {"full_name": REPO}},
+                       "base": {"sha": r.head, "repo": {"full_name": REPO}}}});
+    let junit = r.dir.path().join("junit.xml");
+    let extra = ["--base", &r.head, "--junit", junit.to_str().unwrap()];
+    let run = r.run("review", "rv1", "pull_request", &event, &extra).await;
+    run.expect_code(0);
+    assert_eq!(run.report["publish"]["mode"], "on", "publishing is on by default under Actions with a token");
+    let reviews = r.gh.reviews(REPO, 7);
+    assert_eq!(reviews.len(), 1, "{:#?}", r.gh.requests());
+    let lines: Vec<(String, u64)> = reviews[0]
+        .comments
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().to_string(), c["line"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        lines,
+        [("examples/refactor/fixture/greet.py".to_string(), 2), ("examples/refactor/fixture/sums.py".to_string(), 3)]
+    );
+    assert!(reviews[0].body.contains("Verdict"), "the synthesis is the body: {}", reviews[0].body);
+    assert!(reviews[0].body.contains("`examples/refactor/fixture/sums.py:2`"), "{}", reviews[0].body);
+    let writes = r.gh.writes().len();
+
+    let again = r.run("review", "rv2", "pull_request", &event, &extra).await;
+    again.expect_code(0);
+    assert_eq!(r.gh.reviews(REPO, 7).len(), 1, "a re-run posted a second review");
+    assert_eq!(r.gh.writes().len(), writes, "a re-run wrote something: {:#?}", r.gh.writes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_nightly_refactor_recipe_opens_one_pr_and_one_issue_then_updates_them() {
+    let r = Recipe::new().await;
+    let event = json!({"schedule": "17 2 * * *", "repository": {"default_branch": "main"}});
+    let run = r.run("refactor", "n1", "schedule", &event, &[]).await;
+    run.expect_code(0);
+    let pulls = r.gh.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    assert_eq!((pulls[0].head_ref.as_str(), pulls[0].base_ref.as_str()), ("orch/py3-prints", "main"));
+    assert_eq!(pulls[0].labels, ["orch"]);
+    let integration = run.report["integration"]["merge"]["branch"].as_str().unwrap().to_string();
+    let pushed = git(&r.origin, &["rev-parse", "refs/heads/orch/py3-prints"]).trim().to_string();
+    assert_eq!(pushed, git(&r.repo, &["rev-parse", &integration]).trim());
+    let ported = git(&r.origin, &["show", "orch/py3-prints:examples/refactor/fixture/greet.py"]);
+    assert!(ported.contains("print(\"hello, %s\" % name)"), "{ported}");
+    let issues = r.gh.issues(REPO);
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert_eq!(issues[0].title, "Python 3 port: nightly report");
+
+    // The next night: the same pull request and issue are updated, nothing is added.
+    let run = r.run("refactor", "n2", "schedule", &event, &[]).await;
+    run.expect_code(0);
+    let pulls = r.gh.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "a second pull request: {pulls:#?}");
+    assert_eq!(pulls[0].updates, 1);
+    let issues = r.gh.issues(REPO);
+    assert_eq!(issues.len(), 1, "a second issue: {issues:#?}");
+    assert_eq!(issues[0].updates, 1);
+    let integration = run.report["integration"]["merge"]["branch"].as_str().unwrap().to_string();
+    let pushed = git(&r.origin, &["rev-parse", "refs/heads/orch/py3-prints"]).trim().to_string();
+    assert_eq!(pushed, git(&r.repo, &["rev-parse", &integration]).trim(), "the second night's result was pushed");
 }

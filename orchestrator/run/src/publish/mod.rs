@@ -27,7 +27,7 @@ use serde_json::Value;
 pub use client::PlannedRequest;
 pub use context::{GitHubContext, Token};
 pub use findings::Findings;
-pub use phase::publish_run;
+pub use phase::{left_to_merge, publish_run};
 
 use client::{Client, HttpError};
 

@@ -30,6 +30,17 @@ pub async fn publish_run(workflow: &Workflow, report: &Value, mode: Option<Publi
     Some(published)
 }
 
+/// Says, when the workflow publishes, that a share of it (`--shard`, `--only`) does not:
+/// `orch merge --workflow` of the shares publishes the whole.
+pub fn left_to_merge(workflow: &Workflow, mode: Option<PublishMode>) {
+    if workflow.publish.as_ref().is_some_and(|p| !p.is_empty()) && mode != Some(PublishMode::Off) {
+        eprintln!(
+            "orch: publish skipped: this run is a share of the workflow (--shard or --only); `orch merge --workflow \
+             FILE` of the run directories publishes the whole"
+        );
+    }
+}
+
 fn inputs_of(workflow: &Workflow, publish: orch_workflows::publish::Publish, report: &Value) -> PublishInputs {
     let agents = report["agents"].as_array().cloned().unwrap_or_default();
     let answer = match (report["synthesis"]["text"].as_str(), agents.as_slice()) {
@@ -110,7 +121,11 @@ fn commit_of(report: &Value) -> (Option<String>, Option<String>) {
         },
         _ => (
             None,
-            Some("several agents changed files: set `integrate: merge` so there is one branch to publish".to_string()),
+            Some(
+                "several agents changed files and there is no single integration branch to publish: set `integrate: \
+                 merge` (`orch merge` of shards does not merge their branches into one)"
+                    .to_string(),
+            ),
         ),
     }
 }

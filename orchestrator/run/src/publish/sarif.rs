@@ -1,6 +1,11 @@
 //! `publish.sarif`: the findings as a SARIF 2.1.0 log, gzipped and base64-encoded as
-//! the code-scanning upload API wants it, for the head commit.
+//! the code-scanning upload API wants it, for the head commit. A re-run uploads again
+//! under the same category (`automationDetails.id`), which GitHub takes as the new
+//! analysis of that category, replacing the last one; each result carries a
+//! `partialFingerprints` entry that does not depend on its line, so an alert found
+//! again is the same alert, not a second one.
 
+use std::collections::HashMap;
 use std::io::Write as _;
 
 use base64::Engine as _;
@@ -30,6 +35,7 @@ pub(crate) async fn publish(job: &Job<'_>, cfg: &SarifOutput) -> Result<Outcome,
 
 /// The SARIF log of `findings`.
 pub(crate) fn log(findings: &[&Finding], category: &str) -> Value {
+    let mut seen: HashMap<u64, u32> = HashMap::new();
     let results: Vec<Value> = findings
         .iter()
         .map(|f| {
@@ -38,10 +44,16 @@ pub(crate) fn log(findings: &[&Finding], category: &str) -> Value {
                 Severity::Warning => "warning",
                 Severity::Note => "note",
             };
+            // The same rule, file and message: the nth such finding is the nth alert.
+            let message = f.message.split_whitespace().collect::<Vec<_>>().join(" ");
+            let hash = fnv1a(&[category, level, &f.path, &message]);
+            let nth = seen.entry(hash).or_insert(0);
+            *nth += 1;
             json!({
                 "ruleId": format!("orch/{level}"),
                 "level": level,
                 "message": {"text": f.message},
+                "partialFingerprints": {"orchFinding/v1": format!("{hash:016x}:{nth}")},
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": f.path},
                     "region": {"startLine": f.line, "endLine": f.end_line.unwrap_or(f.line).max(f.line)}
@@ -62,6 +74,17 @@ pub(crate) fn log(findings: &[&Finding], category: &str) -> Value {
             "results": results,
         }],
     })
+}
+
+/// FNV-1a (64 bits) of `parts`, each followed by a NUL byte: stable across runs and
+/// builds, which is all a fingerprint needs.
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in parts.iter().flat_map(|p| p.bytes().chain([0])) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
 }
 
 /// gzip, then base64.

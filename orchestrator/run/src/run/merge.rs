@@ -32,7 +32,13 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     let Some((_, first)) = reports.first() else {
         return Err(UsageError("give at least one run directory to merge".into()).into());
     };
-    let plan = match &args.workflow {
+    let publishing = !matches!(args.publish, None | Some(crate::publish::PublishMode::Off));
+    if publishing && args.workflow.is_none() {
+        return Err(
+            UsageError("--publish needs --workflow: what to publish is the workflow's `publish:`".into()).into()
+        );
+    }
+    let (loaded, plan) = match &args.workflow {
         Some(path) => {
             // The trust rule of `orch run`: in a pull-request run the workflow (whose
             // synthesis prompt and model are used here) comes from the base ref. No
@@ -43,11 +49,11 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
                 Err(code) => return Ok(code),
             };
             match workflow::plan(&workflow, &args.inputs) {
-                Ok(p) => Some(p),
+                Ok(p) => (Some(workflow), Some(p)),
                 Err(code) => return Ok(code),
             }
         }
-        None => None,
+        None => (None, None),
     };
     let run_id = format!("merge-{}", clock::run_id());
     let out = super::run_dir(args.out.as_deref(), &run_id)?;
@@ -144,6 +150,12 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     merged.agents = agents;
     let code = exit_code(&merged, false, interrupted);
     conclude(&mut merged, code, clock_start);
+    // The merged result is published as `orch run` publishes a whole run.
+    merged.publish = None;
+    let code = match &loaded {
+        Some(w) => super::publish_to_github(w, args.publish, &mut merged, code, clock_start).await,
+        None => code,
+    };
     publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;
     eprintln!(
         "orch: merged {} run directories, {} agents: {}; report: {}",

@@ -352,7 +352,13 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     conclude(&mut report, code, clock_start);
-    let code = publish_to_github(&workflow, args.publish, &mut report, code, clock_start).await;
+    // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
+    let code = if args.shard.is_none() && args.only.is_empty() {
+        publish_to_github(&workflow, args.publish, &mut report, code, clock_start).await
+    } else {
+        crate::publish::left_to_merge(&workflow, args.publish);
+        code
+    };
     publish(&report, args.junit.as_deref(), github.as_ref())?;
     finish_output(&args, &report)?;
     Ok(code)
