@@ -106,7 +106,7 @@ fn github_actions_gets_a_summary_outputs_annotations_groups_and_masks() {
     assert!(summary.contains("| `slow` | partial"), "{summary}");
     assert!(summary.contains("`out.txt`"), "{summary}");
     // Model text sits in a code block that nothing inside it can close.
-    assert!(summary.contains("### Synthesis\n\n```text\nOne agent wrote out.txt"), "{summary}");
+    assert!(summary.contains("### Synthesis (succeeded)\n\n```text\nOne agent wrote out.txt"), "{summary}");
 
     let outputs = std::fs::read_to_string(&outputs).unwrap();
     assert!(outputs.contains("status=failed\n") && outputs.contains("exit-code=1\n"), "{outputs}");

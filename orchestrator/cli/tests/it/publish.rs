@@ -93,7 +93,10 @@ impl World {
         for dir in dirs {
             cmd.arg(self.fx.dir.path().join(format!("out-{dir}")));
         }
+        // The workflow file lies outside the repository here: read it as it is (the trust
+        // rule for `orch merge` has its own test in trust.rs).
         cmd.args(["--provider", "scripted", "--script"]).arg(&script).arg("--out").arg(&out).args(extra);
+        cmd.arg("--trust-repo-config");
         self.github_env(&mut cmd, token);
         let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
         Run::from_output(&out, output)

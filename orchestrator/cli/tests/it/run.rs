@@ -624,7 +624,9 @@ agents:
     // The commands ran, and saw the run clone's clean config.
     assert!(!results[0].1 && results[0].2.contains("core.bare=true"), "{:?}", results[0]);
     assert!(results[1].2.contains("gitdir: ") && results[1].2.contains("[core]"), "{:?}", results[1]);
-    assert!(!results[2].1 && results[2].2.contains("gc"), "{:?}", results[2]);
+    // The run clone holds every agent's branch: no agent may read it (its own repository
+    // is the one above).
+    assert!(results[2].1 && results[2].2.contains("Permission denied"), "{:?}", results[2]);
     assert!(!results[3].1 && results[3].2.contains("PATH="), "{:?}", results[3]);
     assert!(!results[5].2.contains("github.com"), "the run clone has a remote: {:?}", results[5]);
     // The user's git directory is out of reach.
