@@ -70,6 +70,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     // Private to this user (0700, a fresh random name), removed at the end.
     let results_dir = tempfile::Builder::new()
         .prefix("orch-exec-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .context("cannot create the private directory for large tool results")?;
     let run = format!("exec-{}", std::process::id());

@@ -162,7 +162,8 @@ fn a_docker_socket_that_refuses_this_user_names_the_docker_group() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("docker.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // No one but root may open it: not even its owner.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o000)).unwrap();
     let mut cmd = orch();
     cmd.args(["sandbox", "run", "--backend", "container", "--image", "orch-test:busybox", "--", "true"])
         .env("DOCKER_HOST", format!("unix://{}", socket.display()))
