@@ -344,7 +344,7 @@ impl ExecArgs {
             (false, OutputFormat::Json) => ExecOutput::Json,
             (false, OutputFormat::Text) => ExecOutput::Text,
         };
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+        let ci = crate::progress::in_ci();
         Ok(ExecOptions {
             prompt,
             output_format,

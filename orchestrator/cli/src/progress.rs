@@ -21,7 +21,7 @@ use orch_run::run::report::{AgentReport, AgentStatus};
 /// Picks the reporter for this process: live on an attended terminal outside CI,
 /// plain otherwise (grouped under GitHub Actions).
 pub fn for_terminal() -> Box<dyn Reporter> {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let ci = in_ci();
     let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
     let github = orch_run::fence::github_mode();
     if std::io::stderr().is_terminal() && !ci && !dumb && !github {
@@ -29,6 +29,11 @@ pub fn for_terminal() -> Box<dyn Reporter> {
     } else {
         Box::new(Plain::new(github))
     }
+}
+
+/// Whether `CI` says this runs in CI (set, and not empty, `false` or `0`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
 }
 
 /// The line an event is worth, if any.

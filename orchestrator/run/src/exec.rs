@@ -176,7 +176,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         ExecOutput::Text if !report.text.trim().is_empty() => {
             crate::run::print_answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
         }
-        ExecOutput::Json => print_result(&report, &answer, &run, interrupts.code())?,
+        ExecOutput::Json => print_result(&report, &answer, &run, interrupts.code()),
         ExecOutput::Text | ExecOutput::StreamJson => {}
     }
     if let Some(reason) = &report.reason {
@@ -228,13 +228,9 @@ fn share_results(parent: &Path, results: &Path, uid: u32) -> crate::error::Resul
 }
 
 /// `--output-format json`: one object on stdout, in the manner of `claude -p
-/// --output-format json`.
-fn print_result(
-    report: &AgentReport,
-    answer: &Answer,
-    run: &str,
-    interrupted: Option<Code>,
-) -> crate::error::Result<()> {
+/// --output-format json`. One JSON line, as `--json` writes its events: a line that
+/// starts with `{` cannot act as a workflow command, so it needs no fence.
+fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) {
     let mut result = serde_json::json!({
         "type": "result",
         "status": report.status.as_str(),
@@ -258,10 +254,9 @@ fn print_result(
         result["interrupted"] = true.into();
         result["exit_code"] = (code as u8).into();
     }
-    let line = serde_json::to_string(&result)?;
-    crate::run::print_answer(&format!("{line}\n")).context("cannot write the result to stdout")?;
-    Ok(())
+    crate::run::print_json_line(&result);
 }
+
 /// The hooks and MCP servers of the repository around `cwd` (from the base ref in a
 /// pull-request run, see [`crate::repo_config`]); none when that cannot be resolved.
 /// Every `mcp__` tool in `tools` must name a declared server.
