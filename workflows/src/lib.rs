@@ -6,6 +6,7 @@
 //! load_with         the same, with LoadOptions (size cap, MCP servers from elsewhere)
 //! yaml::load_value  any other YAML file orch reads -> serde_json::Value, same caps
 //! plan              Workflow + Inputs -> Plan: stages of AgentSpec / DynamicFanOut
+//! plan_with         the same, with Builtins the coordinator computed (`pr`)
 //! expand_dynamic    DynamicFanOut + the source agent's output -> AgentSpecs
 //! render_prompt     AgentSpec + RunContext (earlier results) -> the final prompt
 //! render_text       Plan -> what `orch plan` prints (Plan is Serialize for JSON)
@@ -40,9 +41,9 @@ pub use diagnostic::{Diagnostic, Location, render_diagnostics};
 pub use duration::{Duration, DurationError};
 pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with};
 pub use plan::{
-    AgentSpec, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs, PermissionsSpec, Plan, PlanInput,
-    PlanNode, Prompt, RunContext, SandboxSpec, Stage, SynthesisSpec, default_agent_limits, expand_dynamic, fan_out_ids,
-    plan, render_prompt,
+    AgentSpec, BUILTIN_ROOTS, Builtins, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs,
+    PermissionsSpec, Plan, PlanInput, PlanNode, Prompt, RunContext, SandboxSpec, Stage, SynthesisSpec,
+    default_agent_limits, expand_dynamic, fan_out_ids, plan, plan_with, reads_builtin, render_prompt,
 };
 pub use schema::{
     Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings, Network,

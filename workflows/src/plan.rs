@@ -18,6 +18,10 @@
 //!   ([`Prompt::Rendered`]); prompts that read earlier agents' results stay templates
 //!   ([`Prompt::Deferred`]) and are rendered by [`render_prompt`] once those agents are
 //!   done.
+//! - **Built-ins** ([`Builtins`]) are values the coordinator computes outside the
+//!   workflow and passes in with [`plan_with`]: `pr` (the pull request's base, head and
+//!   changed files). Templates read them by root name wherever they read `inputs`; one
+//!   that is not given is undefined, so a template that reads it fails to render.
 //!
 //! # Agent ids
 //!
@@ -75,6 +79,52 @@ pub struct Plan {
     /// Agents that fan out (their results are lists), including those with no items.
     #[serde(skip)]
     fan_outs: BTreeSet<String>,
+    /// The built-in values templates read (`pr`).
+    #[serde(flatten)]
+    pub builtins: Builtins,
+}
+
+/// Values the coordinator computes outside the workflow (from git and the event), read
+/// in templates by their root name. This crate only passes them on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Builtins {
+    /// `pr`: the pull request (or the `--diff-base`) the run is about, an object with
+    /// `number`, `base`, `head`, `merge_base`, `changed_files`, `deleted_files`, `diff`
+    /// and `diffs`. `None`: undefined in templates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr: Option<Value>,
+}
+
+/// The root names [`Builtins`] gives templates, with the fields each one has.
+pub const BUILTIN_ROOTS: [(&str, &[&str]); 1] = [(
+    "pr",
+    &["number", "base", "head", "merge_base", "changed_files", "deleted_files", "diff", "diff_truncated", "diffs"],
+)];
+
+impl Builtins {
+    /// The template context: `inputs` and every built-in that has a value.
+    fn context(&self, inputs: &Map<String, Value>) -> Map<String, Value> {
+        let mut vars = Map::new();
+        vars.insert("inputs".to_string(), Value::Object(inputs.clone()));
+        if let Some(pr) = &self.pr {
+            vars.insert("pr".to_string(), pr.clone());
+        }
+        vars
+    }
+}
+
+/// Whether a template of `workflow` (a prompt, a `for_each`, the synthesis prompt) reads
+/// the built-in `root` (e.g. `pr`), so the coordinator computes it only when needed.
+pub fn reads_builtin(workflow: &Workflow, root: &str) -> bool {
+    let reads = |text: &str| template::references(text).unwrap_or_default().iter().any(|r| r.root() == root);
+    let for_each = |agent: &Agent| match &agent.for_each {
+        Some(ForEach::Expr(text)) => template::single_expression(text)
+            .and_then(|(expr, _)| template::expression_references(expr).ok())
+            .is_some_and(|refs| refs.iter().any(|r| r.root() == root)),
+        _ => false,
+    };
+    workflow.agents.iter().any(|a| a.prompt.as_deref().is_some_and(reads) || for_each(a))
+        || workflow.synthesis.prompt.as_deref().is_some_and(reads)
 }
 
 impl Plan {
@@ -250,6 +300,8 @@ pub struct DynamicFanOut {
     inputs: Map<String, Value>,
     #[serde(skip)]
     for_each_at: Option<Origin>,
+    #[serde(skip)]
+    builtins: Builtins,
 }
 
 /// Synthesis settings.
@@ -304,8 +356,14 @@ pub fn default_agent_limits() -> Limits {
 }
 
 pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic>> {
+    plan_with(workflow, inputs, &Builtins::default())
+}
+
+/// [`plan`] with the built-in values templates may read (see [`Builtins`]).
+pub fn plan_with(workflow: &Workflow, inputs: &Inputs, builtins: &Builtins) -> Result<Plan, Vec<Diagnostic>> {
     let index: HashMap<&str, &Agent> = workflow.agents.iter().map(|a| (a.id.as_str(), a)).collect();
-    let mut planner = Planner { workflow, index, diagnostics: Vec::new(), upstream: HashMap::new() };
+    let mut planner =
+        Planner { workflow, index, diagnostics: Vec::new(), upstream: HashMap::new(), builtins: builtins.clone() };
     let inputs = planner.inputs(inputs);
     if !planner.diagnostics.is_empty() {
         // Rendering without the inputs would only repeat these errors.
@@ -330,7 +388,7 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
         model: workflow.synthesis.model.clone().or_else(|| workflow.model.clone()),
         prompt: workflow.synthesis.prompt.as_ref().and_then(|prompt| {
             let origin = planner.origin(vec![Seg::key("synthesis"), Seg::key("prompt")]);
-            let context = Value::Object(Map::from_iter([("inputs".to_string(), Value::Object(values.clone()))]));
+            let context = Value::Object(builtins.context(&values));
             match template::render(prompt, &context) {
                 Ok(text) => Some(text),
                 Err(e) => {
@@ -357,6 +415,7 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
         integrate: workflow.integrate,
         fail_fast: workflow.fail_fast,
         fan_outs,
+        builtins: builtins.clone(),
     })
 }
 
@@ -404,6 +463,7 @@ struct Planner<'w> {
     index: HashMap<&'w str, &'w Agent>,
     diagnostics: Vec<Diagnostic>,
     upstream: HashMap<String, Vec<String>>,
+    builtins: Builtins,
 }
 
 impl<'w> Planner<'w> {
@@ -581,9 +641,10 @@ impl<'w> Planner<'w> {
                         template: base,
                         inputs: inputs.clone(),
                         for_each_at: Some(origin),
+                        builtins: self.builtins.clone(),
                     })];
                 }
-                let context = Value::Object(Map::from_iter([("inputs".to_string(), Value::Object(inputs.clone()))]));
+                let context = Value::Object(self.builtins.context(inputs));
                 match template::eval(expr, &context) {
                     Ok(Value::Array(items)) => items,
                     // Text from `--input`: a JSON list, or items separated by commas or lines.
@@ -629,7 +690,7 @@ impl<'w> Planner<'w> {
 
     /// Renders the prompt of `spec` if it reads no agents.
     fn finish(&mut self, spec: AgentSpec, inputs: &Map<String, Value>) -> AgentSpec {
-        match prerender(spec, inputs) {
+        match prerender(spec, inputs, &self.builtins) {
             Ok(spec) => spec,
             Err(failed) => {
                 let (spec, diagnostic) = *failed;
@@ -642,13 +703,17 @@ impl<'w> Planner<'w> {
 
 type PrerenderError = Box<(AgentSpec, Diagnostic)>;
 
-/// Renders a deferred prompt that reads no agents, with the inputs and the item.
-fn prerender(mut spec: AgentSpec, inputs: &Map<String, Value>) -> Result<AgentSpec, PrerenderError> {
+/// Renders a deferred prompt that reads no agents, with the inputs, built-ins and the item.
+fn prerender(
+    mut spec: AgentSpec,
+    inputs: &Map<String, Value>,
+    builtins: &Builtins,
+) -> Result<AgentSpec, PrerenderError> {
     let Some(Prompt::Deferred { template, reads }) = &spec.prompt else { return Ok(spec) };
     if !reads.is_empty() {
         return Ok(spec);
     }
-    let context = variables(&spec, inputs, None);
+    let context = variables(&spec, inputs, builtins, None);
     match template::render(template, &context) {
         Ok(text) => {
             spec.prompt = Some(Prompt::Rendered { text });
@@ -668,10 +733,9 @@ fn prerender(mut spec: AgentSpec, inputs: &Map<String, Value>) -> Result<AgentSp
     }
 }
 
-/// The template variables of `spec`: inputs, the item, and `agents` when given.
-fn variables(spec: &AgentSpec, inputs: &Map<String, Value>, agents: Option<Value>) -> Value {
-    let mut vars = Map::new();
-    vars.insert("inputs".to_string(), Value::Object(inputs.clone()));
+/// The template variables of `spec`: inputs, built-ins, the item, and `agents` when given.
+fn variables(spec: &AgentSpec, inputs: &Map<String, Value>, builtins: &Builtins, agents: Option<Value>) -> Value {
+    let mut vars = builtins.context(inputs);
     if let Some(agents) = agents {
         vars.insert("agents".to_string(), agents);
     }
@@ -682,11 +746,18 @@ fn variables(spec: &AgentSpec, inputs: &Map<String, Value>, agents: Option<Value
 }
 
 fn render_diagnostic(what: &str, origin: &Origin, text: &str, e: &template::TemplateError) -> Diagnostic {
+    let hint = if e.message.starts_with("`pr") {
+        "`pr` has a value only in a pull-request run (`GITHUB_EVENT_NAME` `pull_request` or \
+         `pull_request_target` with `GITHUB_EVENT_PATH`) or with `--diff-base REV`; guard optional uses with \
+         `{% if pr is defined %}`"
+    } else {
+        "every name a template reads must have a value: check the inputs given, the item, and the earlier agents' \
+         results"
+    };
     Diagnostic::new(
         format!("cannot render {what}: {}", e.message),
         origin.locate(Some(text), Some((e.offset, e.len))),
-        "every name a template reads must have a value: check the inputs given, the item, and the earlier agents' \
-         results",
+        hint,
     )
 }
 
@@ -765,7 +836,9 @@ fn slug(item: &Value) -> String {
 pub fn expand_dynamic(node: &DynamicFanOut, source_output: &Value) -> Result<Vec<AgentSpec>, Diagnostic> {
     let mut agents = Map::new();
     agents.insert(node.source_agent.clone(), serde_json::json!({ "output": source_output }));
-    let context = serde_json::json!({ "inputs": node.inputs, "agents": agents });
+    let mut context = node.builtins.context(&node.inputs);
+    context.insert("agents".to_string(), Value::Object(agents));
+    let context = Value::Object(context);
     let at = || match &node.for_each_at {
         Some(origin) => origin.locate(None, None),
         None => Location { file: String::new(), line: 1, column: 1, len: 1, source_line: String::new() },
@@ -789,7 +862,7 @@ pub fn expand_dynamic(node: &DynamicFanOut, source_output: &Value) -> Result<Vec
         let mut spec = node.template.clone();
         spec.id = id;
         spec.fan_out = Some(FanOutItem { index, as_name: node.as_name.clone(), item });
-        specs.push(prerender(spec, &node.inputs).map_err(|failed| failed.1)?);
+        specs.push(prerender(spec, &node.inputs, &node.builtins).map_err(|failed| failed.1)?);
     }
     Ok(specs)
 }
@@ -799,6 +872,7 @@ pub fn expand_dynamic(node: &DynamicFanOut, source_output: &Value) -> Result<Vec
 pub struct RunContext {
     inputs: Map<String, Value>,
     agents: BTreeMap<String, Recorded>,
+    builtins: Builtins,
 }
 
 #[derive(Debug, Clone)]
@@ -811,7 +885,7 @@ impl RunContext {
     /// An empty context for a run of `plan`: its inputs, no results yet.
     pub fn new(plan: &Plan) -> RunContext {
         let agents = plan.fan_outs.iter().map(|id| (id.clone(), Recorded::Many(BTreeMap::new()))).collect();
-        RunContext { inputs: plan.input_values(), agents }
+        RunContext { inputs: plan.input_values(), agents, builtins: plan.builtins.clone() }
     }
 
     /// Records the result of the agent `spec`: its final text and structured output.
@@ -866,7 +940,7 @@ pub fn render_prompt(spec: &AgentSpec, context: &RunContext) -> Result<Option<St
         None => Ok(None),
         Some(Prompt::Rendered { text }) => Ok(Some(text.clone())),
         Some(Prompt::Deferred { template, .. }) => {
-            let vars = variables(spec, &context.inputs, Some(context.agents()));
+            let vars = variables(spec, &context.inputs, &context.builtins, Some(context.agents()));
             template::render(template, &vars).map(Some).map_err(|e| match &spec.origin {
                 Some(origin) => render_diagnostic(&format!("the prompt of `{}`", spec.id), origin, template, &e),
                 None => Diagnostic::new(

@@ -26,6 +26,9 @@ pub fn render_text(plan: &Plan) -> String {
             let _ = writeln!(out, "  {} = {}{origin}", input.name, input.value);
         }
     }
+    if let Some(pr) = &plan.builtins.pr {
+        pull_request(&mut out, pr);
+    }
     if !plan.setup.is_empty() {
         let _ = writeln!(out, "setup (once, before the agents, network allowed):");
         for command in &plan.setup {
@@ -53,6 +56,20 @@ pub fn render_text(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// The built-in `pr`: which commits, and the files templates see.
+fn pull_request(out: &mut String, pr: &serde_json::Value) {
+    let number = pr["number"].as_u64().map(|n| format!(" #{n}")).unwrap_or_default();
+    let _ = writeln!(out, "pr{number} (the changes templates read as `pr`):");
+    for key in ["base", "head", "merge_base"] {
+        field(out, 2, key, pr[key].as_str().unwrap_or_default());
+    }
+    for key in ["changed_files", "deleted_files"] {
+        let files: Vec<&str> = pr[key].as_array().into_iter().flatten().filter_map(|f| f.as_str()).collect();
+        let shown = if files.is_empty() { "(none)".to_string() } else { files.join(", ") };
+        let _ = writeln!(out, "  {key} ({}): {shown}", files.len());
+    }
 }
 
 fn agent(out: &mut String, spec: &AgentSpec) {

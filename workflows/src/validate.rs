@@ -41,9 +41,9 @@ const MAX_LISTED_IDS: usize = 20;
 pub const RESERVED_IDS: [&str; 3] = ["integration", "synthesis", "setup"];
 
 /// Template names that cannot be used for the fan-out item.
-const RESERVED_NAMES: [&str; 18] = [
+const RESERVED_NAMES: [&str; 19] = [
     "inputs", "agents", "loop", "self", "true", "false", "none", "True", "False", "None", "and", "or", "not", "in",
-    "is", "if", "else", "for",
+    "is", "if", "else", "for", "pr",
 ];
 
 /// Longest agent id.
@@ -868,6 +868,7 @@ impl<'a> Checker<'a> {
             };
             match reference.root() {
                 "inputs" => self.check_input_ref(reference, at),
+                "pr" => self.check_builtin_ref(reference, at),
                 "agents" => {
                     let Some(source) = reference.parts.get(1) else {
                         self.error(
@@ -1026,6 +1027,7 @@ impl<'a> Checker<'a> {
             match reference.root() {
                 "inputs" => self.check_input_ref(reference, at),
                 root if Some(root) == scope.item => {}
+                "pr" => self.check_builtin_ref(reference, at),
                 "agents" => {
                     if !scope.reads_agents {
                         self.error(
@@ -1079,6 +1081,19 @@ impl<'a> Checker<'a> {
         self.error(at(), format!("unknown input `{name}`"), hint);
     }
 
+    /// `pr.<field>`: the field is one the coordinator fills in.
+    fn check_builtin_ref(&mut self, reference: &Reference, at: impl FnOnce() -> Location) {
+        let root = reference.root();
+        let Some((_, fields)) = crate::plan::BUILTIN_ROOTS.iter().find(|(name, _)| *name == root) else { return };
+        let Some(field) = reference.parts.get(1) else { return };
+        if fields.contains(&field.as_str()) {
+            return;
+        }
+        let mut hint = did_you_mean(field, fields.iter().copied());
+        push_sentence(&mut hint, &format!("`{root}` has {}", key_list(fields)));
+        self.error(at(), format!("unknown field `{root}.{field}`"), hint);
+    }
+
     fn unknown_agent(&mut self, name: &str, at: Location) {
         let mut hint = self.suggest_id(name);
         if let Some(dashed) = self.all_ids.iter().find(|id| id.contains('-') && id.starts_with(&format!("{name}-"))) {
@@ -1089,7 +1104,7 @@ impl<'a> Checker<'a> {
     }
 
     fn unknown_variable(&mut self, name: &str, at: Location, what: impl fmt::Display, item: Option<&str>) {
-        let mut names = vec!["inputs", "agents"];
+        let mut names = vec!["inputs", "agents", "pr"];
         names.extend(item);
         let mut hint = did_you_mean(name, names.iter().copied());
         if item.is_none() && name == "item" {

@@ -408,6 +408,7 @@ impl RunArgs {
                 image: self.image,
             },
             reporter,
+            diff_base: self.diff_base,
         }
     }
 }
@@ -546,6 +547,11 @@ pub struct RunArgs {
     /// The container image for every agent and setup (container backend).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Give templates `pr.changed_files` and `pr.diff`: the changes since REV, as
+    /// `git diff --name-only REV...HEAD` lists them (in a pull-request event, the base
+    /// comes from the event without this flag).
+    #[arg(long, value_name = "REV")]
+    pub diff_base: Option<String>,
 }
 
 /// `orch merge DIR...`.
@@ -619,6 +625,10 @@ pub struct PlanArgs {
     /// `--format github-matrix`, one matrix entry per shard.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub shards: Option<u32>,
+    /// Fill in `pr.changed_files` and `pr.diff` with the changes since REV, as `orch run
+    /// --diff-base` does.
+    #[arg(long, value_name = "REV")]
+    pub diff_base: Option<String>,
 }
 
 /// `orch plan --format`.

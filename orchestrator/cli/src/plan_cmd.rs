@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::Path;
 
 use orch_run::repo_config::{RepoConfig, RepoFiles, Trust};
-use orch_run::workflow::plan;
+use orch_run::workflow::plan_with;
 use orch_workflows::{Plan, Workflow};
 
 use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
@@ -127,7 +127,8 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
     if let Some(code) = check_names(&workflow, files.as_ref()) {
         return Ok(code);
     }
-    let mut plan = match plan(&workflow, &args.inputs) {
+    let changes = orch_run::changes::ChangesRequest { diff_base: args.diff_base.clone(), ..Default::default() };
+    let mut plan = match plan_with(&workflow, &args.inputs, &changes) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };

@@ -3,6 +3,7 @@
 //! the tool host; it knows nothing of the command-line syntax or of terminals.
 
 pub mod agent_prompt;
+pub mod changes;
 pub mod clock;
 pub mod error;
 pub mod exec;

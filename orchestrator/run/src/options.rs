@@ -194,6 +194,9 @@ pub struct RunOptions {
     pub sandbox: SandboxOverride,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
+    /// `--diff-base`: the base `pr.changed_files` is found against (see
+    /// [`crate::changes`]).
+    pub diff_base: Option<String>,
 }
 
 /// Sandbox settings given on the command line of `orch run`; each one replaces the

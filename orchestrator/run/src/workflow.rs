@@ -54,10 +54,26 @@ pub fn repo_config(repo: Option<&Path>, trust: &crate::repo_config::Trust) -> Re
     RepoConfig::resolve(&repo, trust).map_err(|e| UsageError(e.to_string()))
 }
 
-/// Plans `workflow` with `inputs`, or prints the diagnostics on stderr.
+/// Plans `workflow` with `inputs`, or prints the diagnostics on stderr. A template that
+/// reads `pr` gets the changes of the pull request of the environment, if any (see
+/// [`crate::changes`]).
 pub fn plan(workflow: &Workflow, inputs: &[(String, serde_json::Value)]) -> Result<Plan, Code> {
+    plan_with(workflow, inputs, &crate::changes::ChangesRequest::default())
+}
+
+/// [`plan`], with the changes `pr` reads found as `changes` says (`--diff-base`, the
+/// repository, the run's start).
+pub fn plan_with(
+    workflow: &Workflow,
+    inputs: &[(String, serde_json::Value)],
+    changes: &crate::changes::ChangesRequest,
+) -> Result<Plan, Code> {
+    let builtins = crate::changes::builtins(workflow, changes).map_err(|e| {
+        eprintln!("error: cannot find the changed files `pr` reads: {e}");
+        Code::Usage
+    })?;
     let inputs: Inputs = inputs.iter().cloned().collect();
-    orch_workflows::plan(workflow, &inputs).map_err(|diagnostics| report(&diagnostics))
+    orch_workflows::plan_with(workflow, &inputs, &builtins).map_err(|diagnostics| report(&diagnostics))
 }
 
 fn report(diagnostics: &[Diagnostic]) -> Code {

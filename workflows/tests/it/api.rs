@@ -455,3 +455,94 @@ fn the_instructions_switch_defaults_on_and_an_agent_overrides_it() {
     assert!(!spec(&off, "a").instructions);
     assert!(spec(&off, "b").instructions);
 }
+
+const PR_REVIEW: &str = r#"
+version: 1
+agents:
+  review:
+    for_each: "{{ pr.changed_files }}"
+    as: file
+    prompt: |
+      Review {{ file }} in pull request {{ pr.number }}.
+      {{ pr.diffs[file] }}
+  later:
+    needs: [review]
+    prompt: "{{ agents.review | length }} reviews of {{ pr.changed_files | join(', ') }}"
+synthesis:
+  prompt: Summarize the review of {{ pr.changed_files | length }} files.
+"#;
+
+fn pr_builtins() -> orch_workflows::Builtins {
+    orch_workflows::Builtins {
+        pr: Some(json!({
+            "number": 12,
+            "changed_files": ["src/app.py", "docs/a.md"],
+            "diffs": { "src/app.py": "+print(2)", "docs/a.md": "+new" },
+        })),
+    }
+}
+
+#[test]
+fn builtins_give_pr_to_fan_outs_prompts_and_synthesis() {
+    let wf = workflow(PR_REVIEW);
+    assert!(orch_workflows::reads_builtin(&wf, "pr"));
+    assert!(!orch_workflows::reads_builtin(&workflow(SWEEP), "pr"));
+    let plan = orch_workflows::plan_with(&wf, &Inputs::default(), &pr_builtins())
+        .unwrap_or_else(|d| panic!("{}", render_diagnostics(&d)));
+    let ids: Vec<&str> = plan.agents().map(|a| a.id.as_str()).filter(|id| id.starts_with("review/")).collect();
+    assert_eq!(ids, ["review/src-app-py", "review/docs-a-md"]);
+    assert_eq!(rendered(spec(&plan, "review/src-app-py")), "Review src/app.py in pull request 12.\n+print(2)\n");
+    assert_eq!(plan.synthesis.prompt.as_deref(), Some("Summarize the review of 2 files."));
+    // A deferred prompt sees `pr` too once its needs are done.
+    let mut context = RunContext::new(&plan);
+    for review in plan.agents().filter(|a| a.agent == "review") {
+        context.record(review, "ok", None);
+    }
+    let later = render_prompt(spec(&plan, "later"), &context).unwrap();
+    assert_eq!(later.as_deref(), Some("2 reviews of src/app.py, docs/a.md"));
+    // `orch plan` shows it.
+    let json = serde_json::to_value(&plan).unwrap();
+    assert_eq!(json["pr"]["number"], 12);
+    assert!(orch_workflows::render_text(&plan).contains("changed_files (2): src/app.py, docs/a.md"));
+}
+
+#[test]
+fn pr_in_a_dynamic_fan_out_prompt() {
+    let text = r#"
+version: 1
+agents:
+  survey:
+    prompt: pick
+    output: { schema: { type: object, properties: { items: { type: array } } } }
+  fix:
+    needs: [survey]
+    for_each: "{{ agents.survey.output.items }}"
+    prompt: "{{ item }} of {{ pr.changed_files | length }}"
+"#;
+    let plan = orch_workflows::plan_with(&workflow(text), &Inputs::default(), &pr_builtins()).unwrap();
+    let specs = expand_dynamic(dynamic(&plan, "fix"), &json!({ "items": ["a"] })).unwrap();
+    assert_eq!(rendered(&specs[0]), "a of 2");
+}
+
+#[test]
+fn pr_without_a_pull_request_says_how_to_give_one() {
+    let errors = plan_errors(PR_REVIEW, &[]);
+    let shown = render_diagnostics(&errors);
+    assert!(shown.contains("`pr"), "{shown}");
+    assert!(shown.contains("--diff-base REV"), "{shown}");
+    // A guarded use plans without it.
+    let guarded =
+        "version: 1\nagents:\n  a:\n    prompt: \"{% if pr is defined %}{{ pr.diff }}{% else %}all{% endif %}\"\n";
+    assert_eq!(rendered(spec(&planned(guarded, &[]), "a")), "all");
+}
+
+#[test]
+fn unknown_pr_fields_are_validation_errors() {
+    let text = "version: 1\nagents:\n  a: { prompt: \"{{ pr.changed_file }}\" }\n";
+    let shown = render_diagnostics(&load_str(text, "wf.yaml").unwrap_err());
+    assert!(shown.contains("unknown field `pr.changed_file`"), "{shown}");
+    assert!(shown.contains("changed_files"), "{shown}");
+    let fan_out = "version: 1\nagents:\n  a: { for_each: \"{{ pr.files }}\", prompt: \"{{ item }}\" }\n";
+    let shown = render_diagnostics(&load_str(fan_out, "wf.yaml").unwrap_err());
+    assert!(shown.contains("unknown field `pr.files`"), "{shown}");
+}

@@ -154,7 +154,12 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         Err(code) => return Ok(code),
     };
     args.sandbox.apply(&mut workflow);
-    let plan = match workflow::plan(&workflow, &args.inputs) {
+    let changes = crate::changes::ChangesRequest {
+        repo: args.repo.clone(),
+        diff_base: args.diff_base.clone(),
+        head: Some(args.base.clone()).filter(|b| b != crate::git::WORKTREE_BASE),
+    };
+    let plan = match workflow::plan_with(&workflow, &args.inputs, &changes) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
