@@ -11,6 +11,11 @@ if ! command -v xmllint >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxml2-utils >/dev/null
 fi
 
+echo "== jq and PyYAML (tests/recipes/run.sh runs the GitHub recipes offline)"
+if ! command -v jq >/dev/null || ! python3 -c 'import yaml' 2>/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq python3-yaml >/dev/null
+fi
+
 echo "== docker engine and test images (container backend tests)"
 .ci/docker.sh
 

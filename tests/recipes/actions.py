@@ -238,6 +238,7 @@ def run_job(job, key, ctx, state, artifacts, source, orch_bin, event_path):
         "GITHUB_RUN_ATTEMPT": "1",
         "GITHUB_STEP_SUMMARY": files["summary"],
         "GITHUB_ENV": files["env"],
+        "GITHUB_OUTPUT": files["output"],
         "GITHUB_PATH": files["path"],
         "RUNNER_TEMP": temp,
         "ORCH_PROVIDER": "scripted",

@@ -157,8 +157,8 @@ recipe_nightly() {
   check "no job compiled orch" bash -c "! grep -l 'cargo\\|Compiling' '$dir'/state/jobs/*/step-*.log"
   local branches; branches=$(git --git-dir="$dir/origin.git" for-each-ref --format='%(refname:short)' 'refs/heads/orch/')
   check "the shards pushed one branch per fixed file" \
-    test "$(echo "$branches" | sed 's|^orch/[^/]*/||' | sort | tr '\n' ' ')" = "fix/main-go fix/util-strings-go "
-  local main_branch; main_branch=$(echo "$branches" | grep '/fix/main-go$')
+    test "$(echo "$branches" | sed 's|^orch/[^/]*/||; s|-[0-9a-f]\{8\}$||' | sort | tr '\n' ' ')" = "fix-main-go fix-util-strings-go "
+  local main_branch; main_branch=$(echo "$branches" | grep '/fix-main-go-')
   check "the fix is on its branch" bash -c "git --git-dir='$dir/origin.git' show '$main_branch:main.go' | grep -q 'hello, '"
   local merged; merged=$(jq -r '.merge.runner_temp' "$result")/merged
   check "orch merge joined every agent" \

@@ -14,6 +14,7 @@ mod mcp;
 mod permission_settings;
 mod publish;
 mod reap;
+mod recipes;
 mod reliability;
 mod rough_edges;
 mod run;
