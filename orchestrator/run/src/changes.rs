@@ -361,7 +361,7 @@ mod tests {
     fn a_missing_base_says_to_fetch_the_history() {
         let (dir, _, _, head) = fixture();
         let source =
-            Source { number: None, base: "0123456789012345678901234567890123456789".into(), head: head.into() };
+            Source { number: None, base: "0123456789012345678901234567890123456789".into(), head: head.to_string() };
         let err = compute(dir.path(), &source).unwrap_err().to_string();
         assert!(err.contains("fetch-depth: 0"), "{err}");
     }
