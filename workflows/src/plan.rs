@@ -37,6 +37,7 @@
 //! instance id never collides with another agent's id.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -301,7 +302,7 @@ pub struct DynamicFanOut {
     #[serde(skip)]
     for_each_at: Option<Origin>,
     #[serde(skip)]
-    builtins: Builtins,
+    builtins: Arc<Builtins>,
 }
 
 /// Synthesis settings.
@@ -362,8 +363,13 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
 /// [`plan`] with the built-in values templates may read (see [`Builtins`]).
 pub fn plan_with(workflow: &Workflow, inputs: &Inputs, builtins: &Builtins) -> Result<Plan, Vec<Diagnostic>> {
     let index: HashMap<&str, &Agent> = workflow.agents.iter().map(|a| (a.id.as_str(), a)).collect();
-    let mut planner =
-        Planner { workflow, index, diagnostics: Vec::new(), upstream: HashMap::new(), builtins: builtins.clone() };
+    let mut planner = Planner {
+        workflow,
+        index,
+        diagnostics: Vec::new(),
+        upstream: HashMap::new(),
+        builtins: Arc::new(builtins.clone()),
+    };
     let inputs = planner.inputs(inputs);
     if !planner.diagnostics.is_empty() {
         // Rendering without the inputs would only repeat these errors.
@@ -463,7 +469,7 @@ struct Planner<'w> {
     index: HashMap<&'w str, &'w Agent>,
     diagnostics: Vec<Diagnostic>,
     upstream: HashMap<String, Vec<String>>,
-    builtins: Builtins,
+    builtins: Arc<Builtins>,
 }
 
 impl<'w> Planner<'w> {
@@ -872,7 +878,7 @@ pub fn expand_dynamic(node: &DynamicFanOut, source_output: &Value) -> Result<Vec
 pub struct RunContext {
     inputs: Map<String, Value>,
     agents: BTreeMap<String, Recorded>,
-    builtins: Builtins,
+    builtins: Arc<Builtins>,
 }
 
 #[derive(Debug, Clone)]
@@ -885,7 +891,7 @@ impl RunContext {
     /// An empty context for a run of `plan`: its inputs, no results yet.
     pub fn new(plan: &Plan) -> RunContext {
         let agents = plan.fan_outs.iter().map(|id| (id.clone(), Recorded::Many(BTreeMap::new()))).collect();
-        RunContext { inputs: plan.input_values(), agents, builtins: plan.builtins.clone() }
+        RunContext { inputs: plan.input_values(), agents, builtins: Arc::new(plan.builtins.clone()) }
     }
 
     /// Records the result of the agent `spec`: its final text and structured output.
