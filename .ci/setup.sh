@@ -11,6 +11,11 @@ if ! command -v xmllint >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxml2-utils >/dev/null
 fi
 
+echo "== chromium (report.html is loaded in a headless browser)"
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 echo "== docker engine and test images (container backend tests)"
 .ci/docker.sh
 
