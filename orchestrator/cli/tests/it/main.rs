@@ -22,4 +22,5 @@ mod signals;
 mod skills;
 mod subagents;
 mod support;
+mod synthesis_tree;
 mod trust;
