@@ -4,6 +4,7 @@
 #   bash tests/bench/batch.sh                    # 1,000 agents x 3 turns at 200 ms, concurrency 32
 #   AGENTS=64 bash tests/bench/batch.sh          # a quick try
 #   AGENTS=1000 TURNS=3 LATENCY_MS=200 CONCURRENCY=32 REPORT_KB=2 bash tests/bench/batch.sh
+#   PROFILE=debug AGENTS=64 bash tests/bench/batch.sh   # check the script with debug builds
 #
 # A workflow with one static fan-out of AGENTS agents. The mock model server
 # (`mock-model-server --by-turn --log`) gives every agent TURNS model turns, LATENCY_MS
@@ -26,6 +27,7 @@ turns=${TURNS:-3}
 latency=${LATENCY_MS:-200}
 concurrency=${CONCURRENCY:-32}
 report_kb=${REPORT_KB:-2}
+profile=${PROFILE:-release}
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-batch.XXXXXX")
 server_pid=
 
@@ -36,11 +38,12 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "batch.sh: $*" >&2; }
 
-log "building orch and mock-model-server (release)"
-(cd "$root" && cargo build --release --quiet -p orch --bin orch -p orch-testkit --bin mock-model-server)
+log "building orch and mock-model-server ($profile)"
+if [[ $profile == release ]]; then flag=--release; else flag=; fi
+(cd "$root" && cargo build $flag --quiet -p orch --bin orch -p orch-testkit --bin mock-model-server)
 target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-orch=$target/release/orch
-mock=$target/release/mock-model-server
+orch=$target/$profile/orch
+mock=$target/$profile/mock-model-server
 
 # --- a small repository ------------------------------------------------------------------
 repo=$work/repo
