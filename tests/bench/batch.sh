@@ -5,6 +5,7 @@
 #   AGENTS=64 bash tests/bench/batch.sh          # a quick try
 #   AGENTS=1000 TURNS=3 LATENCY_MS=200 CONCURRENCY=32 REPORT_KB=2 bash tests/bench/batch.sh
 #   PROFILE=debug AGENTS=64 bash tests/bench/batch.sh   # check the script with debug builds
+#   GROUP_SIZE=8 AGENTS=64 bash tests/bench/batch.sh     # force a tree at a small size
 #
 # A workflow with one static fan-out of AGENTS agents. The mock model server
 # (`mock-model-server --by-turn --log`) gives every agent TURNS model turns, LATENCY_MS
@@ -28,6 +29,7 @@ latency=${LATENCY_MS:-200}
 concurrency=${CONCURRENCY:-32}
 report_kb=${REPORT_KB:-2}
 profile=${PROFILE:-release}
+group_size=${GROUP_SIZE:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-batch.XXXXXX")
 server_pid=
 
@@ -86,6 +88,7 @@ agents:
     prompt: Fix file {{ item }}.
 integrate: none
 YAML
+if [[ -n $group_size ]]; then printf 'synthesis: { group_size: %s }\n' "$group_size" >>"$work/workflow.yaml"; fi
 
 log "running $agents agents x $turns turns at ${latency} ms, concurrency $concurrency"
 out=$work/run
@@ -116,8 +119,11 @@ print()
 print(f"run status: {r['status']}; agents: {r['totals']['succeeded']} succeeded, {r['totals']['failed']} failed; "
       f"synthesis: {s.get('status')}")
 budget = s.get("budget_tokens")
-tree = " -> ".join(f"{len(l['groups'])} groups" for l in levels) or "one request"
-print(f"synthesis tree: {len(levels)} level(s): {tree}, then the final request; budget {budget} tokens per request")
+if levels:
+    tree = " -> ".join(f"{len(l['groups'])} groups" for l in levels)
+    print(f"synthesis tree: {len(levels)} level(s): {tree}, then the final request; budget {budget} tokens per request")
+else:
+    print(f"synthesis: one request (the reports fit); budget {budget} tokens per request")
 # Synthesis requests are the ones that offer no tools.
 reqs = [json.loads(l) for l in open(log_path) if l.strip()]
 synth = [q for q in reqs if q["tools"] == 0]
