@@ -114,3 +114,57 @@ async fn auto_keeps_one_request_when_the_reports_fit() {
     assert_eq!(synthesis.len(), 1);
     assert_eq!(first_user_text(&synthesis[0]).matches("## Agent `").count(), 41);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orch_merge_synthesizes_the_shards_in_a_tree() {
+    let fx = Fixture::new("t-tree-merge", &[("a.txt", "a\n")]);
+    let mock = MockServer::start().await;
+    mock.set_by_turn(vec![Step::text("REPORT: fixed.")]);
+    mock.set_toolless(Some(Step::text("CONDENSED-ANSWER")));
+    let path = fx.write("workflow.yaml", &workflow("synthesis:\n  group_size: 4\n"));
+    let mut dirs = Vec::new();
+    for k in 1..=2 {
+        let out = fx.dir.path().join(format!("shard-{k}"));
+        let mut cmd = orch();
+        cmd.current_dir(fx.dir.path())
+            .env("ANTHROPIC_API_KEY", "test")
+            .env("ANTHROPIC_BASE_URL", mock.url())
+            .arg("run")
+            .arg(&path)
+            .arg("--repo")
+            .arg(&fx.repo)
+            .arg("--out")
+            .arg(&out)
+            .args(["--run-id", &format!("t-tree-m{k}"), "--shard", &format!("{k}/2")]);
+        let done = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        let shard = Run::from_output(&out, done);
+        assert!(shard.report["synthesis"].is_null(), "a shard synthesized: {}", shard.stderr);
+        dirs.push(out);
+    }
+    assert!(mock.requests().iter().all(|r| !r.tools().is_empty()), "a shard sent a synthesis request");
+    let merged = fx.dir.path().join("merged");
+    let mut cmd = orch();
+    cmd.current_dir(fx.dir.path())
+        .env("ANTHROPIC_API_KEY", "test")
+        .env("ANTHROPIC_BASE_URL", mock.url())
+        .arg("merge")
+        .args(&dirs)
+        .arg("--workflow")
+        .arg(&path)
+        .arg("--out")
+        .arg(&merged);
+    let done = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let run = Run::from_output(&merged, done);
+    assert_eq!(run.report["agents"].as_array().map(Vec::len), Some(41), "{}", run.stderr);
+    let levels = run.report["synthesis"]["tree"]["levels"].as_array().unwrap();
+    // 41 reports in groups of 4: 11 groups, then 3 groups of their answers, then the final request.
+    let sizes: Vec<usize> = levels.iter().map(|l| l["groups"].as_array().unwrap().len()).collect();
+    assert_eq!(sizes, [11, 3], "{:#}", run.report["synthesis"]);
+    assert_eq!(levels[1]["groups"][0]["members"], serde_json::json!(["L1-G1", "L1-G2", "L1-G3", "L1-G4"]));
+    let reason = run.agent("strict")["reason"].as_str().unwrap().to_string();
+    let synthesis: Vec<_> = mock.requests().into_iter().filter(|r| r.tools().is_empty()).collect();
+    assert_eq!(synthesis.len(), 15);
+    let last = first_user_text(synthesis.last().unwrap());
+    assert!(last.contains(&format!("- `strict` (failed): {}", reason.trim())), "{last}");
+    assert_eq!(last.matches("## Group `L2-G").count(), 3, "{last}");
+}
