@@ -121,6 +121,15 @@ async fn synthesize(
     settings: &Settings,
     script: Script,
 ) -> (SynthesisReport, tempfile::TempDir) {
+    synthesize_with(agents, settings, script, tokio_util::sync::CancellationToken::new()).await
+}
+
+async fn synthesize_with(
+    agents: &[AgentReport],
+    settings: &Settings,
+    script: Script,
+    run_cancel: tokio_util::sync::CancellationToken,
+) -> (SynthesisReport, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let provider = ScriptedProvider::new(script, "test").unwrap();
     let env = SynthesisEnv {
@@ -130,7 +139,7 @@ async fn synthesize(
         run_dir: dir.path(),
         meter: Arc::new(Meter::new(orch_workflows::Limits::default())),
         stop: Arc::new(Stop::default()),
-        run_cancel: tokio_util::sync::CancellationToken::new(),
+        run_cancel,
         reporter: Arc::new(Notes::default()),
         json: false,
     };
@@ -243,4 +252,20 @@ async fn a_failed_group_makes_synthesis_partial_and_reaches_the_final_request() 
     assert!(r.reason.as_deref().unwrap().contains("2 of 5 group syntheses failed"), "{r:?}");
     let last = std::fs::read_to_string(dir.path().join("synthesis-prompt.md")).unwrap();
     assert!(last.contains("- group `L1-G4` (synthesis failed)"), "{last}");
+}
+
+#[tokio::test]
+async fn an_interrupt_stops_the_tree_after_its_level_and_says_so() {
+    let script = Script {
+        version: 1,
+        agents: vec![("synthesis".into(), turns("FINAL", 1)), ("synthesis-*".into(), turns("GROUP", 1))],
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    cancel.cancel();
+    let s = settings(SynthesisStrategy::Tree, Some(8), None);
+    let (r, dir) = synthesize_with(&forty(), &s, script, cancel).await;
+    assert_eq!(r.status, AgentStatus::Cancelled, "{r:?}");
+    assert_eq!(r.reason.as_deref(), Some("interrupted during synthesis level 1"));
+    assert_eq!(r.tree.as_ref().unwrap().levels[0].groups.len(), 5);
+    assert!(!dir.path().join("synthesis-prompt.md").exists(), "the final request was made");
 }
