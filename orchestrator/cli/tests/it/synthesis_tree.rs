@@ -168,3 +168,29 @@ async fn orch_merge_synthesizes_the_shards_in_a_tree() {
     assert!(last.contains(&format!("- `strict` (failed): {}", reason.trim())), "{last}");
     assert_eq!(last.matches("## Group `L2-G").count(), 3, "{last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_context_window_splits_by_budget_and_every_request_fits() {
+    let fx = Fixture::new("t-tree-window", &[("a.txt", "a\n")]);
+    let mock = MockServer::start().await;
+    mock.set_by_turn(vec![Step::text(format!("REPORT: fixed it. {}", "detail ".repeat(280)))]);
+    mock.set_toolless(Some(Step::text("CONDENSED-ANSWER")));
+    // A 40,000-token window: a budget of 20,000 tokens, and 41 reports of about 2 KB
+    // (some 23,000 tokens together) do not fit one request.
+    let workflow = workflow("").replace("defaults:\n", "defaults:\n  model_settings: { context_window: 40000 }\n");
+    let run = run_with_mock(&fx, &workflow, &mock).await;
+    let s = &run.report["synthesis"];
+    assert_eq!(s["status"], "succeeded", "{s:#}\n{}", run.stderr);
+    assert_eq!(s["budget_tokens"], 20_000);
+    let levels = s["tree"]["levels"].as_array().unwrap();
+    assert!(levels[0]["groups"].as_array().unwrap().len() >= 2, "{s:#}");
+    let synthesis: Vec<_> = mock.requests().into_iter().filter(|r| r.tools().is_empty()).collect();
+    assert!(synthesis.len() >= 3);
+    for r in &synthesis {
+        let tokens = (r.body.len() as u64).div_ceil(4);
+        assert!(tokens <= 20_000, "a synthesis request of {tokens} tokens");
+    }
+    let last = first_user_text(synthesis.last().unwrap());
+    let reason = run.agent("strict")["reason"].as_str().unwrap().to_string();
+    assert!(last.contains(&format!("- `strict` (failed): {}", reason.trim())), "{last}");
+}

@@ -93,9 +93,11 @@ impl Settings {
     }
 }
 
-/// The token estimate the loop uses (about four bytes a token).
+/// The token estimate the loop uses: about four bytes of JSON a token, so `text` is
+/// counted as the JSON string it is sent as (escapes included).
 pub fn tokens(text: &str) -> u64 {
-    orch_agents::context::estimate_text(text)
+    let json = serde_json::to_string(text).unwrap_or_default();
+    orch_agents::context::estimate_text(&json)
 }
 
 /// The aggregation prompt (one request with every report).
@@ -225,9 +227,29 @@ impl Item {
         s
     }
 
-    /// Cuts the body (then, if it must, the carried lines) so the section fits in
-    /// `max_bytes`; says what was cut.
+    /// Cuts the body (then, if it must, the carried lines) so the section, as the JSON
+    /// string it is sent as, fits in `max_bytes`; says what was cut.
     pub fn cap(&mut self, max_bytes: usize) {
+        if json_len(&self.section()) <= max_bytes {
+            return;
+        }
+        let (body, carried) = (self.body.clone(), self.carried.clone());
+        let mut target = max_bytes;
+        for _ in 0..8 {
+            self.cut_to(target);
+            let len = json_len(&self.section());
+            if len <= max_bytes || target == 0 {
+                return;
+            }
+            // Escapes made it longer than its bytes: start again, aiming lower.
+            (self.body, self.carried) = (body.clone(), carried.clone());
+            target = target.saturating_sub(len - max_bytes + 16);
+        }
+        self.cut_to(target);
+    }
+
+    /// [`Item::cap`] by raw bytes.
+    fn cut_to(&mut self, max_bytes: usize) {
         if self.section().len() <= max_bytes {
             return;
         }
@@ -254,6 +276,11 @@ impl Item {
             self.carried.push(format!("- and {dropped} more (see report.json)"));
         }
     }
+}
+
+/// The length of `text` as a JSON string.
+fn json_len(text: &str) -> usize {
+    serde_json::to_string(text).map_or(text.len(), |j| j.len())
 }
 
 fn floor_char_boundary(s: &str, at: usize) -> usize {

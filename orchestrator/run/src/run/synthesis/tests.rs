@@ -82,7 +82,7 @@ fn capping_cuts_the_answer_but_keeps_carried_reasons() {
     let mut item = Item::of_group("L1-G1", &members, Ok(&"long answer ".repeat(1000)));
     item.cap(2000);
     let s = item.section();
-    assert!(s.len() <= 2000, "{}", s.len());
+    assert!(serde_json::to_string(&s).unwrap().len() <= 2000, "{}", s.len());
     assert!(s.contains("- `f` (failed): REASON-F: the model refused\nsecond line"), "{s}");
     assert!(s.contains("more bytes cut here"), "{s}");
     // Carried lines survive a further level, untouched.
@@ -268,4 +268,14 @@ async fn an_interrupt_stops_the_tree_after_its_level_and_says_so() {
     assert_eq!(r.reason.as_deref(), Some("interrupted during synthesis level 1"));
     assert_eq!(r.tree.as_ref().unwrap().levels[0].groups.len(), 5);
     assert!(!dir.path().join("synthesis-prompt.md").exists(), "the final request was made");
+}
+
+#[test]
+fn capping_counts_json_escapes() {
+    let members = vec![Item::of_agent(&agent("a", AgentStatus::Succeeded, "ok"))];
+    let mut item = Item::of_group("L1-G1", &members, Ok(&"\"q\"\n".repeat(2000)));
+    item.cap(3000);
+    let json = serde_json::to_string(&item.section()).unwrap();
+    assert!(json.len() <= 3000, "{}", json.len());
+    assert!(item.section().contains("more bytes cut here"));
 }
