@@ -91,7 +91,7 @@ async fn group_size_synthesizes_in_a_tree_and_carries_failures_verbatim() {
     assert!(run.out.join("synthesis/L1-G6-prompt.md").is_file());
     assert!(run.out.join("transcripts/synthesis-L1-G1.jsonl").is_file());
     let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
-    assert!(md.contains("condensed in 1 level of groups (6 groups)"), "{md}");
+    assert!(md.contains("Synthesized as a tree: 1 level of groups (6 groups)"), "{md}");
     assert!(md.contains("- `L1-G6` (succeeded, "), "{md}");
     let html = std::fs::read_to_string(run.out.join("report.html")).unwrap();
     assert!(html.contains("<code>L1-G6</code>"));

@@ -212,12 +212,12 @@ pub(crate) fn synthesis_head(s: &SynthesisReport, level: &str) -> String {
         let sizes: Vec<String> = tree.levels.iter().map(|l| l.groups.len().to_string()).collect();
         let _ = writeln!(
             md,
-            "The reports did not fit one request of {} tokens: they were condensed in {} level{} of groups ({} \
-             groups), then combined.\n",
-            s.budget_tokens.unwrap_or_default(),
+            "Synthesized as a tree: {} level{} of groups ({} groups), then one request over their answers (a budget of \
+             {} tokens a request).\n",
             tree.levels.len(),
             if tree.levels.len() == 1 { "" } else { "s" },
-            sizes.join(", then ")
+            sizes.join(", then "),
+            s.budget_tokens.unwrap_or_default(),
         );
     }
     md
