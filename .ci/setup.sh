@@ -16,6 +16,11 @@ if ! command -v jq >/dev/null || ! python3 -c 'import yaml' 2>/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq python3-yaml >/dev/null
 fi
 
+echo "== chromium (report.html is loaded in a headless browser)"
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 echo "== docker engine and test images (container backend tests)"
 .ci/docker.sh
 

@@ -47,7 +47,8 @@ pub use plan::{
 };
 pub use schema::{
     Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings, Network,
-    Output, PermissionMode, Permissions, SandboxConfig, Synthesis, WORKFLOW_KEYS, Workflow, is_known_tool,
+    Output, PermissionMode, Permissions, SandboxConfig, Synthesis, SynthesisStrategy, WORKFLOW_KEYS, Workflow,
+    is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

@@ -429,7 +429,9 @@ pub(crate) fn key_hint(key: &str) -> Option<String> {
         "limits" => "write a mapping, e.g. `limits: { max_turns: 40, timeout: 10m, max_cost_usd: 3 }`",
         "permissions" => "write a mapping, e.g. `permissions: { mode: default, deny: [\"Bash(git push *)\"] }`",
         "defaults" => "write a mapping with the keys `tools`, `model`, `sandbox`, `limits`, `permissions`",
-        "synthesis" => "write a mapping with the keys `prompt` and `model`",
+        "synthesis" => {
+            "write a mapping with the keys `prompt`, `model`, `strategy` (auto, single, tree) and `group_size`"
+        }
         "inputs" => "write a mapping, e.g. `inputs: { target: { description: Crate to fix, default: core } }`",
         "agents" => "write a mapping from agent id to its settings, e.g. `agents: { review: { prompt: … } }`",
         _ => return None,

@@ -312,6 +312,15 @@ pub struct SynthesisSpec {
     pub model: Option<String>,
     /// The custom instructions, rendered; `None` means the default aggregation prompt.
     pub prompt: Option<String>,
+    /// `synthesis.strategy`.
+    pub strategy: crate::schema::SynthesisStrategy,
+    /// `synthesis.group_size`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+    /// `defaults.model_settings.context_window`: the window the budget is half of,
+    /// in place of the model's known one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 /// Where something came from in the workflow file.
@@ -391,6 +400,9 @@ pub fn plan_with(workflow: &Workflow, inputs: &Inputs, builtins: &Builtins) -> R
         }
     }
     let synthesis = SynthesisSpec {
+        strategy: workflow.synthesis.strategy,
+        group_size: workflow.synthesis.group_size,
+        context_window: workflow.defaults.model_settings.context_window,
         model: workflow.synthesis.model.clone().or_else(|| workflow.model.clone()),
         prompt: workflow.synthesis.prompt.as_ref().and_then(|prompt| {
             let origin = planner.origin(vec![Seg::key("synthesis"), Seg::key("prompt")]);

@@ -360,6 +360,36 @@ pub struct Synthesis {
     pub prompt: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// One prompt, or a tree of group syntheses when the reports do not fit.
+    #[serde(default)]
+    pub strategy: SynthesisStrategy,
+    /// Most reports (or group answers) one synthesis request combines (at least 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+}
+
+/// `synthesis.strategy`: how the reports reach the synthesis model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SynthesisStrategy {
+    /// One prompt when the reports fit the budget (half the model's context window)
+    /// and `group_size`; a tree otherwise.
+    #[default]
+    Auto,
+    /// Always one prompt, however large.
+    Single,
+    /// Always a tree of groups of `group_size` (default 8), each fitting the budget.
+    Tree,
+}
+
+impl SynthesisStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Single => "single",
+            Self::Tree => "tree",
+        }
+    }
 }
 
 /// What happens to the agents' branches at the end.

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::plan::{AgentSpec, DynamicFanOut, Plan, PlanNode, Prompt};
-use crate::schema::{Backend, Limits, Network};
+use crate::schema::{Backend, Limits, Network, SynthesisStrategy};
 
 /// Renders `plan` as text, ending with a newline.
 pub fn render_text(plan: &Plan) -> String {
@@ -48,6 +48,15 @@ pub fn render_text(plan: &Plan) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "synthesis");
     field(&mut out, 2, "model", plan.synthesis.model.as_deref().unwrap_or("(orch's default)"));
+    let strategy = match (plan.synthesis.strategy, plan.synthesis.group_size) {
+        (SynthesisStrategy::Single, _) => "single (one prompt with every report)".to_string(),
+        (s, Some(n)) => format!("{} (groups of at most {n}, each within half the context window)", s.as_str()),
+        (SynthesisStrategy::Tree, None) => "tree (groups of at most 8, each within half the context window)".into(),
+        (SynthesisStrategy::Auto, None) => {
+            "auto (one prompt; groups in a tree when the reports pass half the context window)".into()
+        }
+    };
+    field(&mut out, 2, "strategy", &strategy);
     match &plan.synthesis.prompt {
         None => field(&mut out, 2, "prompt", "(the default aggregation prompt)"),
         Some(prompt) => {

@@ -655,6 +655,22 @@ impl<'a> Checker<'a> {
             self.check_prompt_text(prompt, path(&["synthesis", "prompt"]), scope.what);
             self.check_template(prompt, path(&["synthesis", "prompt"]), &scope);
         }
+        if let Some(size) = synthesis.group_size.filter(|&n| n < 2) {
+            let at = self.at(&path(&["synthesis", "group_size"]));
+            self.error(
+                at,
+                format!("`synthesis.group_size` is {size}, but a group must combine at least 2 reports"),
+                "write 2 or more (e.g. `group_size: 8`), or leave it out to group by the token budget",
+            );
+        }
+        if synthesis.strategy == crate::schema::SynthesisStrategy::Single && synthesis.group_size.is_some() {
+            let at = self.at(&path(&["synthesis", "group_size"]));
+            self.error(
+                at,
+                "`synthesis.group_size` has no effect with `strategy: single`",
+                "remove `group_size`, or write `strategy: auto` or `tree`",
+            );
+        }
     }
 
     // ----- agents ------------------------------------------------------------------

@@ -2,7 +2,7 @@
 //! steps from a file for out-of-process use (benchmarks, CLI tests).
 //!
 //! ```text
-//! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]
+//! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn] [--log FILE]
 //! ```
 //!
 //! Prints `listening on http://127.0.0.1:PORT` as its first stdout line, then serves
@@ -10,6 +10,10 @@
 //! is empty (otherwise an empty queue answers HTTP 400 "no scripted step left").
 //! `--by-turn` serves every conversation the same steps: its n-th model call gets the
 //! n-th step (the last one past the end), so many agents can run against one script.
+//! `--log FILE`: on SIGINT, before it exits, the server writes one JSON line per request
+//! it received, in order: `{"n": 1, "tools": 3, "bytes": 5120, "tokens": 1280}` (the
+//! number of tools offered, the body's size, and the loop's estimate of its tokens:
+//! a quarter of its bytes). Benchmarks read request sizes from it.
 //!
 //! The script is a YAML (or JSON) list of steps, each the serde form of
 //! `orch_testkit::mock::Step` (see `orch_testkit::mock::parse_steps`):
@@ -40,7 +44,8 @@ use std::time::Duration;
 
 use orch_testkit::mock::{MockServer, Step, parse_steps};
 
-const USAGE: &str = "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn]";
+const USAGE: &str =
+    "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn] [--log FILE]";
 
 #[derive(Debug)]
 struct Args {
@@ -49,6 +54,7 @@ struct Args {
     latency_ms: u64,
     repeat_default: bool,
     by_turn: bool,
+    log: Option<PathBuf>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -57,6 +63,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut latency_ms = 0;
     let mut repeat_default = false;
     let mut by_turn = false;
+    let mut log = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -69,12 +76,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--repeat-default" => repeat_default = true,
             "--by-turn" => by_turn = true,
+            "--log" => log = Some(PathBuf::from(value("--log")?)),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     let script = script.ok_or(format!("--script is required\n{USAGE}"))?;
-    Ok(Args { script, port, latency_ms, repeat_default, by_turn })
+    Ok(Args { script, port, latency_ms, repeat_default, by_turn, log })
 }
 
 fn load_script(path: &Path) -> Result<Vec<Step>, String> {
@@ -105,7 +113,25 @@ async fn run(args: Args) -> Result<(), String> {
     writeln!(stdout, "listening on {}", server.url()).map_err(|e| e.to_string())?;
     stdout.flush().map_err(|e| e.to_string())?;
     tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+    if let Some(path) = &args.log {
+        write_log(path, &server).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     Ok(())
+}
+
+/// One line per request received: its number, tools offered, size and token estimate.
+fn write_log(path: &Path, server: &MockServer) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (i, r) in server.requests().iter().enumerate() {
+        let line = serde_json::json!({
+            "n": i + 1,
+            "tools": r.tools().len(),
+            "bytes": r.body.len(),
+            "tokens": (r.body.len() as u64).div_ceil(4),
+        });
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
 }
 
 #[tokio::main]
@@ -138,6 +164,7 @@ mod tests {
         assert_eq!(parsed.script, PathBuf::from("s.yaml"));
         assert_eq!((parsed.port, parsed.latency_ms, parsed.repeat_default), (4000, 25, true));
         assert!(args(&["--script", "s.yaml", "--by-turn"]).unwrap().by_turn);
+        assert_eq!(args(&["--script", "s.yaml", "--log", "r.jsonl"]).unwrap().log, Some(PathBuf::from("r.jsonl")));
 
         let defaults = args(&["--script", "s.json"]).unwrap();
         assert_eq!((defaults.port, defaults.latency_ms, defaults.repeat_default), (0, 0, false));

@@ -23,4 +23,5 @@ mod signals;
 mod skills;
 mod subagents;
 mod support;
+mod synthesis_tree;
 mod trust;

@@ -16,6 +16,9 @@ use super::report::{AgentStatus, RunReport};
 /// GitHub caps a step summary at 1 MiB; ours stays under this, cut at a line.
 const SUMMARY_LIMIT: usize = 1000 * 1000;
 
+/// The agent tables' share of the summary: the rest is left for the synthesis.
+const TABLE_LIMIT: usize = 700 * 1000;
+
 /// The GitHub Actions step orch runs in.
 #[derive(Debug, Clone)]
 pub struct Actions {
@@ -176,7 +179,7 @@ pub fn summary(r: &RunReport, repo_url: Option<&str>) -> String {
     if let Some(why) = &r.stopped {
         let _ = writeln!(md, "Stopped early: {}\n", render::cell(why));
     }
-    md.push_str(&render::agent_table(r, SUMMARY_COLUMNS, repo_url));
+    md.push_str(&render::agent_table(r, SUMMARY_COLUMNS, repo_url, TABLE_LIMIT));
     // A skipped synthesis with nothing to show leaves room for a single agent's answer.
     let synthesis = r.synthesis.as_ref().filter(|s| !s.text.trim().is_empty() || s.status != AgentStatus::Skipped);
     if let Some(s) = synthesis {
@@ -276,6 +279,118 @@ mod tests {
         assert_eq!(fence, "`````");
         let body: Vec<&str> = answer.lines().skip(1).take_while(|l| !l.starts_with(fence)).collect();
         assert_eq!(body.join("\n"), "| forged | row |\n</details>\n```\nout of the block\n````");
+    }
+
+    fn report_of(agents: Vec<AgentReport>) -> RunReport {
+        RunReport {
+            schema_version: 1,
+            run_id: "r".into(),
+            workflow: super::super::report::WorkflowInfo { name: "w".into(), file: "w.yaml".into(), description: None },
+            status: super::super::report::RunStatus::Failed,
+            exit_code: 1,
+            stopped: None,
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_ms: 0,
+            run_dir: PathBuf::new(),
+            repo: PathBuf::new(),
+            base: String::new(),
+            setup: None,
+            totals: super::super::report::Totals::of(&agents, None),
+            agents,
+            synthesis: None,
+            overlaps: Vec::new(),
+            integration: Default::default(),
+            timings: Default::default(),
+            partial: false,
+            publish: None,
+        }
+    }
+
+    /// `n` agents: every 100th from the 7th failed, from the 8th partial, from the 9th
+    /// skipped; the others succeeded, each with a changed file and a branch.
+    fn many(n: usize) -> Vec<AgentReport> {
+        (0..n)
+            .map(|i| {
+                let status = match i % 100 {
+                    7 => AgentStatus::Failed,
+                    8 => AgentStatus::Partial,
+                    9 => AgentStatus::Skipped,
+                    _ => AgentStatus::Succeeded,
+                };
+                let id = format!("fix/file-{i:05}");
+                let mut a = AgentReport::empty(&id, "fix", None, status, format!("REASON-{i}: it went wrong"));
+                if status == AgentStatus::Succeeded {
+                    a.reason = None;
+                }
+                a.turns = 3;
+                a.changed_files = vec![super::super::report::ChangedFile {
+                    path: format!("src/module_{i:05}/file.rs").into(),
+                    kind: "modified".into(),
+                }];
+                a.branch = Some(format!("orch/r/{id}"));
+                a.commit = Some("0123456789abcdef".into());
+                a.text = format!("Fixed the file number {i}.");
+                a
+            })
+            .collect()
+    }
+
+    /// The ids of the table rows, in order.
+    fn row_ids(md: &str) -> Vec<String> {
+        md.lines().filter(|l| l.starts_with("| `")).map(|l| l[3..].split('`').next().unwrap().to_string()).collect()
+    }
+
+    #[test]
+    fn few_agents_are_one_table_failures_first() {
+        let md = summary(&report_of(many(20)), None);
+        assert!(!md.contains("<details>"), "{md}");
+        let ids = row_ids(&md);
+        assert_eq!(ids.len(), 20);
+        assert_eq!(&ids[..3], ["fix/file-00007", "fix/file-00008", "fix/file-00000"]);
+        assert_eq!(ids.last().unwrap(), "fix/file-00009", "the skipped agent comes last");
+    }
+
+    #[test]
+    fn past_fifty_agents_successes_fold_with_counts() {
+        let md = summary(&report_of(many(200)), None);
+        let open = md.split("<details>").next().unwrap();
+        assert_eq!(row_ids(open), ["fix/file-00007", "fix/file-00107", "fix/file-00008", "fix/file-00108"]);
+        assert!(md.contains("<details><summary>194 succeeded (582 turns, $0.0000)</summary>\n\n| agent |"), "{md}");
+        assert!(md.contains("<details><summary>2 skipped"), "{md}");
+        assert_eq!(md.matches("<details>").count(), md.matches("</details>").count());
+        assert_eq!(row_ids(&md).len(), 200);
+        // report.md folds the same way, tables and per-agent sections.
+        let report_md = super::super::report::markdown(&report_of(many(200)));
+        assert!(report_md.contains("<details><summary>194 succeeded ("), "{report_md}");
+        assert!(report_md.contains("<details><summary>194 succeeded agents</summary>"), "{report_md}");
+        assert_eq!(report_md.matches("<details>").count(), report_md.matches("</details>").count());
+        let sections = report_md.split("\n## Agents").nth(1).unwrap();
+        let first = sections.find("### `fix/file-00007` (failed)").unwrap();
+        assert!(first < sections.find("### `fix/file-00008` (partial)").unwrap());
+        assert!(sections.find("### `fix/file-00107` (failed)").unwrap() < sections.find("(partial)").unwrap());
+    }
+
+    #[test]
+    fn ten_thousand_agents_fit_the_step_summary_limit() {
+        let mut r = report_of(many(10_000));
+        let mut s = super::super::report::SynthesisReport::skipped("");
+        s.status = AgentStatus::Succeeded;
+        s.reason = None;
+        s.text = "THE-FINAL-ANSWER".into();
+        r.synthesis = Some(s);
+        let md = summary(&r, Some("https://github.com/o/r"));
+        assert!(md.len() < 1024 * 1024, "{} bytes", md.len());
+        assert!(md.contains("THE-FINAL-ANSWER"), "the synthesis is not crowded out");
+        let ids = row_ids(&md);
+        // Every failure and partial agent is listed, first; then successes until the room ends.
+        assert_eq!(ids.iter().filter(|id| id.ends_with('7') && id[9..].ends_with("07")).count(), 100);
+        assert!(ids[..100].iter().all(|id| id.ends_with("07")), "{:?}", &ids[..5]);
+        assert!(ids[100..200].iter().all(|id| id.ends_with("08")));
+        assert!(ids.len() < 10_000);
+        assert!(md.contains("*Not listed here, to stay within the size limit:"), "{}", &md[md.len() - 500..]);
+        assert!(md.contains("report.md in the run directory"));
+        assert_eq!(md.matches("<details>").count(), md.matches("</details>").count());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::error::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
-use super::{conclude, events, exit_code, github, publish, schedule, synthesis};
+use super::{conclude, events, exit_code, github, publish, synthesis};
 use crate::exit::{Code, UsageError};
 use crate::options::MergeOptions;
 use crate::{clock, provider, signals, workflow};
@@ -129,7 +129,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         let interrupts = signals::watch(cancel.clone())?;
         let task =
             merged.workflow.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", merged.workflow.name));
-        let env = schedule::SynthesisEnv {
+        let env = synthesis::SynthesisEnv {
             provider: provider.as_ref(),
             prices: provider::prices(&model_args)?,
             fallback_model: model_args.fallback_model.clone(),
@@ -141,8 +141,16 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
             json: args.json,
         };
         let at = Instant::now();
-        let prompt = synthesis::prompt(&task, &agents, custom.as_deref());
-        merged.synthesis = Some(schedule::synthesis(&env, prompt, model_args.model.clone()).await);
+        let spec = plan.as_ref().map(|p| p.synthesis.clone()).unwrap_or_else(|| orch_workflows::SynthesisSpec {
+            model: None,
+            prompt: None,
+            strategy: Default::default(),
+            group_size: None,
+            context_window: None,
+        });
+        let concurrency = plan.as_ref().and_then(|p| p.concurrency).unwrap_or(super::DEFAULT_CONCURRENCY).max(1);
+        let settings = synthesis::Settings::of(&spec, model_args.model.clone(), concurrency as usize);
+        merged.synthesis = Some(synthesis::run(&env, &task, &agents, &settings).await);
         merged.timings.synthesis_ms = at.elapsed().as_millis() as u64;
         env.reporter.finish();
         interrupted = interrupts.code();

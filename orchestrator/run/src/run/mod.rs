@@ -25,6 +25,7 @@ mod checkpoint;
 mod disk;
 mod events;
 mod github;
+mod html;
 mod junit;
 mod live_report;
 mod merge;
@@ -334,7 +335,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         let whole = args.shard.is_none() && args.only.is_empty();
         if stop.get().is_none() && whole {
             let at = Instant::now();
-            report.synthesis = synthesize(&shared, &plan, &report.agents).await;
+            report.synthesis = synthesize(&shared, &plan, &report.agents, concurrency as usize).await;
             report.timings.synthesis_ms = ms(at);
         }
     }
@@ -411,6 +412,9 @@ pub(crate) fn publish(
 ) -> crate::error::Result<()> {
     let dir = &report.run_dir;
     report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    if let Err(e) = html::write(dir, report) {
+        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
+    }
     if let Some(path) = junit {
         std::fs::write(path, junit::render(report))
             .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
@@ -551,7 +555,12 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
 
 /// Runs synthesis when there is something to combine: two or more agents that ran, or
 /// a custom `synthesis.prompt`. With a single agent, its answer is the run's answer.
-async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Option<report::SynthesisReport> {
+async fn synthesize(
+    shared: &Shared,
+    plan: &Plan,
+    agents: &[AgentReport],
+    concurrency: usize,
+) -> Option<report::SynthesisReport> {
     let ran = agents.iter().filter(|a| a.status != AgentStatus::Skipped).count();
     if ran == 0 || (agents.len() < 2 && plan.synthesis.prompt.is_none()) {
         return None;
@@ -562,9 +571,9 @@ async fn synthesize(shared: &Shared, plan: &Plan, agents: &[AgentReport]) -> Opt
         ));
     }
     let task = plan.description.clone().unwrap_or_else(|| format!("The workflow `{}`.", plan.name));
-    let prompt = synthesis::prompt(&task, agents, plan.synthesis.prompt.as_deref());
     let model = plan.synthesis.model.clone().unwrap_or_else(|| shared.default_model.clone());
-    Some(schedule::synthesis(&schedule::SynthesisEnv::of(shared), prompt, model).await)
+    let settings = synthesis::Settings::of(&plan.synthesis, model, concurrency);
+    Some(synthesis::run(&synthesis::SynthesisEnv::of(shared), &task, agents, &settings).await)
 }
 
 /// Overlaps, then `integrate:`: fetch branches into the user's repository, and merge

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{AgentReport, RunReport, RunStatus, SynthesisReport};
+use super::report::{AgentReport, AgentStatus, RunReport, RunStatus, SynthesisReport};
 
 /// A column of the agent table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,15 +41,102 @@ impl Column {
     }
 }
 
-/// The agent table of `r` with `columns`; `repo_url` (`https://github.com/o/r`) links
-/// fetched branches.
-pub(crate) fn agent_table(r: &RunReport, columns: &[Column], repo_url: Option<&str>) -> String {
+/// Past this many agents, the tables fold the agents that need no attention
+/// (succeeded, cancelled, skipped) into `<details>` blocks, one per status, with counts.
+pub(crate) const FOLD_AFTER: usize = 50;
+
+/// Where a status comes in the reports: failures first, then partial agents, then
+/// successes, then what did not run to its end.
+pub(crate) fn status_rank(s: AgentStatus) -> u8 {
+    match s {
+        AgentStatus::Failed => 0,
+        AgentStatus::Partial => 1,
+        AgentStatus::Succeeded => 2,
+        AgentStatus::Cancelled => 3,
+        AgentStatus::Skipped => 4,
+        AgentStatus::Running => 5,
+        AgentStatus::Pending => 6,
+    }
+}
+
+/// The agents in report order: by [`status_rank`], in agent order within a status.
+pub(crate) fn by_status(agents: &[AgentReport]) -> Vec<&AgentReport> {
+    let mut ordered: Vec<&AgentReport> = agents.iter().collect();
+    ordered.sort_by_key(|a| status_rank(a.status));
+    ordered
+}
+
+/// The agent tables of `r` with `columns`, in report order (see [`by_status`]); past
+/// [`FOLD_AFTER`] agents, failed and partial agents stay in the open and every other
+/// status folds into a `<details>` block with its count. The rows stop at
+/// `max_bytes` (the tables closed, the rest counted in a note that points to
+/// `report.md`). `repo_url` (`https://github.com/o/r`) links fetched branches.
+pub(crate) fn agent_table(r: &RunReport, columns: &[Column], repo_url: Option<&str>, max_bytes: usize) -> String {
     let headers: Vec<&str> = columns.iter().map(|c| c.header().0).collect();
     let rules: Vec<&str> = columns.iter().map(|c| c.header().1).collect();
-    let mut md = format!("| {} |\n|{}|\n", headers.join(" | "), rules.join("|"));
-    for a in &r.agents {
-        let cells: Vec<String> = columns.iter().map(|c| agent_cell(r, a, *c, repo_url)).collect();
-        let _ = writeln!(md, "| {} |", cells.join(" | "));
+    let head = format!("| {} |\n|{}|\n", headers.join(" | "), rules.join("|"));
+    let ordered = by_status(&r.agents);
+    let fold = r.agents.len() > FOLD_AFTER;
+    // Runs of agents that share a table: all of them, or (folding) the open run of
+    // failed and partial agents, then one run per other status.
+    let mut runs: Vec<(Option<AgentStatus>, Vec<&AgentReport>)> = Vec::new();
+    for a in ordered {
+        let key = (fold && !matches!(a.status, AgentStatus::Failed | AgentStatus::Partial)).then_some(a.status);
+        match runs.last_mut() {
+            Some((k, run)) if *k == key => run.push(a),
+            _ => runs.push((key, vec![a])),
+        }
+    }
+    let mut md = String::new();
+    let mut left: Vec<(AgentStatus, usize)> = Vec::new();
+    for (folded, run) in runs {
+        let mut rows = String::new();
+        let mut shown = 0;
+        for a in &run {
+            let cells: Vec<String> = columns.iter().map(|c| agent_cell(r, a, *c, repo_url)).collect();
+            let row = format!("| {} |\n", cells.join(" | "));
+            if md.len() + head.len() + rows.len() + row.len() + 200 > max_bytes {
+                break;
+            }
+            rows.push_str(&row);
+            shown += 1;
+        }
+        for a in &run[shown..] {
+            match left.iter_mut().find(|(s, _)| *s == a.status) {
+                Some((_, n)) => *n += 1,
+                None => left.push((a.status, 1)),
+            }
+        }
+        if shown == 0 {
+            continue;
+        }
+        match folded {
+            None => {
+                md.push_str(&head);
+                md.push_str(&rows);
+            }
+            Some(status) => {
+                let turns: u32 = run.iter().map(|a| a.turns).sum();
+                let spent: f64 = run.iter().map(|a| a.cost_usd).sum();
+                let _ = write!(
+                    md,
+                    "\n<details><summary>{} {} ({turns} turns, {})</summary>\n\n{head}{rows}\n</details>\n",
+                    run.len(),
+                    status.as_str(),
+                    cost(spent)
+                );
+            }
+        }
+    }
+    if !left.is_empty() {
+        let counts: Vec<String> = left.iter().map(|(s, n)| format!("{n} {}", s.as_str())).collect();
+        let _ = writeln!(
+            md,
+            "\n*Not listed here, to stay within the size limit: {} agents ({}). report.md in the run directory \
+             (the run's artifact in CI) lists every agent.*",
+            left.iter().map(|(_, n)| n).sum::<usize>(),
+            counts.join(", ")
+        );
     }
     md
 }
@@ -121,6 +208,18 @@ pub(crate) fn synthesis_head(s: &SynthesisReport, level: &str) -> String {
     if let Some(reason) = &s.reason {
         let _ = writeln!(md, "{}\n", cell(reason));
     }
+    if let Some(tree) = s.tree.as_ref().filter(|t| !t.levels.is_empty()) {
+        let sizes: Vec<String> = tree.levels.iter().map(|l| l.groups.len().to_string()).collect();
+        let _ = writeln!(
+            md,
+            "Synthesized as a tree: {} level{} of groups ({} groups), then one request over their answers (a budget of \
+             {} tokens a request).\n",
+            tree.levels.len(),
+            if tree.levels.len() == 1 { "" } else { "s" },
+            sizes.join(", then "),
+            s.budget_tokens.unwrap_or_default(),
+        );
+    }
     md
 }
 
@@ -182,7 +281,6 @@ fn longest_run(text: &str, c: char) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::AgentStatus;
     use super::*;
 
     #[test]

@@ -74,6 +74,10 @@ pub struct RunTimings {
 /// Wall-clock phases of one agent, in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentTimings {
+    /// From the start of the agents' phase until it started (behind the concurrency
+    /// limit, or waiting for its needs).
+    #[serde(default)]
+    pub waiting_ms: u64,
     /// Creating its worktree.
     pub worktree_ms: u64,
     /// Preparing its sandbox and starting its tool host.
@@ -337,6 +341,57 @@ pub struct SynthesisReport {
     pub prompt: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript: Option<PathBuf>,
+    /// Tokens one request may hold (half the model's context window), by the loop's
+    /// estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u64>,
+    /// The estimated tokens of the final request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// The levels of group syntheses before the final request, when the reports did
+    /// not fit one. `turns`, `usage` and `cost_usd` above include every group's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<SynthesisTree>,
+}
+
+/// The levels of a tree synthesis, lowest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SynthesisTree {
+    /// Most items per group (`None`: as many as fit the budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<usize>,
+    pub levels: Vec<SynthesisLevel>,
+}
+
+/// One level of a tree synthesis: its groups, in agent order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SynthesisLevel {
+    /// 1 for the groups of agents' reports, 2 for groups of level-1 answers, ...
+    pub level: u32,
+    pub groups: Vec<SynthesisGroup>,
+}
+
+/// One group request of a tree synthesis.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SynthesisGroup {
+    /// `L<level>-G<n>`.
+    pub id: String,
+    /// What it combined: agent ids at level 1, group ids above.
+    pub members: Vec<String>,
+    /// How many agents it stands for.
+    pub agents: usize,
+    pub status: AgentStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The estimated tokens of its request.
+    pub prompt_tokens: u64,
+    pub turns: u32,
+    pub usage: Usage,
+    pub cost_usd: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<PathBuf>,
 }
 
 impl SynthesisReport {
@@ -353,6 +408,9 @@ impl SynthesisReport {
             text: String::new(),
             prompt: None,
             transcript: None,
+            budget_tokens: None,
+            prompt_tokens: None,
+            tree: None,
         }
     }
 }
@@ -509,7 +567,7 @@ pub fn markdown(r: &RunReport) -> String {
     if let Some(why) = &r.stopped {
         let _ = writeln!(md, "Stopped early: {}\n", render::cell(why));
     }
-    md.push_str(&render::agent_table(r, REPORT_COLUMNS, None));
+    md.push_str(&render::agent_table(r, REPORT_COLUMNS, None, usize::MAX));
     for a in r.agents.iter().filter(|a| !a.too_large_files.is_empty()) {
         let files: Vec<String> =
             a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
@@ -520,6 +578,7 @@ pub fn markdown(r: &RunReport) -> String {
         if !s.text.trim().is_empty() {
             let _ = writeln!(md, "{}\n", s.text.trim());
         }
+        md.push_str(&synthesis_tree(s));
     }
     md.push_str(&render::overlaps(r, "##"));
     if let Some(merge) = &r.integration.merge {
@@ -537,7 +596,21 @@ pub fn markdown(r: &RunReport) -> String {
         let _ = writeln!(md, "\nIntegration failed: {error}");
     }
     let _ = writeln!(md, "\n## Agents");
-    for a in &r.agents {
+    let fold = r.agents.len() > render::FOLD_AFTER;
+    let mut folded: Option<AgentStatus> = None;
+    for a in render::by_status(&r.agents) {
+        // Past FOLD_AFTER agents, each status but failed and partial is one block.
+        let fold_as = (fold && !matches!(a.status, AgentStatus::Failed | AgentStatus::Partial)).then_some(a.status);
+        if fold_as != folded {
+            if folded.is_some() {
+                md.push_str("\n</details>\n");
+            }
+            if let Some(status) = fold_as {
+                let n = r.agents.iter().filter(|b| b.status == status).count();
+                let _ = writeln!(md, "\n<details><summary>{n} {} agents</summary>", status.as_str());
+            }
+            folded = fold_as;
+        }
         let _ = writeln!(md, "\n### {} ({})\n", render::code(&a.id), a.status.as_str());
         if let Some(reason) = &a.reason {
             let _ = writeln!(md, "{reason}\n");
@@ -564,9 +637,32 @@ pub fn markdown(r: &RunReport) -> String {
             let _ = writeln!(md, "{}", a.text.trim());
         }
     }
+    if folded.is_some() {
+        md.push_str("\n</details>\n");
+    }
     if let Some(published) = &r.publish {
         md.push_str(&crate::publish::markdown(published));
     }
+    md
+}
+
+/// The levels and groups of a tree synthesis, folded (empty for one request).
+fn synthesis_tree(s: &SynthesisReport) -> String {
+    let Some(tree) = &s.tree else { return String::new() };
+    let mut md = String::from("<details><summary>Synthesis tree</summary>\n\n");
+    for level in &tree.levels {
+        let _ = writeln!(md, "Level {}:\n", level.level);
+        for g in &level.groups {
+            let members: Vec<String> = g.members.iter().map(|m| render::code(m)).collect();
+            let _ = write!(md, "- {} ({}, {} tokens", render::code(&g.id), g.status.as_str(), g.prompt_tokens);
+            if let Some(reason) = &g.reason {
+                let _ = write!(md, ": {}", render::one_line(reason));
+            }
+            let _ = writeln!(md, "): {}", members.join(", "));
+        }
+        md.push('\n');
+    }
+    md.push_str("Then the final request over the last level's answers.\n\n</details>\n");
     md
 }
 

@@ -21,20 +21,17 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use orch_agents::prompt::{Environment, system_prompt};
-use orch_agents::tool::NoTools;
-use orch_agents::{Limits, Message, QueryConfig, Terminal, query};
 use orch_workflows::{AgentSpec, Plan, PlanNode, RunContext, expand_dynamic, render_prompt};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::Finished;
-use super::events::{AgentSink, Meter, Transcript};
+use super::events::Meter;
 use super::live_report::{LiveReport, Snapshot};
-use super::report::{AgentReport, AgentStatus, SynthesisReport};
+use super::report::{AgentReport, AgentStatus};
 use super::select::Selection;
-use super::{Reporter, Shared, Stop, StopReason};
+use super::{Reporter, Stop, StopReason};
 
 #[cfg(test)]
 mod tests;
@@ -113,6 +110,7 @@ pub async fn run<E: Executor + Sync>(
     dispatch: Dispatch,
 ) -> Vec<AgentReport> {
     let Dispatch { concurrency, max_fail, selection } = dispatch;
+    let began = std::time::Instant::now();
     // Prior results that feed this run but do not belong in its report (`--from`).
     let mut hidden: HashSet<String> = HashSet::new();
     let mut failures = 0;
@@ -178,7 +176,13 @@ pub async fn run<E: Executor + Sync>(
                 };
                 env.reporter.agent_started(&spec.id);
                 let (id, key) = (spec.id.clone(), spec.agent.clone());
-                let handle = tasks.spawn(executor.execute(spec, prompt));
+                let waited = began.elapsed().as_millis() as u64;
+                let job = executor.execute(spec, prompt);
+                let handle = tasks.spawn(async move {
+                    let mut finished = job.await;
+                    finished.report.timings.waiting_ms = waited;
+                    finished
+                });
                 running.insert(handle.id(), (id, key));
             }
         }
@@ -413,105 +417,4 @@ fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
     let at = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
     reports.sort_by_key(|r| at(&r.id));
     reports
-}
-
-/// What synthesis needs from a run (or from `orch merge`, which has no run clone).
-pub struct SynthesisEnv<'a> {
-    pub provider: &'a dyn orch_agents::ModelProvider,
-    pub prices: Arc<orch_agents::PriceTable>,
-    pub fallback_model: Option<String>,
-    pub run_dir: &'a std::path::Path,
-    pub meter: Arc<Meter>,
-    pub stop: Arc<Stop>,
-    pub run_cancel: CancellationToken,
-    pub reporter: Arc<dyn Reporter>,
-    pub json: bool,
-}
-
-impl<'a> SynthesisEnv<'a> {
-    pub fn of(shared: &'a Shared) -> Self {
-        SynthesisEnv {
-            provider: shared.provider.as_ref(),
-            prices: shared.prices.clone(),
-            fallback_model: shared.fallback_model.clone(),
-            run_dir: &shared.run_dir,
-            meter: shared.meter.clone(),
-            stop: shared.stop.clone(),
-            run_cancel: shared.run_cancel.clone(),
-            reporter: shared.reporter.clone(),
-            json: shared.json,
-        }
-    }
-}
-
-/// Runs the synthesis prompt through the loop, with no tools.
-pub async fn synthesis(env: &SynthesisEnv<'_>, prompt: String, model: String) -> SynthesisReport {
-    let mut report = SynthesisReport {
-        status: AgentStatus::Failed,
-        reason: None,
-        terminal: None,
-        model: Some(model.clone()),
-        turns: 0,
-        usage: Default::default(),
-        cost_usd: 0.0,
-        text: String::new(),
-        prompt: None,
-        transcript: None,
-    };
-    let prompt_rel = std::path::PathBuf::from("synthesis-prompt.md");
-    if std::fs::write(env.run_dir.join(&prompt_rel), &prompt).is_ok() {
-        report.prompt = Some(prompt_rel);
-    }
-    let transcript_rel = std::path::PathBuf::from("transcripts").join("synthesis.jsonl");
-    let transcript = Transcript::create(&env.run_dir.join(&transcript_rel)).ok().map(Arc::new);
-    if transcript.is_some() {
-        report.transcript = Some(transcript_rel);
-    }
-    env.reporter.note("synthesis started");
-    let mut config = QueryConfig::new("synthesis", &model);
-    config.fallback_model = env.fallback_model.clone();
-    config.prices = env.prices.clone();
-    config.system = system_prompt(&Environment {
-        cwd: env.run_dir,
-        is_git_repo: false,
-        model: &model,
-        date: &crate::clock::today(),
-        git: None,
-        instructions: None,
-    });
-    let capped = env.meter.cap(orch_workflows::Limits { max_turns: Some(3), ..Default::default() });
-    config.limits = Limits {
-        max_turns: capped.max_turns,
-        max_tokens: capped.max_tokens,
-        max_cost_usd: capped.max_cost_usd,
-        ..Limits::default()
-    };
-    let sink = AgentSink {
-        agent: "synthesis".into(),
-        transcript,
-        meter: env.meter.clone(),
-        stop: env.stop.clone(),
-        run_cancel: env.run_cancel.clone(),
-        json: env.json,
-        reporter: env.reporter.clone(),
-        checkpoints: None,
-    };
-    let cancel = env.run_cancel.child_token();
-    let outcome = query(env.provider, &NoTools, &config, vec![Message::user(prompt)], &sink, &cancel).await;
-    report.turns = outcome.turns;
-    report.usage = outcome.usage;
-    report.cost_usd = outcome.cost_usd;
-    report.model = Some(outcome.model);
-    report.text = outcome.final_text;
-    report.status = outcome.terminal.disposition().status.into();
-    if outcome.terminal != Terminal::Completed {
-        report.reason = Some(outcome.terminal.to_string());
-    }
-    // A synthesis that did not succeed says why, on stderr, where the run's end is read.
-    match &report.reason {
-        Some(reason) => env.reporter.note(&format!("synthesis {}: {reason}", report.status.as_str())),
-        None => env.reporter.note(&format!("synthesis {}", report.status.as_str())),
-    }
-    report.terminal = Some(outcome.terminal);
-    report
 }

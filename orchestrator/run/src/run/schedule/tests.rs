@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::*;
+use crate::run::events::AgentSink;
 
 /// How long a cancelled fake agent takes to return.
 const WIND_DOWN: Duration = Duration::from_millis(5);
