@@ -42,11 +42,12 @@ pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with
 pub use plan::{
     AgentSpec, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs, PermissionsSpec, Plan, PlanInput,
     PlanNode, Prompt, RunContext, SandboxSpec, Stage, SynthesisSpec, default_agent_limits, expand_dynamic, fan_out_ids,
-    plan, render_prompt,
+    plan, render_integrate_message, render_prompt,
 };
 pub use schema::{
-    Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings, Network,
-    Output, PermissionMode, Permissions, SandboxConfig, Synthesis, WORKFLOW_KEYS, Workflow, is_known_tool,
+    Agent, Backend, Base, DEFAULT_TOOLS, Defaults, Expect, ForEach, Input, Integrate, IntegrateMode, KNOWN_TOOLS,
+    Limits, ModelSettings, Network, Output, PermissionMode, Permissions, SandboxConfig, Synthesis, WORKFLOW_KEYS,
+    Workflow, is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

@@ -173,6 +173,16 @@ pub struct AgentSpec {
     /// Whether the agent's system prompt carries the project's instruction files.
     #[serde(skip_serializing_if = "is_true")]
     pub instructions: bool,
+    /// Where its worktree starts: the run's base, or a merge of what it needs.
+    #[serde(skip_serializing_if = "crate::schema::Base::is_run")]
+    pub base: crate::schema::Base,
+    /// `expect:`, the agent's over `defaults.expect`.
+    #[serde(skip_serializing_if = "crate::schema::Expect::is_empty")]
+    pub expect: crate::schema::Expect,
+    /// With `base: needs`, the finished agents it starts from, in order, as `(agent id,
+    /// commit)`: filled in by the coordinator's dispatcher when the agent starts.
+    #[serde(skip)]
+    pub start_from: Vec<(String, String)>,
     /// Where the prompt is in the file, for render errors.
     #[serde(skip)]
     origin: Option<Origin>,
@@ -354,7 +364,7 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
         setup: workflow.setup.clone(),
         stages,
         synthesis,
-        integrate: workflow.integrate,
+        integrate: workflow.integrate.clone(),
         fail_fast: workflow.fail_fast,
         fan_outs,
     })
@@ -542,6 +552,9 @@ impl<'w> Planner<'w> {
             output_schema: agent.output.as_ref().map(|o| o.schema.clone()),
             continue_on_failure: agent.continue_on_failure,
             instructions: agent.instructions.or(defaults.instructions).unwrap_or(true),
+            base: agent.base,
+            expect: agent.expect.or(defaults.expect),
+            start_from: Vec::new(),
             origin: Some(self.origin(vec![Seg::key("agents"), Seg::Key(agent.id.clone()), Seg::key("prompt")])),
         }
     }
@@ -881,6 +894,13 @@ pub fn render_prompt(spec: &AgentSpec, context: &RunContext) -> Result<Option<St
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+/// Renders the `integrate.message` template for one agent: `agent` is an object with
+/// `id`, `text`, `output` and `item` (null when absent). The error says what failed.
+pub fn render_integrate_message(template: &str, agent: &Value) -> Result<String, String> {
+    let context = serde_json::json!({ "agent": agent });
+    template::render(template, &context).map_err(|e| e.message)
 }
 
 #[cfg(test)]

@@ -407,6 +407,7 @@ impl RunArgs {
                 network: self.network,
                 image: self.image,
             },
+            prune_branches: self.prune_branches,
             reporter,
         }
     }
@@ -546,6 +547,10 @@ pub struct RunArgs {
     /// The container image for every agent and setup (container backend).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Delete the agents' branches the integration branch holds (`integrate: merge` or
+    /// `squash`; as `integrate.prune: true`): only those are left out of the repository.
+    #[arg(long)]
+    pub prune_branches: bool,
 }
 
 /// `orch merge DIR...`.

@@ -192,6 +192,8 @@ pub struct RunOptions {
     pub publish: Option<crate::publish::PublishMode>,
     /// `--backend`, `--network`, `--image`: replace the workflow's sandbox settings.
     pub sandbox: SandboxOverride,
+    /// `--prune-branches`: delete the agents' branches the integration branch holds.
+    pub prune_branches: bool,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
 }

@@ -65,6 +65,7 @@ use std::path::PathBuf;
 pub use capture::DEFAULT_MAX_FILE_SIZE;
 pub use clone::{CLONE_DIR, Removal, RunClone};
 pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
+pub use merge::{Integrand, IntegrationMode, MergeOutcome, NeedsConflict};
 pub use names::{safe_name, validate_run_id};
 pub use snapshot::snapshot;
 pub use worktree::{ChangeKind, CommitInfo, Worktree};
