@@ -402,7 +402,7 @@ fn defaults_fill_what_the_file_leaves_out() {
     assert_eq!(a.model, None);
     // Every agent gets the default turn and time limits (issue 18).
     assert_eq!(a.limits, orch_workflows::default_agent_limits());
-    assert_eq!(plan.integrate, orch_workflows::Integrate::Branches);
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Branches);
     assert!(!plan.fail_fast);
 }
 
@@ -454,4 +454,37 @@ fn the_instructions_switch_defaults_on_and_an_agent_overrides_it() {
     let off = planned(text, &[]);
     assert!(!spec(&off, "a").instructions);
     assert!(spec(&off, "b").instructions);
+}
+
+/// Issue 17: `base: needs`, `expect`, and `integrate` in both its forms.
+#[test]
+fn base_expect_and_integrate_keys() {
+    let text = "version: 1\ndefaults:\n  expect: { changes: true }\nagents:\n  a: { prompt: x }\n  b: { prompt: y, \
+                needs: [a], base: needs, expect: { changes: false } }\nintegrate:\n  mode: squash\n  message: \
+                \"{{ agent.id }}: {{ agent.text }}\"\n  prune: true\n";
+    let plan = planned(text, &[]);
+    assert_eq!(spec(&plan, "a").base, orch_workflows::Base::Run);
+    assert_eq!(spec(&plan, "b").base, orch_workflows::Base::Needs);
+    assert_eq!(spec(&plan, "a").expect.changes, Some(true));
+    assert_eq!(spec(&plan, "b").expect.changes, Some(false));
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Squash);
+    assert!(plan.integrate.prune);
+    let message = plan.integrate.message.as_deref().unwrap();
+    let rendered = orch_workflows::render_integrate_message(message, &json!({"id": "b", "text": "did it"}));
+    assert_eq!(rendered.unwrap(), "b: did it");
+    // The bare form still reads, and the plan shows it as before.
+    let plan = planned("version: 1\nagents:\n  a: { prompt: x }\nintegrate: merge\n", &[]);
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Merge);
+    assert_eq!(serde_json::to_value(&plan.integrate).unwrap(), json!("merge"));
+
+    let errors = |text: &str| render_diagnostics(&load_str(text, "wf.yaml").unwrap_err());
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x, base: needs }\n");
+    assert!(shown.contains("`a` has `base: needs` but needs no agent") && shown.contains("wf.yaml:3:"), "{shown}");
+    let shown =
+        errors("version: 1\nagents:\n  a: { prompt: x }\nintegrate: { mode: squash, message: \"{{ inputs.x }}\" }\n");
+    assert!(shown.contains("`integrate.message` reads `inputs.x`"), "{shown}");
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x }\nintegrate: rebase\n");
+    assert!(shown.contains("rebase") && shown.contains("squash"), "{shown}");
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x, expect: { files: 1 } }\n");
+    assert!(shown.contains("files"), "{shown}");
 }
