@@ -43,7 +43,7 @@ mod synthesis;
 pub(crate) use events::{Transcript, print_answer, print_json_line};
 pub use merge::run as merge;
 pub use reporter::Reporter;
-pub use select::{Shard, shard_of};
+pub use select::{Shard, assign_shards};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

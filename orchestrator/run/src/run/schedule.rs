@@ -275,6 +275,10 @@ fn admit(
     hidden: &mut HashSet<String>,
 ) -> Vec<AgentReport> {
     let mut reused = Vec::new();
+    selection.assign_new(pending.iter().filter_map(|n| match n {
+        PlanNode::Agent(spec) => Some(spec),
+        PlanNode::DynamicFanOut(_) => None,
+    }));
     pending.retain(|node| {
         let PlanNode::Agent(spec) = node else { return true };
         if let Some(prior) = selection.prior.get(&spec.id) {
