@@ -274,3 +274,57 @@ agents:
     assert_eq!(fx.show(&fx.branch("right"), "shared.txt"), "RIGHT\n");
     assert_eq!(history(&fx.repo, &fx.branch("integration")).len(), 1);
 }
+
+/// `orch plan --shards N --format github-matrix` of a workflow with `n` static agents.
+fn matrix_of(fx: &Fixture, workflow: &str, shards: u32) -> Vec<serde_json::Value> {
+    let path = fx.write("matrix.yaml", workflow);
+    let out = crate::support::orch()
+        .arg("plan")
+        .arg(&path)
+        .args(["--shards", &shards.to_string(), "--format", "github-matrix"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let matrix: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    matrix["include"].as_array().unwrap().clone()
+}
+
+fn agents_workflow(n: usize) -> String {
+    let mut text = String::from("version: 1\nname: many\nagents:\n");
+    for i in 0..n {
+        text.push_str(&format!("  a{i}: {{ prompt: task {i} }}\n"));
+    }
+    text
+}
+
+#[test]
+fn the_matrix_is_balanced_and_never_lists_an_empty_shard() {
+    let fx = Fixture::new("t-matrix", &[("a.txt", "a\n")]);
+    let sizes = |entries: &[serde_json::Value]| {
+        let mut s: Vec<usize> = entries.iter().map(|e| e["agents"].as_str().unwrap().split_whitespace().count()).collect();
+        s.sort_unstable_by(|a, b| b.cmp(a));
+        s
+    };
+    assert_eq!(sizes(&matrix_of(&fx, &agents_workflow(10), 4)), [3, 3, 2, 2]);
+    let few = matrix_of(&fx, &agents_workflow(3), 20);
+    assert_eq!(sizes(&few), [1, 1, 1], "{few:#?}");
+    // A dynamic fan-out: every shard is listed, and says what it will run of it.
+    let dynamic = r#"
+version: 1
+name: dynamic
+agents:
+  survey:
+    prompt: List the files.
+    output: { schema: { type: object, required: [files], properties: { files: { type: array, items: { type: string } } } } }
+  fix:
+    needs: [survey]
+    for_each: "{{ agents.survey.output.files }}"
+    prompt: Fix {{ item }}.
+"#;
+    let entries = matrix_of(&fx, dynamic, 3);
+    assert_eq!(entries.len(), 3, "{entries:#?}");
+    for entry in &entries {
+        let note = entry["fan_out"].as_str().unwrap();
+        assert!(note.contains("fix") && note.contains("agents.survey.output.files") && note.contains("3 shards"), "{note}");
+    }
+}
