@@ -599,11 +599,14 @@ impl<'w> Planner<'w> {
                 let context = Value::Object(Map::from_iter([("inputs".to_string(), Value::Object(inputs.clone()))]));
                 match template::eval(expr, &context) {
                     Ok(Value::Array(items)) => items,
-                    // Text from `--input`: a JSON list, or items separated by commas or lines.
+                    // Text from `--input`: a JSON list; text with line breaks, one item per
+                    // non-empty line (`git ls-files` output, where a name may hold a comma);
+                    // else items separated by commas.
                     Ok(Value::String(list)) => match serde_json::from_str::<Vec<Value>>(&list) {
                         Ok(items) if list.trim_start().starts_with('[') => items,
                         _ => {
-                            list.split([',', '\n']).map(str::trim).filter(|s| !s.is_empty()).map(Value::from).collect()
+                            let separator = if list.trim().contains('\n') { '\n' } else { ',' };
+                            list.split(separator).map(str::trim).filter(|s| !s.is_empty()).map(Value::from).collect()
                         }
                     },
                     Ok(other) => {

@@ -362,8 +362,12 @@ fn for_each_over_inputs_expands_at_plan_time() {
                 for_each: \"{{ inputs.crates }}\"\n    prompt: Fix {{ item }}.\n";
     let plan = planned(text, &[]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/core", "fix/cli"]);
-    let plan = planned(text, &[("crates", json!("a, b,\nc"))]);
+    let plan = planned(text, &[("crates", json!("a, b, c"))]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/a", "fix/b", "fix/c"]);
+    // Lines (as from `git ls-files`): one item per non-empty line, commas kept.
+    let plan = planned(text, &[("crates", json!("src/a.rs\n\n  src/b,c.rs\r\nsrc/d.rs\n"))]);
+    let items: Vec<&serde_json::Value> = plan.agents().map(|a| &a.fan_out.as_ref().unwrap().item).collect();
+    assert_eq!(items, [&json!("src/a.rs"), &json!("src/b,c.rs"), &json!("src/d.rs")]);
     let plan = planned(text, &[("crates", json!(r#"["x", {"name": "y"}]"#))]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/x", "fix/y"]);
     let errors = plan_errors(text, &[("crates", json!({ "a": 1 }))]);

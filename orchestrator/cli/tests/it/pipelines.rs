@@ -301,7 +301,8 @@ fn agents_workflow(n: usize) -> String {
 fn the_matrix_is_balanced_and_never_lists_an_empty_shard() {
     let fx = Fixture::new("t-matrix", &[("a.txt", "a\n")]);
     let sizes = |entries: &[serde_json::Value]| {
-        let mut s: Vec<usize> = entries.iter().map(|e| e["agents"].as_str().unwrap().split_whitespace().count()).collect();
+        let mut s: Vec<usize> =
+            entries.iter().map(|e| e["agents"].as_str().unwrap().split_whitespace().count()).collect();
         s.sort_unstable_by(|a, b| b.cmp(a));
         s
     };
@@ -325,6 +326,9 @@ agents:
     assert_eq!(entries.len(), 3, "{entries:#?}");
     for entry in &entries {
         let note = entry["fan_out"].as_str().unwrap();
-        assert!(note.contains("fix") && note.contains("agents.survey.output.files") && note.contains("3 shards"), "{note}");
+        assert!(
+            note.contains("fix") && note.contains("agents.survey.output.files") && note.contains("3 shards"),
+            "{note}"
+        );
     }
 }
