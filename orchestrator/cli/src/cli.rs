@@ -428,6 +428,7 @@ impl MergeArgs {
             reporter,
             trust_repo_config: self.trust_repo_config,
             config_ref: self.config_ref,
+            repo: self.repo,
         }
     }
 }
@@ -588,6 +589,11 @@ pub struct MergeArgs {
     /// --workflow): `on`, `dry-run` or `off`. Default as for `orch run`.
     #[arg(long, value_name = "MODE", value_parser = parse_publish)]
     pub publish: Option<orch_run::publish::PublishMode>,
+    /// The repository that gets the integration branch built from the shards' patches
+    /// (with a --workflow whose `integrate:` is `merge` or `squash`; default: the
+    /// current directory).
+    #[arg(long, value_name = "PATH")]
+    pub repo: Option<PathBuf>,
 }
 
 /// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did

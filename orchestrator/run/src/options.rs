@@ -249,6 +249,9 @@ pub struct MergeOptions {
     pub trust_repo_config: bool,
     /// Treat this as a pull-request run whose trusted configuration is at this ref.
     pub config_ref: Option<String>,
+    /// The repository that gets the integration branch built across the shards
+    /// (default: the current directory).
+    pub repo: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for MergeOptions {

@@ -332,3 +332,80 @@ agents:
         );
     }
 }
+
+#[test]
+fn orch_merge_builds_one_integration_branch_across_shards_from_the_patches() {
+    let fx = Fixture::new("t-shard-int", &[("a.txt", "a\n")]);
+    let workflow = r#"
+version: 1
+name: batch
+concurrency: 3
+agents:
+  fix:
+    for_each: [f1, f2, f3, f4, f5, f6]
+    prompt: Fix {{ item }}.
+    tools: [Bash]
+integrate: squash
+"#;
+    let script = r#"
+version: 1
+agents:
+  "fix/*":
+    - tool_calls: [{name: Bash, input: {command: "echo done > \"out-$(basename \"$PWD\").txt\""}}]
+    - text: "Fixed one file.\nIt was easy."
+  synthesis:
+    - text: all fixed
+"#;
+    let workflow_path = fx.write("workflow.yaml", workflow);
+    let script_path = fx.write("script.yaml", script);
+    let mut dirs = Vec::new();
+    for k in 1..=2 {
+        let out = fx.dir.path().join(format!("shard{k}"));
+        let run = crate::support::orch()
+            .arg("run")
+            .arg(&workflow_path)
+            .args(["--provider", "scripted", "--script"])
+            .arg(&script_path)
+            .arg("--repo")
+            .arg(&fx.repo)
+            .arg("--out")
+            .arg(&out)
+            .args(["--run-id", &format!("t-shard-int-{k}"), "--shard", &format!("{k}/2")])
+            .output()
+            .unwrap();
+        crate::support::Run::from_output(&out, run).expect_code(0);
+        dirs.push(out);
+    }
+    let merged_dir = fx.dir.path().join("merged");
+    let merged = crate::support::orch()
+        .arg("merge")
+        .args(&dirs)
+        .arg("--workflow")
+        .arg(&workflow_path)
+        .args(["--provider", "scripted", "--script"])
+        .arg(&script_path)
+        .arg("--repo")
+        .arg(&fx.repo)
+        .arg("--out")
+        .arg(&merged_dir)
+        .output()
+        .unwrap();
+    let merged = crate::support::Run::from_output(&merged_dir, merged);
+    merged.expect_code(0);
+    let integration = &merged.report["integration"]["merge"];
+    let branch = integration["branch"].as_str().unwrap().to_owned();
+    assert!(branch.starts_with("orch/merge-") && branch.ends_with("/integration"), "{branch}");
+    let entries = integration["merges"].as_array().unwrap();
+    assert_eq!(entries.len(), 6);
+    assert!(entries.iter().all(|e| e["merged"] == true), "{integration:#}");
+    // Six squash commits, one per agent in plan order, each with its summary.
+    let log = history(&fx.repo, &branch);
+    let subjects: Vec<&str> = log.iter().map(|(s, _, _)| s.as_str()).collect();
+    let want: Vec<String> = (1..=6).map(|i| format!("fix/f{i}: Fixed one file.")).collect();
+    assert_eq!(subjects, want);
+    assert!(log.iter().all(|(_, m, p)| *p == 1 && m.ends_with("Fixed one file.\nIt was easy.\n")), "{log:?}");
+    let repo = Repository::open(&fx.repo).unwrap();
+    let tree = repo.revparse_single(&branch).unwrap().peel_to_tree().unwrap();
+    let files = tree.iter().filter(|e| e.name().unwrap().starts_with("out-fix-f")).count();
+    assert_eq!(files, 6);
+}
