@@ -43,12 +43,13 @@ pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with
 pub use plan::{
     AgentSpec, BUILTIN_ROOTS, Builtins, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs,
     PermissionsSpec, Plan, PlanInput, PlanNode, Prompt, RunContext, SandboxSpec, Stage, SynthesisSpec,
-    default_agent_limits, expand_dynamic, fan_out_ids, plan, plan_with, reads_builtin, render_prompt,
+    default_agent_limits, expand_dynamic, fan_out_ids, plan, plan_with, reads_builtin, render_integrate_message,
+    render_prompt,
 };
 pub use schema::{
-    Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings, Network,
-    Output, PermissionMode, Permissions, SandboxConfig, Synthesis, SynthesisStrategy, WORKFLOW_KEYS, Workflow,
-    is_known_tool,
+    Agent, Backend, Base, DEFAULT_TOOLS, Defaults, Expect, ForEach, Input, Integrate, IntegrateMode, KNOWN_TOOLS,
+    Limits, ModelSettings, Network, Output, PermissionMode, Permissions, SandboxConfig, Synthesis, SynthesisStrategy,
+    WORKFLOW_KEYS, Workflow, is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

@@ -417,7 +417,13 @@ pub(crate) fn key_hint(key: &str) -> Option<String> {
         "read" | "write" => "write a list of paths, e.g. `read: [~/.cargo/registry]`",
         "mode" => "write one of `default`, `accept-edits`, `plan`, `bypass`",
         "allow" | "deny" | "ask" => "write a list of rules, e.g. `deny: [\"Bash(git push *)\"]`",
-        "integrate" => "write one of `none`, `branches`, `merge`",
+        "integrate" => {
+            "write one of `none`, `branches`, `merge`, `squash`, or a mapping such as \
+             `integrate: { mode: squash, message: \"{{ agent.id }}: {{ agent.text }}\", prune: true }`"
+        }
+        "base" => "write `base: needs` (start from the branches of the agents it needs) or `base: run`",
+        "expect" => "write a mapping, e.g. `expect: { changes: true }`",
+        "changes" | "prune" => "write `true` or `false`",
         "fail_fast" | "continue_on_failure" => "write `true` or `false`",
         "subagents" => "write a mapping, e.g. `subagents: { max_depth: 3, max_concurrent: 10, max_total: 200 }`",
         "setup" => "write a list of shell commands, e.g. `setup: [cargo fetch]`",

@@ -224,6 +224,16 @@ pub struct AgentSpec {
     /// Whether the agent's system prompt carries the project's instruction files.
     #[serde(skip_serializing_if = "is_true")]
     pub instructions: bool,
+    /// Where its worktree starts: the run's base, or a merge of what it needs.
+    #[serde(skip_serializing_if = "crate::schema::Base::is_run")]
+    pub base: crate::schema::Base,
+    /// `expect:`, the agent's over `defaults.expect`.
+    #[serde(skip_serializing_if = "crate::schema::Expect::is_empty")]
+    pub expect: crate::schema::Expect,
+    /// With `base: needs`, the finished agents it starts from, in order, as `(agent id,
+    /// commit)`: filled in by the coordinator's dispatcher when the agent starts.
+    #[serde(skip)]
+    pub start_from: Vec<(String, String)>,
     /// Where the prompt is in the file, for render errors.
     #[serde(skip)]
     origin: Option<Origin>,
@@ -430,7 +440,7 @@ pub fn plan_with(workflow: &Workflow, inputs: &Inputs, builtins: &Builtins) -> R
         setup: workflow.setup.clone(),
         stages,
         synthesis,
-        integrate: workflow.integrate,
+        integrate: workflow.integrate.clone(),
         fail_fast: workflow.fail_fast,
         fan_outs,
         builtins: builtins.clone(),
@@ -620,6 +630,9 @@ impl<'w> Planner<'w> {
             output_schema: agent.output.as_ref().map(|o| o.schema.clone()),
             continue_on_failure: agent.continue_on_failure,
             instructions: agent.instructions.or(defaults.instructions).unwrap_or(true),
+            base: agent.base,
+            expect: agent.expect.or(defaults.expect),
+            start_from: Vec::new(),
             origin: Some(self.origin(vec![Seg::key("agents"), Seg::Key(agent.id.clone()), Seg::key("prompt")])),
         }
     }
@@ -665,11 +678,14 @@ impl<'w> Planner<'w> {
                 let context = Value::Object(self.builtins.context(inputs));
                 match template::eval(expr, &context) {
                     Ok(Value::Array(items)) => items,
-                    // Text from `--input`: a JSON list, or items separated by commas or lines.
+                    // Text from `--input`: a JSON list; text with line breaks, one item per
+                    // non-empty line (`git ls-files` output, where a name may hold a comma);
+                    // else items separated by commas.
                     Ok(Value::String(list)) => match serde_json::from_str::<Vec<Value>>(&list) {
                         Ok(items) if list.trim_start().starts_with('[') => items,
                         _ => {
-                            list.split([',', '\n']).map(str::trim).filter(|s| !s.is_empty()).map(Value::from).collect()
+                            let separator = if list.trim().contains('\n') { '\n' } else { ',' };
+                            list.split(separator).map(str::trim).filter(|s| !s.is_empty()).map(Value::from).collect()
                         }
                     },
                     Ok(other) => {
@@ -973,6 +989,13 @@ pub fn render_prompt(spec: &AgentSpec, context: &RunContext) -> Result<Option<St
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+/// Renders the `integrate.message` template for one agent: `agent` is an object with
+/// `id`, `text`, `output` and `item` (null when absent). The error says what failed.
+pub fn render_integrate_message(template: &str, agent: &Value) -> Result<String, String> {
+    let context = serde_json::json!({ "agent": agent });
+    template::render(template, &context).map_err(|e| e.message)
 }
 
 #[cfg(test)]

@@ -154,6 +154,9 @@ pub struct Defaults {
     /// The model calls of every agent (waits, output cap, window, thinking).
     #[serde(default, skip_serializing_if = "ModelSettings::is_empty")]
     pub model_settings: ModelSettings,
+    /// Outcomes every agent must reach (`expect: { changes: true }`).
+    #[serde(default, skip_serializing_if = "Expect::is_empty")]
+    pub expect: Expect,
 }
 
 /// `model_settings:` (in `defaults:` or an agent): how an agent's model calls are made.
@@ -299,6 +302,12 @@ pub struct Agent {
     /// Replaces `defaults.instructions`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<bool>,
+    /// `needs`: start from a merge of the needed agents' branches (requires `needs`).
+    #[serde(default, skip_serializing_if = "Base::is_run")]
+    pub base: Base,
+    /// Over `defaults.expect`, field by field.
+    #[serde(default, skip_serializing_if = "Expect::is_empty")]
+    pub expect: Expect,
 }
 
 impl Agent {
@@ -392,17 +401,129 @@ impl SynthesisStrategy {
     }
 }
 
-/// What happens to the agents' branches at the end.
+/// `integrate:` what happens to the agents' branches at the end. Written as a mode
+/// (`integrate: merge`) or a mapping (`integrate: { mode: squash, message: …, prune:
+/// true }`); a bare mode serializes back as a bare mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Integrate {
+    pub mode: IntegrateMode,
+    /// The commit message template of `squash` and `merge` (variables: `agent.id`,
+    /// `agent.text`, `agent.output`, `agent.item`); `None`: `<id>: <first line of the
+    /// summary>`, a blank line, then the summary.
+    pub message: Option<String>,
+    /// Delete the per-agent branches the integration branch contains.
+    pub prune: bool,
+}
+
+/// How the agents' branches are integrated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Integrate {
+pub enum IntegrateMode {
     /// Leave the changes in the run directory only.
     None,
     /// Fetch each agent's branch `orch/<run>/<agent>` into the repository.
     #[default]
     Branches,
-    /// Also merge them, in order, into `orch/<run>/integration`.
+    /// Also merge them, in order, into `orch/<run>/integration` (merge commits whose
+    /// messages carry each agent's summary).
     Merge,
+    /// Also put one commit per agent, in order, on `orch/<run>/integration`.
+    Squash,
+}
+
+/// The mapping form of `integrate:`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IntegrateMap {
+    #[serde(default)]
+    mode: IntegrateMode,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    prune: bool,
+}
+
+impl Serialize for Integrate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        if self.message.is_none() && !self.prune {
+            return self.mode.serialize(serializer);
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("mode", &self.mode)?;
+        if let Some(message) = &self.message {
+            map.serialize_entry("message", message)?;
+        }
+        if self.prune {
+            map.serialize_entry("prune", &true)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Integrate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Integrate, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Integrate;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "one of `none`, `branches`, `merge`, `squash`, or a mapping with `mode`, `message`, `prune`",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Integrate, E> {
+                let mode = IntegrateMode::deserialize(serde::de::value::StrDeserializer::<E>::new(v))?;
+                Ok(Integrate { mode, ..Integrate::default() })
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Integrate, A::Error> {
+                let m = IntegrateMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Integrate { mode: m.mode, message: m.message, prune: m.prune })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// `base:` where an agent's worktree starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Base {
+    /// The run's base commit.
+    #[default]
+    Run,
+    /// A merge of the branches of the agents it `needs`, in order.
+    Needs,
+}
+
+impl Base {
+    /// Whether this is the default (`run`).
+    pub fn is_run(&self) -> bool {
+        *self == Base::Run
+    }
+}
+
+/// `expect:` (in `defaults:` or an agent): outcomes an agent must reach to succeed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// `true`: an agent that ends with no changed files fails with "no changes".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<bool>,
+}
+
+impl Expect {
+    /// `self`, with every unset field taken from `fallback`.
+    pub fn or(self, fallback: Expect) -> Expect {
+        Expect { changes: self.changes.or(fallback.changes) }
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Expect::default()
+    }
 }
 
 #[cfg(test)]

@@ -181,6 +181,12 @@ fn settings(out: &mut String, spec: &AgentSpec) {
     if spec.continue_on_failure {
         field(out, 4, "on failure", "continue (the run goes on and dependents still start)");
     }
+    if spec.base == crate::schema::Base::Needs {
+        field(out, 4, "base", "a merge of the branches of what it needs, in order");
+    }
+    if spec.expect.changes == Some(true) {
+        field(out, 4, "expect", "changed files (none: failed, \"no changes\")");
+    }
 }
 
 fn field(out: &mut String, indent: usize, name: &str, value: &str) {

@@ -200,6 +200,7 @@ impl<'a> Checker<'a> {
         }
         self.check_cycles();
         self.check_synthesis();
+        self.check_integrate();
     }
 
     // ----- positions -------------------------------------------------------------
@@ -697,6 +698,7 @@ impl<'a> Checker<'a> {
         self.check_permissions(&agent.permissions, || with(base.clone(), Seg::key("permissions")));
         self.check_sandbox(&agent.sandbox, || with(base.clone(), Seg::key("sandbox")));
         self.check_needs(agent, &base);
+        self.check_base(agent, &base);
         self.check_for_each(agent, &base);
         if let Some(output) = &agent.output {
             self.check_schema(&output.schema, with(with(base.clone(), Seg::key("output")), Seg::key("schema")), id);
@@ -809,6 +811,55 @@ impl<'a> Checker<'a> {
                 push_sentence(&mut hint, &format!("`needs` lists ids of agents in this file: {}", self.id_list()));
                 self.error(at, format!("`{}` needs `{need}`, which is not an agent", agent.id), hint);
             }
+        }
+    }
+
+    /// `base: needs` starts from the branches of the agents it needs: it needs some.
+    fn check_base(&mut self, agent: &Agent, base: &[Seg]) {
+        if agent.base == crate::schema::Base::Needs && agent.needs.is_empty() {
+            let at = self.at(&with(base.to_vec(), Seg::key("base")));
+            self.error(
+                at,
+                format!("`{}` has `base: needs` but needs no agent", agent.id),
+                "list the agents whose work it starts from in `needs` (e.g. `needs: [fix]`), or remove `base: needs`",
+            );
+        }
+    }
+
+    /// `integrate.message` is a template over `agent.id`, `agent.text`, `agent.output`
+    /// and `agent.item` only.
+    fn check_integrate(&mut self) {
+        let Some(text) = &self.workflow.integrate.message else { return };
+        let at_path = path(&["integrate", "message"]);
+        let Some(node) = self.node(&at_path) else { return };
+        let refs = match template::references(text) {
+            Ok(refs) => refs,
+            Err(e) => {
+                let at = self.source.inside(node, text, e.offset, e.len);
+                self.error(
+                    at,
+                    format!("bad template in `integrate.message`: {}", e.message),
+                    "close every `{{` with `}}` and every `{%` with `%}`; write a literal `{{` as `{{ '{{' }}`",
+                );
+                return;
+            }
+        };
+        for reference in &refs {
+            let known = reference.root() == "agent"
+                && reference.parts.get(1).is_none_or(|p| matches!(p.as_str(), "id" | "text" | "output" | "item"));
+            if known {
+                continue;
+            }
+            let at = match reference.offset {
+                Some(o) => self.source.inside(node, text, o, reference.len),
+                None => self.source.span(node.span),
+            };
+            self.error(
+                at,
+                format!("`integrate.message` reads `{}`, which it cannot see", reference.parts.join(".")),
+                "the commit message template sees one agent: `agent.id`, `agent.text` (its final answer), \
+                 `agent.output` and `agent.item`",
+            );
         }
     }
 

@@ -407,6 +407,7 @@ impl RunArgs {
                 network: self.network,
                 image: self.image,
             },
+            prune_branches: self.prune_branches,
             reporter,
             diff_base: self.diff_base,
         }
@@ -428,6 +429,7 @@ impl MergeArgs {
             reporter,
             trust_repo_config: self.trust_repo_config,
             config_ref: self.config_ref,
+            repo: self.repo,
         }
     }
 }
@@ -552,6 +554,10 @@ pub struct RunArgs {
     /// comes from the event without this flag).
     #[arg(long, value_name = "REV")]
     pub diff_base: Option<String>,
+    /// Delete the agents' branches the integration branch holds (`integrate: merge` or
+    /// `squash`; as `integrate.prune: true`): only those are left out of the repository.
+    #[arg(long)]
+    pub prune_branches: bool,
 }
 
 /// `orch merge DIR...`.
@@ -589,6 +595,11 @@ pub struct MergeArgs {
     /// --workflow): `on`, `dry-run` or `off`. Default as for `orch run`.
     #[arg(long, value_name = "MODE", value_parser = parse_publish)]
     pub publish: Option<orch_run::publish::PublishMode>,
+    /// The repository that gets the integration branch built from the shards' patches
+    /// (with a --workflow whose `integrate:` is `merge` or `squash`; default: the
+    /// current directory).
+    #[arg(long, value_name = "PATH")]
+    pub repo: Option<PathBuf>,
 }
 
 /// `orch recover DIR`: what `orch run --resume DIR` also does first when DIR's run did

@@ -97,21 +97,35 @@ pub fn validate(args: &ValidateArgs) -> Code {
     }
 }
 
-/// One entry per shard: `shard` (`K/N`, for `orch run --shard`) and the `agents` it runs
-/// that are known now (a dynamic fan-out's instances are assigned when it expands, by the
-/// same hash).
+/// One entry per shard that has work: `shard` (`K/N`, for `orch run --shard`), the
+/// `agents` it runs that are known now, and, when the plan has dynamic fan-outs,
+/// `fan_out`: what it will run of them once their items are known (each fan-out's
+/// instances are balanced over the N shards as one group, so every shard may get some
+/// and every shard is listed). A shard with nothing to run is left out.
 fn matrix(plan: &Plan, shards: u32) -> serde_json::Value {
+    let known: Vec<&str> = plan.agents().map(|spec| spec.id.as_str()).collect();
+    let assigned = orch_run::run::assign_shards(known.iter().copied(), shards);
+    let dynamic: Vec<String> = plan
+        .nodes()
+        .filter_map(|n| match n {
+            orch_workflows::PlanNode::DynamicFanOut(d) => Some(format!(
+                "{}: its share of the items of `{}`, balanced over {shards} shards when `{}` is done",
+                d.id, d.source, d.source_agent
+            )),
+            orch_workflows::PlanNode::Agent(_) => None,
+        })
+        .collect();
     let include: Vec<serde_json::Value> = (1..=shards)
-        .map(|k| {
-            let agents: Vec<&str> = plan
-                .nodes()
-                .filter_map(|n| match n {
-                    orch_workflows::PlanNode::Agent(spec) => Some(spec.id.as_str()),
-                    orch_workflows::PlanNode::DynamicFanOut(_) => None,
-                })
-                .filter(|id| orch_run::run::shard_of(id, shards) == k)
-                .collect();
-            serde_json::json!({ "shard": format!("{k}/{shards}"), "agents": agents.join(" ") })
+        .filter_map(|k| {
+            let agents: Vec<&str> = known.iter().copied().filter(|id| assigned.get(*id) == Some(&k)).collect();
+            if agents.is_empty() && dynamic.is_empty() {
+                return None;
+            }
+            let mut entry = serde_json::json!({ "shard": format!("{k}/{shards}"), "agents": agents.join(" ") });
+            if !dynamic.is_empty() {
+                entry["fan_out"] = serde_json::json!(dynamic.join("; "));
+            }
+            Some(entry)
         })
         .collect();
     serde_json::json!({ "include": include })
@@ -158,6 +172,9 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
             if let Some(n) = shards {
                 for entry in matrix(&plan, n)["include"].as_array().into_iter().flatten() {
                     writeln!(out, "shard {}: {}", entry["shard"].as_str().unwrap_or_default(), entry["agents"])?;
+                    if let Some(fan_out) = entry["fan_out"].as_str() {
+                        writeln!(out, "  and {fan_out}")?;
+                    }
                 }
             }
         }

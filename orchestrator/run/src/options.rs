@@ -192,6 +192,8 @@ pub struct RunOptions {
     pub publish: Option<crate::publish::PublishMode>,
     /// `--backend`, `--network`, `--image`: replace the workflow's sandbox settings.
     pub sandbox: SandboxOverride,
+    /// `--prune-branches`: delete the agents' branches the integration branch holds.
+    pub prune_branches: bool,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
     /// `--diff-base`: the base `pr.changed_files` is found against (see
@@ -250,6 +252,9 @@ pub struct MergeOptions {
     pub trust_repo_config: bool,
     /// Treat this as a pull-request run whose trusted configuration is at this ref.
     pub config_ref: Option<String>,
+    /// The repository that gets the integration branch built across the shards
+    /// (default: the current directory).
+    pub repo: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for MergeOptions {

@@ -362,8 +362,12 @@ fn for_each_over_inputs_expands_at_plan_time() {
                 for_each: \"{{ inputs.crates }}\"\n    prompt: Fix {{ item }}.\n";
     let plan = planned(text, &[]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/core", "fix/cli"]);
-    let plan = planned(text, &[("crates", json!("a, b,\nc"))]);
+    let plan = planned(text, &[("crates", json!("a, b, c"))]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/a", "fix/b", "fix/c"]);
+    // Lines (as from `git ls-files`): one item per non-empty line, commas kept.
+    let plan = planned(text, &[("crates", json!("src/a.rs\n\n  src/b,c.rs\r\nsrc/d.rs\n"))]);
+    let items: Vec<&serde_json::Value> = plan.agents().map(|a| &a.fan_out.as_ref().unwrap().item).collect();
+    assert_eq!(items, [&json!("src/a.rs"), &json!("src/b,c.rs"), &json!("src/d.rs")]);
     let plan = planned(text, &[("crates", json!(r#"["x", {"name": "y"}]"#))]);
     assert_eq!(plan.agents().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["fix/x", "fix/y"]);
     let errors = plan_errors(text, &[("crates", json!({ "a": 1 }))]);
@@ -402,7 +406,7 @@ fn defaults_fill_what_the_file_leaves_out() {
     assert_eq!(a.model, None);
     // Every agent gets the default turn and time limits (issue 18).
     assert_eq!(a.limits, orch_workflows::default_agent_limits());
-    assert_eq!(plan.integrate, orch_workflows::Integrate::Branches);
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Branches);
     assert!(!plan.fail_fast);
 }
 
@@ -545,4 +549,36 @@ fn unknown_pr_fields_are_validation_errors() {
     let fan_out = "version: 1\nagents:\n  a: { for_each: \"{{ pr.files }}\", prompt: \"{{ item }}\" }\n";
     let shown = render_diagnostics(&load_str(fan_out, "wf.yaml").unwrap_err());
     assert!(shown.contains("unknown field `pr.files`"), "{shown}");
+
+/// Issue 17: `base: needs`, `expect`, and `integrate` in both its forms.
+#[test]
+fn base_expect_and_integrate_keys() {
+    let text = "version: 1\ndefaults:\n  expect: { changes: true }\nagents:\n  a: { prompt: x }\n  b: { prompt: y, \
+                needs: [a], base: needs, expect: { changes: false } }\nintegrate:\n  mode: squash\n  message: \
+                \"{{ agent.id }}: {{ agent.text }}\"\n  prune: true\n";
+    let plan = planned(text, &[]);
+    assert_eq!(spec(&plan, "a").base, orch_workflows::Base::Run);
+    assert_eq!(spec(&plan, "b").base, orch_workflows::Base::Needs);
+    assert_eq!(spec(&plan, "a").expect.changes, Some(true));
+    assert_eq!(spec(&plan, "b").expect.changes, Some(false));
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Squash);
+    assert!(plan.integrate.prune);
+    let message = plan.integrate.message.as_deref().unwrap();
+    let rendered = orch_workflows::render_integrate_message(message, &json!({"id": "b", "text": "did it"}));
+    assert_eq!(rendered.unwrap(), "b: did it");
+    // The bare form still reads, and the plan shows it as before.
+    let plan = planned("version: 1\nagents:\n  a: { prompt: x }\nintegrate: merge\n", &[]);
+    assert_eq!(plan.integrate.mode, orch_workflows::IntegrateMode::Merge);
+    assert_eq!(serde_json::to_value(&plan.integrate).unwrap(), json!("merge"));
+
+    let errors = |text: &str| render_diagnostics(&load_str(text, "wf.yaml").unwrap_err());
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x, base: needs }\n");
+    assert!(shown.contains("`a` has `base: needs` but needs no agent") && shown.contains("wf.yaml:3:"), "{shown}");
+    let shown =
+        errors("version: 1\nagents:\n  a: { prompt: x }\nintegrate: { mode: squash, message: \"{{ inputs.x }}\" }\n");
+    assert!(shown.contains("`integrate.message` reads `inputs.x`"), "{shown}");
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x }\nintegrate: rebase\n");
+    assert!(shown.contains("rebase") && shown.contains("squash"), "{shown}");
+    let shown = errors("version: 1\nagents:\n  a: { prompt: x, expect: { files: 1 } }\n");
+    assert!(shown.contains("files"), "{shown}");
 }

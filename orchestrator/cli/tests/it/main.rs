@@ -12,6 +12,7 @@ mod hooks;
 mod masking;
 mod mcp;
 mod permission_settings;
+mod pipelines;
 mod publish;
 mod reap;
 mod recipes;

@@ -218,6 +218,18 @@ impl RunClone {
     }
 
     fn add_worktree_at_blocking(&self, agent_id: &str, start: Option<Oid>) -> Result<Worktree> {
+        self.add_worktree_from_blocking(agent_id, start, false)
+    }
+
+    /// Adds an agent's worktree with its branch at `start` (the run's base when `None`).
+    /// `own_start`: its changes are measured against `start` (`base: needs`), not the
+    /// run's base (`--resume`, where the earlier work belongs to its patch).
+    pub(super) fn add_worktree_from_blocking(
+        &self,
+        agent_id: &str,
+        start: Option<Oid>,
+        own_start: bool,
+    ) -> Result<Worktree> {
         let name = safe_name(agent_id)?;
         let branch = format!("orch/{}/{name}", self.inner.run_id);
         let checkout = self.inner.checkouts.join(&name);
@@ -235,7 +247,10 @@ impl RunClone {
         let branch_ref = run.branch(&branch, &start_commit, false).git(|| {
             format!("create the branch {branch} for agent `{agent_id}` (agent ids must map to distinct names)")
         })?;
-        let worktree = Worktree::new(self.clone(), agent_id.to_owned(), name, branch, checkout, repo_dir);
+        let mut worktree = Worktree::new(self.clone(), agent_id.to_owned(), name, branch, checkout, repo_dir);
+        if own_start {
+            worktree = worktree.starting_at(start);
+        }
         if let Err(e) = worktree.create(start) {
             let _ = fs::remove_dir_all(worktree.path());
             let _ = fs::remove_dir_all(worktree.repo_dir());

@@ -52,6 +52,7 @@ mod clone;
 mod dirty;
 mod merge;
 mod names;
+mod patches;
 mod reopen;
 mod snapshot;
 mod transfer;
@@ -65,7 +66,9 @@ use std::path::PathBuf;
 pub use capture::DEFAULT_MAX_FILE_SIZE;
 pub use clone::{CLONE_DIR, Removal, RunClone};
 pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
+pub use merge::{Integrand, IntegrationMode, MergeOutcome, NeedsConflict};
 pub use names::{safe_name, validate_run_id};
+pub use patches::{PatchItem, integrate_patches};
 pub use snapshot::snapshot;
 pub use worktree::{ChangeKind, CommitInfo, Worktree};
 

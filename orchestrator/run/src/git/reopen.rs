@@ -86,7 +86,7 @@ impl RunClone {
             if !checkout.is_dir() || fs::symlink_metadata(&checkout).is_ok_and(|m| m.file_type().is_symlink()) {
                 continue;
             }
-            found.push(Worktree::new(self.clone(), name.clone(), name, branch, checkout, repo));
+            found.push(Worktree::new(self.clone(), name.clone(), name, branch, checkout, repo).with_recorded_start());
         }
         found.sort_by(|a, b| a.name().cmp(b.name()));
         Ok(found)

@@ -36,7 +36,14 @@ pub struct Worktree {
     repo: PathBuf,
     /// Its admin dir, `<repo>/worktrees/<name>`.
     admin: PathBuf,
+    /// What its changes are measured against: the run's base, or with `base: needs`
+    /// the merge of what it needs (then its patch holds only its own work).
+    start: Oid,
 }
+
+/// The ref of an agent's repository that records its start when it is not the run's
+/// base (`base: needs`), so a reopened worktree measures its changes the same way.
+const START_REF: &str = "refs/orch/start";
 
 /// What an agent's sandbox must expose for git to work read-only in its worktree.
 ///
@@ -112,7 +119,30 @@ impl Worktree {
         repo: PathBuf,
     ) -> Self {
         let admin = repo.join("worktrees").join(&name);
-        Self { clone, agent_id, name, branch, checkout, repo, admin }
+        let start = clone.inner.base;
+        Self { clone, agent_id, name, branch, checkout, repo, admin, start }
+    }
+
+    /// This worktree, its changes measured against `start` instead of the run's base.
+    pub(super) fn starting_at(mut self, start: Oid) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// A reopened worktree with the start its repository recorded (the run's base when
+    /// none was).
+    pub(super) fn with_recorded_start(self) -> Self {
+        let recorded = self.open_repo().ok().and_then(|r| r.refname_to_id(START_REF).ok());
+        match recorded {
+            Some(start) => self.starting_at(start),
+            None => self,
+        }
+    }
+
+    /// The commit its changes, patch and file list are measured against: the run's
+    /// base, or (`base: needs`) the merge of the branches it needs.
+    pub fn start(&self) -> Oid {
+        self.start
     }
 
     /// The agent id this worktree was made for.
@@ -296,6 +326,15 @@ impl Worktree {
         };
         inner.write_repo(&self.repo, shallow.as_deref())?;
         let repo = self.open_repo()?;
+        if repo.find_commit(start).is_err() {
+            // `base: needs`: the merge of the needed branches lives in the run clone only.
+            let run = inner.open()?;
+            super::transfer::copy_objects(&run, &repo, start, &[inner.base], "the branches it needs")?;
+        }
+        if self.start != inner.base {
+            repo.reference(START_REF, self.start, true, "orch: where this agent's work starts")
+                .git(|| format!("record the start of {}", self.branch))?;
+        }
         let start = repo.find_commit(start).git(|| "find the start commit through the user's store".into())?;
         repo.branch(&self.branch, &start, false)
             .git(|| format!("create the branch {} in {}", self.branch, self.repo.display()))?;
@@ -315,7 +354,7 @@ impl Worktree {
         if old == Some(tip) {
             return Ok(());
         }
-        let mut hide = vec![self.clone.inner.base];
+        let mut hide = vec![self.clone.inner.base, self.start];
         hide.extend(old);
         super::transfer::copy_objects(repo, &run, tip, &hide, &self.branch)?;
         run.reference(&refname, tip, true, "orch: the agent's work, committed by the coordinator")
@@ -398,8 +437,7 @@ impl Worktree {
     }
 
     fn diff<'r>(&self, repo: &'r Repository) -> Result<git2::Diff<'r>> {
-        let base =
-            repo.find_commit(self.clone.base()).and_then(|c| c.tree()).git(|| "read the base tree".to_owned())?;
+        let base = repo.find_commit(self.start).and_then(|c| c.tree()).git(|| "read the base tree".to_owned())?;
         let tip = repo
             .find_reference(&self.refname())
             .and_then(|r| r.peel_to_tree())

@@ -81,6 +81,16 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     let start = shared.resume_from.get(&spec.id).copied();
     let added = match start {
         Some(commit) => shared.clone.add_worktree_at(&spec.id, commit).await,
+        None if spec.base == orch_workflows::Base::Needs => match on_needs(&shared, &spec).await {
+            Ok(added) => added,
+            Err(conflict) => {
+                // Nothing ran: no model request, no worktree.
+                report.reason = Some(conflict);
+                report.duration_ms = started.elapsed().as_millis() as u64;
+                finished_line(&shared, transcript.as_deref(), &report);
+                return Finished { report, spec };
+            }
+        },
         None => shared.clone.add_worktree(&spec.id).await,
     };
     let worktree = match added {
@@ -94,6 +104,9 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     };
     report.timings.worktree_ms = ms(at);
     report.branch = Some(worktree.branch().to_string());
+    if worktree.start() != shared.clone.base() && start.is_none() {
+        report.start = Some(worktree.start().to_string());
+    }
     if let Some(commit) = start {
         report.resumed_from = Some(commit.to_string());
         prompt.push_str(RESUMED_NOTE);
@@ -127,6 +140,7 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     // follow a link (git/capture.rs), so a survivor could not redirect it anyway.
     commit(&shared, &spec, &worktree, &mut report).await;
     crate::reap::partial_if_work(&mut report);
+    expect_changes(&spec, &mut report);
     let keep = shared.keep_worktrees || report.status == AgentStatus::Failed;
     if keep {
         report.worktree = Some(worktree.path().to_path_buf());
@@ -138,6 +152,38 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
     finished_line(&shared, transcript.as_deref(), &report);
     Finished { report, spec }
 }
+
+/// `base: needs`: the worktree on the merge of the needed agents' commits. The outer
+/// `Err` is a conflict (the reason to report, naming the files); the inner one a git
+/// failure.
+async fn on_needs(shared: &Shared, spec: &AgentSpec) -> Result<crate::git::Result<Worktree>, String> {
+    let mut needed = Vec::with_capacity(spec.start_from.len());
+    for (id, commit) in &spec.start_from {
+        match git2::Oid::from_str(commit) {
+            Ok(oid) => needed.push((id.clone(), oid)),
+            Err(e) => return Err(format!("the commit `{commit}` of `{id}` it needs is not a commit id: {e}")),
+        }
+    }
+    match shared.clone.add_worktree_on_needs(&spec.id, &needed, &shared.author).await {
+        Ok(Ok(worktree)) => Ok(Ok(worktree)),
+        Ok(Err(conflict)) => Err(conflict.to_string()),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// `expect: { changes: true }`: an agent that would pass with no changed file fails,
+/// with the reason "no changes".
+fn expect_changes(spec: &AgentSpec, report: &mut AgentReport) {
+    let passed = matches!(report.status, AgentStatus::Succeeded | AgentStatus::Partial);
+    if spec.expect.changes == Some(true) && passed && report.changed_files.is_empty() {
+        report.status = AgentStatus::Failed;
+        let before = report.reason.take().map(|r| format!("; {r}")).unwrap_or_default();
+        report.reason = Some(format!("{NO_CHANGES}{before}"));
+    }
+}
+
+/// The reason of an agent that was expected to change files and changed none.
+pub const NO_CHANGES: &str = "no changes";
 
 /// The `agent_finished` line, in the transcript and on `--json`.
 fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &AgentReport) {
@@ -435,7 +481,7 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
         // Nothing new since its last checkpoint (or since the earlier run's work it
         // started from, with `--resume`): its branch holds that work.
         Ok(None) => match super::checkpoint::branch_tip(shared.clone.git_dir(), worktree.branch()) {
-            Some(tip) if tip != shared.clone.base().to_string() => worktree.changed_files().await.map(|files| {
+            Some(tip) if tip != worktree.start().to_string() => worktree.changed_files().await.map(|files| {
                 Some(CommitInfo {
                     commit: tip,
                     branch: worktree.branch().to_owned(),

@@ -113,6 +113,9 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         .collect();
     merged.overlaps =
         crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+    if let Some(plan) = &plan {
+        integrate_shards(&args, plan, &reports, &agents, &sources, &mut merged).await;
+    }
 
     // Synthesis once, over everything.
     let custom = plan.as_ref().and_then(|p| p.synthesis.prompt.clone());
@@ -178,6 +181,82 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         events::print_answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(code)
+}
+
+/// With `integrate: merge` or `squash`: the integration branch across the shards,
+/// `orch/<merge run>/integration` in the repository (`--repo`, else the current
+/// directory), built from the agents' patches in agent order (see
+/// [`crate::git::integrate_patches`]). What fails is reported in the integration
+/// section, never as an error of the merge.
+async fn integrate_shards(
+    args: &MergeOptions,
+    plan: &orch_workflows::Plan,
+    reports: &[(PathBuf, report::RunReport)],
+    agents: &[AgentReport],
+    sources: &[PathBuf],
+    merged: &mut report::RunReport,
+) {
+    use orch_workflows::IntegrateMode;
+    if !matches!(plan.integrate.mode, IntegrateMode::Merge | IntegrateMode::Squash) {
+        return;
+    }
+    let fail = |merged: &mut report::RunReport, why: String| {
+        let before = merged.integration.error.take().map(|e| format!("{e}; ")).unwrap_or_default();
+        merged.integration.error =
+            Some(format!("{before}cannot build the integration branch across the shards: {why}"));
+    };
+    let base = merged.base.clone();
+    if let Some((dir, other)) = reports.iter().find(|(_, r)| r.base != base) {
+        let why =
+            format!("{} started from {} and the first from {base}; merge runs of one base", dir.display(), other.base);
+        return fail(merged, why);
+    }
+    let mut items = Vec::new();
+    for (a, dir) in agents.iter().zip(sources) {
+        let Some(rel) = &a.patch else { continue };
+        if !matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial) {
+            continue;
+        }
+        if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            return fail(merged, format!("the report of `{}` names a patch outside its run directory", a.id));
+        }
+        match std::fs::read(dir.join(rel)) {
+            Ok(patch) => items.push(crate::git::PatchItem {
+                agent: a.id.clone(),
+                patch,
+                from_base: a.start.is_none(),
+                message: super::integration_message(plan.integrate.message.as_deref(), a),
+            }),
+            Err(e) => return fail(merged, format!("cannot read the patch of `{}`: {e}", a.id)),
+        }
+    }
+    let repo = match &args.repo {
+        Some(repo) => repo.clone(),
+        None => match std::env::current_dir() {
+            Ok(dir) => dir,
+            Err(e) => return fail(merged, format!("cannot read the current directory: {e}")),
+        },
+    };
+    let branch = format!("orch/{}/integration", merged.run_id);
+    match crate::git::integrate_patches(&repo, &base, items, &branch, &crate::git::Author::orch()).await {
+        Ok((outcomes, tip)) => {
+            let merges = outcomes
+                .into_iter()
+                .map(|o| {
+                    let branch = agents.iter().find(|a| a.id == o.branch).and_then(|a| a.branch.clone());
+                    report::MergeEntry {
+                        agent: o.branch.clone(),
+                        branch: branch.unwrap_or(o.branch),
+                        merged: o.merged,
+                        conflicts: o.conflicts,
+                    }
+                })
+                .collect();
+            merged.integration.merge = Some(report::MergeReport { branch: branch.clone(), merges });
+            merged.integration.fetched.push(report::FetchedBranch { branch, commit: tip.to_string() });
+        }
+        Err(e) => fail(merged, e.to_string()),
+    }
 }
 
 /// Copies `src_dir/rel` to `out/rel`.

@@ -44,7 +44,7 @@ mod synthesis;
 pub(crate) use events::{Transcript, print_answer, print_json_line};
 pub use merge::run as merge;
 pub use reporter::Reporter;
-pub use select::{Shard, shard_of};
+pub use select::{Shard, assign_shards};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -52,7 +52,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::error::Context as _;
 use orch_agents::{ModelProvider, PriceTable};
-use orch_workflows::{Integrate, Plan, PlanNode};
+use orch_workflows::{IntegrateMode, Plan, PlanNode};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{Code, UsageError};
@@ -286,7 +286,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         agents: Vec::new(),
         synthesis: None,
         overlaps: Vec::new(),
-        integration: IntegrationReport { mode: integrate_name(plan.integrate).into(), ..Default::default() },
+        integration: IntegrationReport { mode: integrate_name(plan.integrate.mode).into(), ..Default::default() },
         totals: Totals::default(),
         timings: report::RunTimings { clone_ms, ..Default::default() },
         publish: None,
@@ -340,7 +340,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         }
     }
     let at = Instant::now();
-    integrate(&shared, &plan, &mut report).await;
+    integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
     match clone.remove().await {
         Ok(crate::git::Removal::Removed) => {}
@@ -576,9 +576,10 @@ async fn synthesize(
     Some(synthesis::run(&synthesis::SynthesisEnv::of(shared), &task, agents, &settings).await)
 }
 
-/// Overlaps, then `integrate:`: fetch branches into the user's repository, and merge
-/// them into the integration branch.
-async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport) {
+/// Overlaps, then `integrate:`: put the agents' work on the integration branch
+/// (`merge`, `squash`), prune the branches it holds (`--prune-branches`,
+/// `integrate.prune`), and fetch the rest into the user's repository.
+async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport, prune: bool) {
     let changed: Vec<(String, Vec<PathBuf>)> = report
         .agents
         .iter()
@@ -589,31 +590,53 @@ async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport) {
         crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
     let committed: Vec<&AgentReport> = report.agents.iter().filter(|a| a.commit.is_some()).collect();
     let mut branches: Vec<String> = committed.iter().filter_map(|a| a.branch.clone()).collect();
-    if plan.integrate == Integrate::None || committed.is_empty() {
+    let integrate = &plan.integrate;
+    if integrate.mode == IntegrateMode::None || committed.is_empty() {
         return;
     }
-    if plan.integrate == Integrate::Merge {
-        // Failed and cancelled agents' work is fetched, but not merged.
-        let mergeable: Vec<&&AgentReport> =
-            committed.iter().filter(|a| matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial)).collect();
+    let mode = match integrate.mode {
+        IntegrateMode::Merge => Some(crate::git::IntegrationMode::Merge),
+        IntegrateMode::Squash => Some(crate::git::IntegrationMode::Squash),
+        IntegrateMode::None | IntegrateMode::Branches => None,
+    };
+    if let Some(mode) = mode {
+        // Failed and cancelled agents' work is fetched, but not integrated.
+        let (ids, items): (Vec<String>, Vec<crate::git::Integrand>) = committed
+            .iter()
+            .filter(|a| matches!(a.status, AgentStatus::Succeeded | AgentStatus::Partial))
+            .filter_map(|a| {
+                let branch = a.branch.clone()?;
+                let start = a.start.as_deref().and_then(|s| git2::Oid::from_str(s).ok()).unwrap_or(shared.clone.base());
+                let message = integration_message(integrate.message.as_deref(), a);
+                Some((a.id.clone(), crate::git::Integrand { branch, start, message }))
+            })
+            .unzip();
         let into = shared.clone.integration_branch();
-        let list: Vec<String> = mergeable.iter().filter_map(|a| a.branch.clone()).collect();
-        match shared.clone.merge_branches(&list, &into, &shared.author).await {
+        match shared.clone.integrate(&items, &into, mode, &shared.author).await {
             Ok(outcomes) => {
-                let merges = mergeable
-                    .iter()
+                let merges = ids
+                    .into_iter()
                     .zip(outcomes)
-                    .map(|(a, o)| report::MergeEntry {
-                        agent: a.id.clone(),
+                    .map(|(agent, o)| report::MergeEntry {
+                        agent,
                         branch: o.branch,
                         merged: o.merged,
                         conflicts: o.conflicts,
                     })
                     .collect();
                 report.integration.merge = Some(report::MergeReport { branch: into.clone(), merges });
+                if prune || integrate.prune {
+                    match shared.clone.prune_contained(&items, &into).await {
+                        Ok(pruned) => {
+                            branches.retain(|b| !pruned.contains(b));
+                            report.integration.pruned = pruned;
+                        }
+                        Err(e) => tracing::warn!("cannot prune the agents' branches: {e}"),
+                    }
+                }
                 branches.push(into);
             }
-            Err(e) => report.integration.error = Some(format!("cannot merge the agents' branches: {e}")),
+            Err(e) => report.integration.error = Some(format!("cannot integrate the agents' branches: {e}")),
         }
     }
     match shared.clone.fetch_into_user(&branches).await {
@@ -628,11 +651,36 @@ async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport) {
     }
 }
 
-fn integrate_name(i: Integrate) -> &'static str {
+/// The commit message of an agent's work on the integration branch: `integrate.message`
+/// rendered for it, or `<id>: <first line of its summary>`, a blank line, and the
+/// summary. A template that fails to render falls back to the default (with a warning).
+pub(crate) fn integration_message(template: Option<&str>, agent: &AgentReport) -> String {
+    if let Some(template) = template {
+        let values = serde_json::json!({
+            "id": agent.id,
+            "text": agent.text,
+            "output": agent.output,
+            "item": agent.item,
+        });
+        match orch_workflows::render_integrate_message(template, &values) {
+            Ok(text) if !text.trim().is_empty() => return format!("{}\n", text.trim_end()),
+            Ok(_) => tracing::warn!(agent = %agent.id, "integrate.message rendered empty; using the default message"),
+            Err(e) => tracing::warn!(agent = %agent.id, "cannot render integrate.message ({e}); using the default"),
+        }
+    }
+    let summary = agent.text.trim();
+    match summary.lines().map(str::trim).find(|l| !l.is_empty()) {
+        Some(first) => format!("{}: {first}\n\n{summary}\n", agent.id),
+        None => format!("{}: {} with no summary\n", agent.id, agent.status.as_str()),
+    }
+}
+
+fn integrate_name(i: IntegrateMode) -> &'static str {
     match i {
-        Integrate::None => "none",
-        Integrate::Branches => "branches",
-        Integrate::Merge => "merge",
+        IntegrateMode::None => "none",
+        IntegrateMode::Branches => "branches",
+        IntegrateMode::Merge => "merge",
+        IntegrateMode::Squash => "squash",
     }
 }
 

@@ -238,6 +238,10 @@ pub struct AgentReport {
     /// to kill before it touched the worktree.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub killed_processes: usize,
+    /// `base: needs`: the commit it started from (the merge of what it needed); its
+    /// changed files and patch are measured against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -283,6 +287,7 @@ impl AgentReport {
             resumed_from: None,
             permissions: None,
             killed_processes: 0,
+            start: None,
         }
     }
 
@@ -436,6 +441,10 @@ pub struct IntegrationReport {
     /// Why integration did not (fully) happen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `--prune-branches`/`integrate.prune`: agents' branches deleted because the
+    /// integration branch holds their work (never fetched into the repository).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<String>,
 }
 
 /// A branch now in the user's repository.

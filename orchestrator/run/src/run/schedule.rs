@@ -158,7 +158,10 @@ pub async fn run<E: Executor + Sync>(
                     i += 1;
                     continue;
                 }
-                let PlanNode::Agent(spec) = pending.remove(i) else { continue };
+                let PlanNode::Agent(mut spec) = pending.remove(i) else { continue };
+                if spec.base == orch_workflows::Base::Needs {
+                    spec.start_from = needed_commits(&spec.needs, &done, &order);
+                }
                 let prompt = match render_prompt(&spec, &context) {
                     Ok(Some(prompt)) => prompt,
                     // The agent definition it uses supplies the task.
@@ -276,6 +279,10 @@ fn admit(
     hidden: &mut HashSet<String>,
 ) -> Vec<AgentReport> {
     let mut reused = Vec::new();
+    selection.assign_new(pending.iter().filter_map(|n| match n {
+        PlanNode::Agent(spec) => Some(spec),
+        PlanNode::DynamicFanOut(_) => None,
+    }));
     pending.retain(|node| {
         let PlanNode::Agent(spec) = node else { return true };
         if let Some(prior) = selection.prior.get(&spec.id) {
@@ -391,6 +398,19 @@ fn needs(
         }) || running.values().any(|(_, k)| k == key)
     };
     if wanted.iter().any(busy) { Needs::Waiting } else { Needs::Ready }
+}
+
+/// `base: needs`: the commits of the agents `wanted` names (every instance of each, in
+/// plan order), as `(agent id, commit)`; agents that changed nothing have none.
+fn needed_commits(wanted: &[String], done: &[AgentReport], order: &[String]) -> Vec<(String, String)> {
+    let position = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
+    let mut out = Vec::new();
+    for key in wanted {
+        let mut instances: Vec<&AgentReport> = done.iter().filter(|r| r.agent == *key).collect();
+        instances.sort_by_key(|r| position(&r.id));
+        out.extend(instances.into_iter().filter_map(|r| r.commit.clone().map(|c| (r.id.clone(), c))));
+    }
+    out
 }
 
 fn not_started(spec: &AgentSpec, why: String) -> AgentReport {

@@ -4,10 +4,22 @@
 //!
 //! - `--only` selects agents whose id or key matches a glob (`fix/*`, `survey`), plus
 //!   every agent they need, so that the selection can run on its own.
-//! - `--shard K/N` selects the agents whose id hashes (FNV-1a, 64 bits) to `K-1` modulo
-//!   `N`. The hash depends on the id alone, so adding an agent moves no other. Agents a
-//!   shard needs must come from `--from DIR` (every shard then sees the same results,
-//!   and a dynamic fan-out the same items), or the run refuses to start.
+//! - `--shard K/N` selects the agents [`assign_shards`] puts in shard `K`: balanced
+//!   rendezvous hashing. Every agent ranks the shards by a weight (FNV-1a of its id,
+//!   mixed with the shard number); all (agent, shard) pairs are taken from the heaviest
+//!   down, and an agent goes to the first shard of its pairs that still has room. Room:
+//!   the first `M mod N` shards to fill hold `ceil(M/N)` agents, the others `floor(M/N)`,
+//!   so sizes differ by at most one, and an empty shard only exists when there are
+//!   fewer agents than shards (`orch plan` then leaves it out of the matrix). The
+//!   assignment depends on the ids alone (not their order), so every shard computes the
+//!   same one. Adding an agent moves it and, when it changes which shards are full,
+//!   usually no other and on average less than one (a strict "moves only the new agent"
+//!   cannot hold together with sizes within one: with 2 shards, 3 agents would need
+//!   pairwise different shards). The agents known when the run starts are one group; the
+//!   instances of a dynamic fan-out are a group of their own, balanced over the same
+//!   shards when it expands. Agents a shard needs must come from `--from DIR` (every
+//!   shard then sees the same results, and a dynamic fan-out the same items), or the
+//!   run refuses to start.
 //! - A prior agent that succeeded is not run again: its text and output feed templates
 //!   and fan-outs as if it had just run. With `--resume` it also stays in the report,
 //!   marked `carried_over`, and its branch (the earlier run's, fetched into the user's
@@ -55,14 +67,61 @@ impl std::fmt::Display for Shard {
     }
 }
 
-/// The shard (1-based) an agent id belongs to among `count`.
-pub fn shard_of(id: &str, count: u32) -> u32 {
+/// FNV-1a (64 bits) of an id.
+fn fnv(id: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in id.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % u64::from(count.max(1))) as u32 + 1
+    hash
+}
+
+/// The rendezvous weight of shard `k` (0-based) for an id of hash `hash`: the two mixed
+/// through splitmix64's finalizer.
+fn weight(hash: u64, k: u32) -> u64 {
+    let mut h = hash ^ u64::from(k + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// The shard (1-based) of each of `ids` among `count`, by the balanced rendezvous rule
+/// of the module docs. Repeated ids count once. The result does not depend on the
+/// order of `ids`.
+pub fn assign_shards<'a>(ids: impl IntoIterator<Item = &'a str>, count: u32) -> HashMap<String, u32> {
+    let count = count.max(1);
+    let mut unique: Vec<(&str, u64)> = ids.into_iter().map(|id| (id, fnv(id))).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    let m = unique.len();
+    let (floor, mut bigger) = (m / count as usize, m % count as usize);
+    let mut pairs: Vec<(u64, usize, u32)> = Vec::with_capacity(m * count as usize);
+    for (i, (_, hash)) in unique.iter().enumerate() {
+        pairs.extend((0..count).map(|k| (weight(*hash, k), i, k)));
+    }
+    // Heaviest first; ties by id then shard, so the order is total.
+    pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(unique[a.1].0.cmp(unique[b.1].0)).then(a.2.cmp(&b.2)));
+    let mut load = vec![0usize; count as usize];
+    let mut out: HashMap<String, u32> = HashMap::with_capacity(m);
+    for (_, i, k) in pairs {
+        let id = unique[i].0;
+        if out.contains_key(id) {
+            continue;
+        }
+        let room = if bigger > 0 { floor + 1 } else { floor };
+        let slot = &mut load[k as usize];
+        if *slot < room {
+            *slot += 1;
+            if *slot == floor + 1 {
+                bigger -= 1;
+            }
+            out.insert(id.to_owned(), k + 1);
+        }
+    }
+    out
 }
 
 /// What to run.
@@ -72,6 +131,9 @@ pub struct Selection {
     /// Agent keys pulled in because a selected agent needs them.
     upstream: BTreeSet<String>,
     shard: Option<Shard>,
+    /// The shard of every agent assigned so far (with `--shard`): the plan's agents, then
+    /// each dynamic fan-out's instances as they appear.
+    shards: std::sync::Mutex<HashMap<String, u32>>,
     /// Succeeded agents of an earlier run, by id.
     pub prior: HashMap<String, AgentReport>,
     /// `--resume`: prior agents stay in the new report.
@@ -130,9 +192,13 @@ impl Selection {
             selection.only = Some(set);
         }
         if let Some(shard) = shard {
-            // Everything a sharded agent needs must be known before the shards start.
+            let known = plan.agents().map(|a| a.id.as_str());
+            *selection.shards.get_mut().unwrap_or_else(|p| p.into_inner()) = assign_shards(known, shard.count);
+            // Everything a sharded agent needs must be known before the shards start (a
+            // dynamic fan-out may put instances in any shard).
             for node in plan.nodes() {
-                if !selection.runs_in_shard(node.id()) || selection.prior.contains_key(node.id()) {
+                let anywhere = matches!(node, PlanNode::DynamicFanOut(_));
+                if !(anywhere || selection.runs_in_shard(node.id())) || selection.prior.contains_key(node.id()) {
                     continue;
                 }
                 for need in needs_of(node) {
@@ -152,7 +218,24 @@ impl Selection {
     }
 
     fn runs_in_shard(&self, id: &str) -> bool {
-        self.shard.is_none_or(|s| shard_of(id, s.count) == s.index)
+        let Some(shard) = self.shard else { return true };
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.get(id) == Some(&shard.index)
+    }
+
+    /// With `--shard`: gives the agents of `specs` that have no shard yet (a dynamic
+    /// fan-out's instances, just expanded) theirs, each fan-out's instances balanced as
+    /// one group.
+    pub fn assign_new<'a>(&self, specs: impl Iterator<Item = &'a orch_workflows::AgentSpec>) {
+        let Some(shard) = self.shard else { return };
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+        for spec in specs.filter(|s| !shards.contains_key(&s.id)) {
+            groups.entry(spec.agent.as_str()).or_default().push(spec.id.as_str());
+        }
+        for ids in groups.into_values() {
+            shards.extend(assign_shards(ids, shard.count));
+        }
     }
 
     /// Whether the agent `id` (of key `key`) runs in this process (before prior results
@@ -237,21 +320,71 @@ fn load_prior(dir: &Path) -> Result<Prior, UsageError> {
 mod tests {
     use super::*;
 
+    fn sizes(shards: &HashMap<String, u32>, count: u32) -> Vec<usize> {
+        let mut sizes: Vec<usize> = (1..=count).map(|k| shards.values().filter(|&&s| s == k).count()).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("fix/{i}")).collect()
+    }
+
     #[test]
-    fn shards_parse_and_hash_stably() {
+    fn shards_parse() {
         assert_eq!("2/4".parse::<Shard>(), Ok(Shard { index: 2, count: 4 }));
         for bad in ["0/4", "5/4", "1/0", "x", "1/"] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
         }
-        // FNV-1a of the id: these values must never change, or shards of one batch run by
-        // different orch versions would overlap.
-        assert_eq!([shard_of("fix/core", 4), shard_of("survey", 4), shard_of("work/1", 4)], [3, 4, 1]);
-        assert_eq!([shard_of("fix/core", 7), shard_of("survey", 7), shard_of("work/1", 7)], [7, 5, 5]);
-        let counts = (0..400).fold([0u32; 4], |mut c, i| {
-            c[(shard_of(&format!("fix/{i}"), 4) - 1) as usize] += 1;
-            c
-        });
-        assert!(counts.iter().all(|&n| n > 70), "{counts:?}");
-        assert_eq!(shard_of("a", 1), 1);
+    }
+
+    #[test]
+    fn shards_are_balanced_within_one() {
+        let ten = ids(10);
+        assert_eq!(sizes(&assign_shards(ten.iter().map(String::as_str), 4), 4), [3, 3, 2, 2]);
+        let three = ids(3);
+        let few = assign_shards(three.iter().map(String::as_str), 20);
+        assert_eq!(few.values().collect::<BTreeSet<_>>().len(), 3, "{few:?}");
+        for (n, count) in [(1, 1), (7, 3), (100, 7), (1000, 32), (5, 5)] {
+            let list = ids(n);
+            let s = sizes(&assign_shards(list.iter().map(String::as_str), count), count);
+            assert_eq!(s.iter().sum::<usize>(), n);
+            assert!(s[0] - s[s.len() - 1] <= 1, "{n} in {count}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn shards_are_stable() {
+        // Pinned: shards of one batch run by different orch versions must not overlap.
+        let ten = ids(10);
+        let fixed = assign_shards(ten.iter().map(String::as_str), 4);
+        let pinned: Vec<u32> = ten.iter().map(|id| fixed[id]).collect();
+        assert_eq!(pinned, [3, 1, 2, 4, 4, 4, 3, 2, 1, 3]);
+        // The order of the ids plays no part.
+        let reversed = assign_shards(ten.iter().rev().map(String::as_str), 4);
+        assert_eq!(fixed, reversed);
+        // Adding one agent moves at most one other here (the new agent makes a shard
+        // fuller; see the module docs for why none at all cannot be promised).
+        for (n, count) in [(10, 4), (20, 20), (5, 4), (3, 20)] {
+            let before_ids = ids(n);
+            let before = assign_shards(before_ids.iter().map(String::as_str), count);
+            let after_ids = ids(n + 1);
+            let after = assign_shards(after_ids.iter().map(String::as_str), count);
+            let moved: Vec<&String> = before_ids.iter().filter(|id| before[*id] != after[*id]).collect();
+            assert!(moved.len() <= 3, "{n} in {count}: {moved:?}");
+        }
+        // Over many additions, on average less than one other agent moves, never more
+        // than a few.
+        let (mut total, mut worst) = (0usize, 0usize);
+        for n in 1..120 {
+            let (a, b) = (ids(n), ids(n + 1));
+            let before = assign_shards(a.iter().map(String::as_str), 4);
+            let after = assign_shards(b.iter().map(String::as_str), 4);
+            let moved = a.iter().filter(|id| before[*id] != after[*id]).count();
+            total += moved;
+            worst = worst.max(moved);
+        }
+        assert!(total < 119, "{total} moves in 119 additions");
+        assert!(worst <= 4, "{worst}");
     }
 }
