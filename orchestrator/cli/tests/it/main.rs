@@ -9,6 +9,7 @@ mod examples;
 mod exec;
 mod exec_session;
 mod hooks;
+mod hooks_fail_closed;
 mod masking;
 mod mcp;
 mod mcp_failures;

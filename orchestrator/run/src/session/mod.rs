@@ -176,6 +176,14 @@ impl AgentSession {
         session.host_pid = started.client.pid();
         let executor = Arc::new(HostExecutor::new(started.client).ending_on_crash(cancel.clone()));
         session.executor = Some(executor.clone());
+        // Hooks fail closed: an agent whose hooks cannot start in its sandbox does not
+        // start either.
+        if let Err(missing) =
+            orch_agents::command_hooks::check(&spec.hooks, executor.as_ref(), cancel.child_token()).await
+        {
+            session.stop().await;
+            return Err(crate::error::Error::Message(hooks_cannot_start(&spec.agent, &spec.sandbox, &missing)));
+        }
         let mut listing = McpListing::default();
         let mut stderr = BTreeMap::new();
         if stdio_json.is_some() {
@@ -304,6 +312,37 @@ impl AgentSession {
         drop(self.registered.take());
         stopped
     }
+}
+
+/// Why an agent does not start when its hooks cannot: each hook command, what it lacks
+/// and why, where it looked, and what to do.
+fn hooks_cannot_start(
+    agent: &str,
+    sandbox: &SandboxSpec,
+    missing: &[orch_agents::command_hooks::MissingInterpreter],
+) -> String {
+    let (place, fix) = match &sandbox.image {
+        Some(image) if sandbox.backend == orch_sandbox::policy::Backend::Container => {
+            (format!("the container image `{image}`"), "use an image that has it")
+        }
+        _ => ("the agent's sandbox".to_string(), "install it, or add its directory to `sandbox.read`"),
+    };
+    let each: Vec<String> = missing
+        .iter()
+        .map(|m| {
+            let command: String = m.command.split_whitespace().collect::<Vec<_>>().join(" ");
+            let command = match command.char_indices().nth(80) {
+                Some((at, _)) => format!("{}…", &command[..at]),
+                None => command,
+            };
+            format!("the hook `{command}` needs `{}` ({}), which {place} does not have", m.missing, m.needed_by)
+        })
+        .collect();
+    format!(
+        "agent `{agent}` was not started because its hooks cannot run: {}; {fix}, or change the hook (hooks run \
+         with `sh -c`)",
+        each.join("; ")
+    )
 }
 
 /// An `mcp_server` event for each server of `stderr` that wrote something new (those of
