@@ -170,11 +170,11 @@ const NOISY_WORKFLOW: &str = r#"
 version: 1
 name: mcp-noisy
 defaults:
-  tools: [mcp__fx__add, mcp__bad__add]
+  tools: [mcp__fx__add, mcp__bad__add, Bash]
   limits: { max_turns: 4, timeout: 2m }
   sandbox: { read: READ_ROOTS }
 mcp_servers:
-  fx: { command: sh, args: ["-c", "echo 'fixture server: starting up' >&2; exec \"$0\" \"$1\"", "PYTHON", "SERVER"] }
+  fx: { command: sh, args: ["-c", "echo 'fixture server: starting up' >&2; (while [ ! -e go ]; do sleep 0.1; done; echo 'fixture server: later' >&2) & exec \"$0\" \"$1\"", "PYTHON", "SERVER"] }
   bad: { command: "PYTHON", args: ["SERVER", "fail"] }
 agents:
   a:
@@ -188,13 +188,15 @@ agents:
   a:
     - tool_calls: [{ name: mcp__fx__add, input: { a: 2, b: 2 } }]
     - tool_calls: [{ name: mcp__bad__add, input: { a: 2, b: 2 } }]
+    - tool_calls: [{ name: Bash, input: { command: "touch go; sleep 1" } }]
     - text: Four.
   synthesis:
     - text: Summary.
 "#;
 
-/// A working server's stderr is in the transcript (and it is not a failure); a server
-/// that exits at once is a failure with its own words, fast, and the named tool says why.
+/// A working server's stderr is in the transcript, what it wrote at start and what it
+/// wrote while the agent worked (and it is not a failure); a server that exits at once
+/// is a failure with its own words, and the named tool says why.
 #[test]
 fn stderr_of_working_and_failing_servers_reaches_the_transcript_and_report() {
     let Some(python) = python() else { return };
@@ -216,6 +218,10 @@ fn stderr_of_working_and_failing_servers_reaches_the_transcript_and_report() {
     assert!(fx_events.iter().all(|e| e.get("error").is_none()), "{events:#?}");
     let fx_stderr: String = fx_events.iter().map(|e| e["stderr"].as_str().unwrap()).collect();
     assert!(fx_stderr.contains("fixture server: starting up"), "{fx_stderr}");
+    assert!(fx_stderr.contains("fixture server: later"), "{fx_stderr}");
+    // The later line was written while the agent worked: the stop reports it.
+    let last = fx_events.last().unwrap()["stderr"].as_str().unwrap();
+    assert_eq!(last, "fixture server: later\n", "{events:#?}");
     let bad: Vec<&Value> = events.iter().filter(|e| e["server"] == "bad").collect();
     assert_eq!(bad.len(), 1, "{events:#?}");
     assert!(bad[0]["stderr"].as_str().unwrap().contains("refuses to start"), "{:#}", bad[0]);
