@@ -145,6 +145,37 @@ fn npx_without_a_network_fails_fast_with_npms_own_error() {
     assert!(processes_left(fx.dir.path()).is_empty(), "{:?}", processes_left(fx.dir.path()));
 }
 
+/// The real `npx`, where this machine has one (with node and npm), under
+/// `network: none` and an empty npm cache: npm's own `ENOTCACHED` well under 5 s
+/// (asserted < 15 s). Without the offline setting it wrote nothing and hung for the
+/// whole 30 s start timeout.
+#[test]
+fn the_real_npx_without_a_network_fails_fast_with_npms_own_error() {
+    let npx = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| PathBuf::from(d).join("npx"))
+        .find(|p| p.is_file());
+    let Some(npx) = npx else {
+        eprintln!("skipping: no npx on PATH (the fake-npx tests above still run)");
+        return;
+    };
+    // npm's own files (`…/node_modules/npm/bin/npx-cli.js` → `…/node_modules`).
+    let real = std::fs::canonicalize(&npx).unwrap();
+    let modules = real.ancestors().find(|a| a.file_name().is_some_and(|n| n == "node_modules")).unwrap();
+    let fx = Fixture::new("t-mcp-real-npx", &[("f.txt", "f\n")]);
+    let workflow = NPX_WORKFLOW.replace("BIN", modules.to_str().unwrap());
+    let (run, seconds) = run(&fx, &workflow, DONE_SCRIPT, &std::env::var("PATH").unwrap_or_default());
+    run.expect_code(0);
+    let a = run.agent("a");
+    let host_ms = a["timings"]["host_ms"].as_u64().unwrap();
+    eprintln!("the real npx failed after {host_ms} ms of the agent's start ({seconds:.1} s for the whole run)");
+    assert!(host_ms < 15_000, "starting the agent took {host_ms} ms");
+    let reason = a["mcp_failures"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("ENOTCACHED"), "{reason}");
+    assert!(processes_left(fx.dir.path()).is_empty(), "{:?}", processes_left(fx.dir.path()));
+}
+
 /// With npm online (the server's own `env` says so, and wins), the fake npm retries past
 /// the start timeout: the server fails at the timeout with the stderr it wrote so far,
 /// and nothing it started is left running.
