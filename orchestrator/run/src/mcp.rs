@@ -19,10 +19,10 @@
 //! are kept for the reason a start failed (its last lines) and for the report, and what
 //! it wrote since the coordinator last asked ([`STDERR_REQUEST`]) goes to the agent's
 //! transcript. A server that exits before the handshake fails at once: the wait ends
-//! when its stdout closes, not at [`START_TIMEOUT`]. Under `network: none`, npm runs
-//! offline (`npm_config_offline=true`, [`offline_npm`]), so an `npx -y` server that is
-//! not in the npm cache fails at once with npm's own error instead of retrying a
-//! network it does not have.
+//! when its stdout closes, not at [`START_TIMEOUT`]. Under `network: none`, npm and uv
+//! run offline ([`OFFLINE_ENV`], [`offline_package_managers`]), so an `npx -y` or
+//! `uvx` server that is not in the cache fails at once with the package manager's own
+//! error instead of retrying a network it does not have.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -482,15 +482,19 @@ pub async fn host_stderr(host: &dyn ToolExecutor, cancel: &CancellationToken) ->
     }
 }
 
-/// The variable that makes npm (and `npx`) use only its cache.
-pub const NPM_OFFLINE: &str = "npm_config_offline";
+/// The variables that make package managers use only their cache: npm (and `npx`),
+/// and uv (and `uvx`).
+pub const OFFLINE_ENV: &[(&str, &str)] = &[("npm_config_offline", "true"), ("UV_OFFLINE", "1")];
 
-/// Under `network: none`: npm in every stdio server runs offline (unless the server's
-/// `env` says otherwise), so a package that is not in the cache fails at once with
-/// npm's own error (`ENOTCACHED`) instead of retrying a network that is not there.
-pub fn offline_npm(servers: &mut Servers) {
+/// Under `network: none`: npm and uv in every stdio server run offline (unless the
+/// server's `env` sets the variable), so a package that is not in the cache fails at
+/// once with the package manager's own error (npm's `ENOTCACHED`) instead of retrying
+/// a network that is not there.
+pub fn offline_package_managers(servers: &mut Servers) {
     for spec in servers.values_mut() {
-        spec.env.entry(NPM_OFFLINE.to_string()).or_insert_with(|| "true".to_string());
+        for (name, value) in OFFLINE_ENV {
+            spec.env.entry(name.to_string()).or_insert_with(|| value.to_string());
+        }
     }
 }
 
@@ -677,15 +681,18 @@ mod tests {
     }
 
     #[test]
-    fn npm_runs_offline_unless_the_server_says_otherwise() {
+    fn package_managers_run_offline_unless_the_server_says_otherwise() {
         let mut servers: Servers = serde_json::from_value(json!({
             "a": {"command": "npx", "args": ["-y", "pkg"]},
             "b": {"command": "npx", "env": {"npm_config_offline": "false"}}
         }))
         .unwrap();
-        offline_npm(&mut servers);
-        assert_eq!(servers["a"].env.get(NPM_OFFLINE).map(String::as_str), Some("true"));
-        assert_eq!(servers["b"].env.get(NPM_OFFLINE).map(String::as_str), Some("false"));
+        offline_package_managers(&mut servers);
+        let env = |server: &str, name: &str| servers[server].env.get(name).cloned();
+        assert_eq!(env("a", "npm_config_offline").as_deref(), Some("true"));
+        assert_eq!(env("a", "UV_OFFLINE").as_deref(), Some("1"));
+        assert_eq!(env("b", "npm_config_offline").as_deref(), Some("false"));
+        assert_eq!(env("b", "UV_OFFLINE").as_deref(), Some("1"));
     }
 
     #[test]

@@ -77,6 +77,7 @@ hooks:
         - { command: "bash -c 'echo \"bash $BASH_VERSION\" >> bash-hook.log'" }
         - { command: "\"$CLAUDE_PROJECT_DIR\"/hooks/guard.sh" }
         - { command: "sleep 20", timeout: 1 }
+        - { command: "kill -KILL $$" }
     - matcher: Write
       hooks: [{ command: "echo 'no writes today' >&2; exit 2" }]
 agents:
@@ -130,7 +131,8 @@ async fn an_image_without_bash_stops_an_agent_whose_hooks_need_it() {
 }
 
 /// The same hooks in an image with bash: they run, and at runtime follow Claude Code's
-/// rules: a hook that times out is reported and blocks nothing, exit 2 blocks the call.
+/// rules: a hook that times out or is killed is reported and blocks nothing, exit 2
+/// blocks the call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_with_bash_runs_the_same_hooks_by_claude_codes_rules() {
     if !docker_available() {
@@ -152,6 +154,7 @@ async fn an_image_with_bash_runs_the_same_hooks_by_claude_codes_rules() {
         .map(|e| format!("{}: {}", e["command"].as_str().unwrap(), e["outcome"].as_str().unwrap()))
         .collect();
     assert!(outcomes.iter().any(|o| o.starts_with("sleep 20: timed out after 1s")), "{outcomes:#?}");
+    assert!(outcomes.iter().any(|o| o.starts_with("kill -KILL $$: killed by a signal")), "{outcomes:#?}");
     let branch = fx.branch("a");
     assert_eq!(fx.show(&branch, "session-hook.txt").trim(), "started");
     assert!(fx.show(&branch, "bash-hook.log").starts_with("bash 5"), "{}", fx.show(&branch, "bash-hook.log"));

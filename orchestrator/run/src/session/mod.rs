@@ -137,7 +137,7 @@ impl AgentSession {
         }
         let (mut stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
         if matches!(sandbox.policy.network, orch_sandbox::policy::Network::None) {
-            crate::mcp::offline_npm(&mut stdio_mcp);
+            crate::mcp::offline_package_managers(&mut stdio_mcp);
         }
         let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
         let mut session = AgentSession {
