@@ -738,6 +738,10 @@ fn first_program(command: &str, cwd: &Path) -> Option<String> {
             continue;
         }
         if WRAPPERS.contains(&word.as_str()) {
+            // `command -v jq` asks whether a program exists: it runs nothing.
+            if word == "command" && words.peek().is_some_and(|(w, _)| w == "-v" || w == "-V") {
+                return None;
+            }
             wrapped = true;
             // `timeout 5 cmd`, `nice -n 5 cmd`: their number is no program.
             while words.peek().is_some_and(|(w, _)| {
@@ -904,6 +908,8 @@ mod tests {
         assert_eq!(first("if true; then bash; fi"), None);
         assert_eq!(first("$HOOK_RUNNER x"), None);
         assert_eq!(first("`which bash` x"), None);
+        assert_eq!(first("command -v jq >/dev/null && jq -r .tool_name"), None);
+        assert_eq!(first("command jq -r .x").as_deref(), Some("jq"));
         assert_eq!(first(""), None);
     }
 
