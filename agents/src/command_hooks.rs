@@ -17,6 +17,15 @@
 //! with its environment. No pool offers that request as a tool, so the model cannot
 //! call it. Each run has a timeout and capped output; a crash or a timeout is reported
 //! as an [`Event::Hook`] and never stops the loop.
+//!
+//! A hook is a shell command, as in Claude Code on Linux: it runs as `/bin/sh -c
+//! <command>`. What it needs to start is `/bin/sh`, the program its first word names
+//! (`bash` in `bash -c '…'`, `python3` in `python3 hook.py`, after assignments and
+//! wrappers such as `env`), and, when that program is a script, the interpreter of its
+//! `#!` line. Before an agent works, [`check`] asks its tool host
+//! ([`CHECK_REQUEST`]) whether all of that exists there: in a container image without
+//! `bash`, a `bash` hook fails the agent's start (fails closed) instead of failing at
+//! every event while the agent goes on.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +46,13 @@ use crate::tools::host::{HostRequest, ToolExecutor};
 
 /// The internal host request that runs one hook command.
 pub const HOOK_REQUEST: &str = "__hook";
+
+/// The internal host request that checks that hook commands can start in the tool
+/// host's sandbox (see [`check`]).
+pub const CHECK_REQUEST: &str = "__hook_check";
+
+/// The shell every hook command runs with (`sh -c`).
+pub const SHELL: &str = "/bin/sh";
 
 /// How long a hook may run when its configuration does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -520,7 +536,7 @@ pub async fn run_in_host(input: Value, cwd: &Path, cancel: CancellationToken) ->
 }
 
 async fn execute(run: &HookRun, cwd: &Path, cancel: CancellationToken) -> HookResult {
-    let mut command = tokio::process::Command::new("/bin/sh");
+    let mut command = tokio::process::Command::new(SHELL);
     command
         .arg("-c")
         .arg(&run.command)
@@ -570,6 +586,244 @@ async fn execute(run: &HookRun, cwd: &Path, cancel: CancellationToken) -> HookRe
             HookResult { error: Some("cancelled".into()), ..HookResult::default() }
         }
     }
+}
+
+/// A hook command that cannot start in the sandbox: what it lacks, and why it needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingInterpreter {
+    pub command: String,
+    /// The program or path that is not there.
+    pub missing: String,
+    /// Where the need comes from, in words (`its first word`, `the #! line of …`).
+    pub needed_by: String,
+}
+
+/// Asks the tool host behind `executor` whether each distinct command of `hooks` can
+/// start there (see the module's documentation). `Err` lists every one that cannot.
+pub async fn check(
+    hooks: &[CommandHook],
+    executor: &dyn ToolExecutor,
+    cancel: CancellationToken,
+) -> Result<(), Vec<MissingInterpreter>> {
+    let mut commands: Vec<&str> = hooks.iter().map(|h| h.command.as_str()).collect();
+    commands.sort_unstable();
+    commands.dedup();
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let request = HostRequest::new(CHECK_REQUEST, json!({ "commands": commands }));
+    let unknown =
+        |why: String| vec![MissingInterpreter { command: commands.join("; "), missing: SHELL.into(), needed_by: why }];
+    let missing: Vec<MissingInterpreter> = match executor.execute(request, cancel).await {
+        Ok(out) if !out.is_error => serde_json::from_str(&out.content)
+            .map_err(|e| unknown(format!("the tool host's answer could not be read: {e}")))?,
+        Ok(out) => return Err(unknown(format!("the tool host could not check: {}", out.content))),
+        Err(e) => return Err(unknown(format!("the tool host could not check: {e}"))),
+    };
+    if missing.is_empty() { Ok(()) } else { Err(missing) }
+}
+
+/// The tool-host side of [`CHECK_REQUEST`]: for `{"commands": [..]}`, what each one
+/// lacks in this process's filesystem and `PATH`, as a JSON list of
+/// [`MissingInterpreter`].
+pub fn check_in_host(input: Value, cwd: &Path) -> ToolOutput {
+    let commands: Vec<String> = match input.get("commands").cloned().map(serde_json::from_value) {
+        Some(Ok(c)) => c,
+        _ => return ToolOutput::error("bad hook check request: `commands` must be a list of strings"),
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let missing: Vec<MissingInterpreter> = commands.iter().filter_map(|c| missing_interpreter(c, cwd, &path)).collect();
+    match serde_json::to_string(&missing) {
+        Ok(json) => ToolOutput::ok(json),
+        Err(e) => ToolOutput::error(format!("cannot encode the hook check: {e}")),
+    }
+}
+
+/// What `command` lacks to start here, if anything.
+fn missing_interpreter(command: &str, cwd: &Path, path: &str) -> Option<MissingInterpreter> {
+    let lacks = |missing: &str, needed_by: String| {
+        Some(MissingInterpreter { command: command.to_string(), missing: missing.to_string(), needed_by })
+    };
+    if !is_executable(Path::new(SHELL)) {
+        return lacks(SHELL, "every hook, which runs as `sh -c`".into());
+    }
+    let program = first_program(command, cwd)?;
+    let found = if program.contains('/') {
+        let file = cwd.join(&program);
+        // A script that is not there yet may be made before the hook runs; its run
+        // reports the failure.
+        if !file.exists() {
+            return None;
+        }
+        file
+    } else {
+        match which(&program, path) {
+            Some(file) => file,
+            None => return lacks(&program, "its first word".into()),
+        }
+    };
+    let (interpreter, argument) = shebang(&found)?;
+    let needed_by = format!("the `#!` line of `{}`", found.display());
+    let base = Path::new(&interpreter).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if !is_executable(Path::new(&interpreter)) {
+        return lacks(&interpreter, needed_by);
+    }
+    if base == "env"
+        && let Some(name) = argument.filter(|a| !a.contains('='))
+        && which(&name, path).is_none()
+    {
+        return lacks(&name, needed_by);
+    }
+    None
+}
+
+/// Whether `path` is a file this process may execute (by its mode bits).
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `name` found in the directories of `path`.
+fn which(name: &str, path: &str) -> Option<PathBuf> {
+    path.split(':').filter(|d| !d.is_empty()).map(|d| Path::new(d).join(name)).find(|p| is_executable(p))
+}
+
+/// The interpreter of a script's `#!` line and the first word after it (for `env`: the
+/// program it runs, past its options).
+fn shebang(file: &Path) -> Option<(String, Option<String>)> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file).and_then(|mut f| f.read(&mut head)).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let interpreter = words.next()?.to_string();
+    let argument = words.find(|w| !w.starts_with('-')).map(str::to_string);
+    Some((interpreter, argument))
+}
+
+/// Shell words and keywords after which the first word is not a program to look for.
+const SHELL_WORDS: &[&str] = &[
+    "!", "{", "(", "[", "[[", ":", ".", "source", "if", "then", "while", "until", "for", "case", "function", "true",
+    "false", "echo", "printf", "test", "cd", "exit", "set", "export", "read", "eval", "return", "trap", "shift",
+    "unset", "wait", "type", "umask", "ulimit", "alias", "local", "readonly", "times", "kill", "pwd",
+];
+
+/// Wrappers that run the word after them (and their options).
+const WRAPPERS: &[&str] = &["env", "exec", "command", "nohup", "nice", "timeout", "time"];
+
+/// The program `command` starts with, as `sh` would look it up: after variable
+/// assignments and wrappers, with the project directory variables replaced by `cwd`.
+/// `None` when it starts with a shell word or a word only known when it runs.
+fn first_program(command: &str, cwd: &Path) -> Option<String> {
+    let dir = cwd.display().to_string();
+    let mut text = command.to_string();
+    for var in ["CLAUDE_PROJECT_DIR", "ORCH_PROJECT_DIR"] {
+        text = text.replace(&format!("${{{var}}}"), &dir).replace(&format!("${var}"), &dir);
+    }
+    let mut words = shell_words(&text).into_iter().peekable();
+    let mut wrapped = false;
+    while let Some((word, dynamic)) = words.next() {
+        if dynamic {
+            return None;
+        }
+        let assignment = word
+            .split_once('=')
+            .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if assignment && !wrapped {
+            continue;
+        }
+        if wrapped && (word.starts_with('-') || assignment) {
+            continue;
+        }
+        if WRAPPERS.contains(&word.as_str()) {
+            // `command -v jq` asks whether a program exists: it runs nothing.
+            if word == "command" && words.peek().is_some_and(|(w, _)| w == "-v" || w == "-V") {
+                return None;
+            }
+            wrapped = true;
+            // `timeout 5 cmd`, `nice -n 5 cmd`: their number is no program.
+            while words.peek().is_some_and(|(w, _)| {
+                w.starts_with('-') || w.chars().all(|c| c.is_ascii_digit() || c == '.' || c == 's' || c == 'm')
+            }) {
+                words.next();
+            }
+            continue;
+        }
+        if SHELL_WORDS.contains(&word.as_str()) {
+            return None;
+        }
+        return Some(word);
+    }
+    None
+}
+
+/// The words of the first simple command of `text` (up to an operator), quotes
+/// removed, each with whether it holds an expansion (`$`, a backtick) that only the
+/// running shell knows.
+fn shell_words(text: &str) -> Vec<(String, bool)> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut dynamic = false;
+    let mut started = false;
+    let mut chars = text.chars();
+    let push = |words: &mut Vec<(String, bool)>, word: &mut String, dynamic: &mut bool, started: &mut bool| {
+        if *started {
+            words.push((std::mem::take(word), *dynamic));
+        }
+        *dynamic = false;
+        *started = false;
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' | '\n' => push(&mut words, &mut word, &mut dynamic, &mut started),
+            ';' | '|' | '&' | '<' | '>' | ')' => break,
+            '(' if !started => {
+                word.push(c);
+                started = true;
+                push(&mut words, &mut word, &mut dynamic, &mut started);
+            }
+            '\'' => {
+                started = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    word.push(c);
+                }
+            }
+            '"' => {
+                started = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        '$' | '`' => {
+                            dynamic = true;
+                            word.push(c);
+                        }
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                started = true;
+                word.extend(chars.next());
+            }
+            '$' | '`' => {
+                started = true;
+                dynamic = true;
+                word.push(c);
+            }
+            c => {
+                started = true;
+                word.push(c);
+            }
+        }
+    }
+    push(&mut words, &mut word, &mut dynamic, &mut started);
+    words
 }
 
 /// Reads a pipe to its end, keeping the first `cap` bytes.
@@ -632,6 +886,73 @@ mod tests {
         let r = execute(&run, &dir, CancellationToken::new()).await;
         assert!(r.timed_out);
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_first_program_is_found_past_assignments_wrappers_and_quotes() {
+        let cwd = Path::new("/work/tree");
+        let first = |c: &str| first_program(c, cwd);
+        assert_eq!(first("bash -c 'echo hi'").as_deref(), Some("bash"));
+        assert_eq!(first("  FOO=1 BAR='a b' python3 hook.py | jq .").as_deref(), Some("python3"));
+        assert_eq!(first("env -i PATH=/bin node x.js").as_deref(), Some("node"));
+        assert_eq!(first("timeout 5 bash x.sh").as_deref(), Some("bash"));
+        assert_eq!(first("exec \"/usr/bin/python3\" h.py").as_deref(), Some("/usr/bin/python3"));
+        assert_eq!(
+            first("\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/x.sh").as_deref(),
+            Some("/work/tree/.claude/hooks/x.sh")
+        );
+        assert_eq!(first("${ORCH_PROJECT_DIR}/x.sh arg").as_deref(), Some("/work/tree/x.sh"));
+        assert_eq!(first("./check.sh&&true").as_deref(), Some("./check.sh"));
+        // Shell words and runtime values: only `sh` is needed, or it cannot be known.
+        assert_eq!(first("printf '%s' '{}'"), None);
+        assert_eq!(first("if true; then bash; fi"), None);
+        assert_eq!(first("$HOOK_RUNNER x"), None);
+        assert_eq!(first("`which bash` x"), None);
+        assert_eq!(first("command -v jq >/dev/null && jq -r .tool_name"), None);
+        assert_eq!(first("command jq -r .x").as_deref(), Some("jq"));
+        assert_eq!(first(""), None);
+    }
+
+    #[test]
+    fn a_missing_program_or_shebang_interpreter_is_found() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let exe = |name: &str, text: &str| {
+            let path = bin.join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        exe("tool", "#!/bin/sh\n");
+        exe("needs-missing", "#!/no/such/interpreter -x\n");
+        exe("env-missing", "#!/usr/bin/env -S no-such-program-xyz --flag\n");
+        exe("env-sh", "#!/usr/bin/env sh\n");
+        exe("plain", "echo no shebang\n");
+        let path = format!("{}:/usr/bin:/bin", bin.display());
+        let cwd = dir.path();
+        let missing = |c: &str| missing_interpreter(c, cwd, &path).map(|m| (m.missing, m.needed_by));
+        assert_eq!(missing("tool --flag"), None);
+        assert_eq!(missing("plain"), None);
+        assert_eq!(missing("env-sh"), None);
+        assert_eq!(missing("echo hi"), None);
+        assert_eq!(missing("./not-made-yet.sh"), None);
+        assert_eq!(
+            missing("no-such-program-xyz -c 'x'"),
+            Some(("no-such-program-xyz".into(), "its first word".into()))
+        );
+        let (what, why) = missing("needs-missing").unwrap();
+        assert_eq!(what, "/no/such/interpreter");
+        assert!(why.contains("`#!` line") && why.contains("needs-missing"), "{why}");
+        assert_eq!(missing("env-missing").unwrap().0, "no-such-program-xyz");
+        std::fs::write(cwd.join("local.sh"), "#!/no/such/bash\n").unwrap();
+        assert_eq!(missing("./local.sh").unwrap().0, "/no/such/bash");
+        let out = check_in_host(json!({"commands": ["tool", "no-such-program-xyz"]}), cwd);
+        assert!(!out.is_error, "{}", out.content);
+        let list: Vec<MissingInterpreter> = serde_json::from_str(&out.content).unwrap();
+        // `check_in_host` reads this process's PATH, where `no-such-program-xyz` is not.
+        assert_eq!(list.iter().map(|m| m.missing.as_str()).collect::<Vec<_>>(), ["tool", "no-such-program-xyz"]);
+        assert!(check_in_host(json!({"commands": "x"}), cwd).is_error);
     }
 
     #[tokio::test]

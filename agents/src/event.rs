@@ -264,6 +264,16 @@ pub enum Event {
         is_error: bool,
         duration_ms: u64,
     },
+    /// An MCP server of the agent wrote to its stderr, or could not be used. `stderr` is
+    /// what it wrote since its last such event (for a server that failed: the last
+    /// 4 KiB); `error` says why the server is not available, when it is not.
+    McpServer {
+        server: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        stderr: String,
+    },
 }
 
 impl Event {

@@ -118,10 +118,11 @@ fn event_index(e: &Event) -> usize {
         Event::Terminal { .. } => 9,
         Event::Subagent { .. } => 10,
         Event::Hook { .. } => 11,
+        Event::McpServer { .. } => 12,
     }
 }
 
-const EVENT_COUNT: usize = 12;
+const EVENT_COUNT: usize = 13;
 
 fn events() -> Vec<(&'static str, Event)> {
     let usage =
@@ -188,6 +189,14 @@ fn events() -> Vec<(&'static str, Event)> {
                 outcome: "ok".into(),
                 is_error: false,
                 duration_ms: 12,
+            },
+        ),
+        (
+            "mcp_server",
+            Event::McpServer {
+                server: "docs".into(),
+                error: Some("`npx` did not start as an MCP server".into()),
+                stderr: "npm error code ENOTCACHED\n".into(),
             },
         ),
     ]

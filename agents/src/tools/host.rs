@@ -111,6 +111,9 @@ impl HostTools {
         if request.tool == crate::command_hooks::HOOK_REQUEST {
             return crate::command_hooks::run_in_host(request.input, self.session.cwd(), cancel).await;
         }
+        if request.tool == crate::command_hooks::CHECK_REQUEST {
+            return crate::command_hooks::check_in_host(request.input, self.session.cwd());
+        }
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };

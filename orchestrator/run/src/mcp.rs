@@ -14,10 +14,19 @@
 //! A server that fails to start gives tool errors (the tools a workflow names
 //! explicitly are offered and fail with the reason); one that dies gives errors from
 //! its calls. Neither ends the run.
+//!
+//! A stdio server's stderr is captured ([`StderrLog`]): the last [`STDERR_TAIL`] bytes
+//! are kept for the reason a start failed (its last lines) and for the report, and what
+//! it wrote since the coordinator last asked ([`STDERR_REQUEST`]) goes to the agent's
+//! transcript. A server that exits before the handshake fails at once: the wait ends
+//! when its stdout closes, not at [`START_TIMEOUT`]. Under `network: none`, npm and uv
+//! run offline ([`OFFLINE_ENV`], [`offline_package_managers`]), so an `npx -y` or
+//! `uvx` server that is not in the cache fails at once with the package manager's own
+//! error instead of retrying a network it does not have.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,13 +40,135 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::io::AsyncReadExt as _;
 use tokio_util::sync::CancellationToken;
 
 /// How long a server may take to start and list its tools.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How much of a server's stderr is kept for the report: its last 4 KiB.
+pub const STDERR_TAIL: usize = 4 * 1024;
+
+/// How much stderr waits for the coordinator between two [`STDERR_REQUEST`]s; beyond
+/// it the oldest part is dropped (and the drop is said).
+const STDERR_PENDING: usize = 64 * 1024;
+
+/// How many of a server's last stderr lines a failure reason carries.
+const REASON_LINES: usize = 5;
+
+/// The internal host request that answers what each stdio server wrote to stderr
+/// ([`ServerStderr`] by server name).
+pub const STDERR_REQUEST: &str = "__mcp_stderr";
+
 type Client = RunningService<RoleClient, ()>;
+
+/// What one server wrote to stderr, as the tool host reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStderr {
+    /// What it wrote since the last report (capped; a drop is said in the text).
+    pub new: String,
+    /// Its last [`STDERR_TAIL`] bytes.
+    pub tail: String,
+}
+
+/// The stderr of one server process: a bounded tail and what is not yet reported.
+#[derive(Debug, Clone, Default)]
+pub struct StderrLog(Arc<Mutex<StderrState>>);
+
+#[derive(Debug, Default)]
+struct StderrState {
+    tail: String,
+    pending: String,
+    dropped: usize,
+}
+
+/// Keeps the last `max` bytes of `text` (at a character boundary); how many it cut.
+fn keep_last(text: &mut String, max: usize) -> usize {
+    if text.len() <= max {
+        return 0;
+    }
+    let mut cut = text.len() - max;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text.drain(..cut);
+    cut
+}
+
+impl StderrLog {
+    fn state(&self) -> std::sync::MutexGuard<'_, StderrState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds what the server wrote.
+    pub fn push(&self, text: &str) {
+        let mut state = self.state();
+        state.tail.push_str(text);
+        keep_last(&mut state.tail, STDERR_TAIL);
+        state.pending.push_str(text);
+        let cut = keep_last(&mut state.pending, STDERR_PENDING);
+        state.dropped += cut;
+    }
+
+    /// Its last [`STDERR_TAIL`] bytes.
+    pub fn tail(&self) -> String {
+        self.state().tail.clone()
+    }
+
+    /// What it wrote since the last call, with a note when some of it was dropped.
+    pub fn take_new(&self) -> String {
+        let mut state = self.state();
+        let text = std::mem::take(&mut state.pending);
+        match std::mem::take(&mut state.dropped) {
+            0 => text,
+            dropped => format!("[{dropped} earlier bytes of stderr were dropped]\n{text}"),
+        }
+    }
+
+    /// Its last [`REASON_LINES`] non-empty lines, joined on one line (for a reason).
+    pub fn last_lines(&self) -> String {
+        let tail = self.tail();
+        let lines: Vec<&str> = tail.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let from = lines.len().saturating_sub(REASON_LINES);
+        lines[from..].join(" | ")
+    }
+
+    /// Reads `pipe` to its end into the log.
+    async fn read_from(self, mut pipe: impl tokio::io::AsyncRead + Unpin) {
+        let mut buf = vec![0u8; 8192];
+        let mut partial: Vec<u8> = Vec::new();
+        loop {
+            match pipe.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    partial.extend_from_slice(&buf[..n]);
+                    // Whole UTF-8 sequences only; a split character waits for its rest.
+                    let valid = match std::str::from_utf8(&partial) {
+                        Ok(_) => partial.len(),
+                        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                        Err(_) => partial.len(),
+                    };
+                    let rest = partial.split_off(valid);
+                    self.push(&String::from_utf8_lossy(&partial));
+                    partial = rest;
+                }
+            }
+        }
+        if !partial.is_empty() {
+            self.push(&String::from_utf8_lossy(&partial));
+        }
+    }
+}
+
+/// `why`, with the last lines of the server's stderr when it wrote any.
+fn with_stderr(why: String, log: &StderrLog) -> String {
+    match log.last_lines() {
+        lines if lines.is_empty() => format!("{why} (it wrote nothing to stderr)"),
+        lines => format!("{why}; its stderr ends with: {lines}"),
+    }
+}
 
 enum Server {
     Up(Client),
@@ -47,6 +178,8 @@ enum Server {
 /// The clients of a set of MCP servers.
 pub struct McpHub {
     servers: BTreeMap<String, Server>,
+    /// The stderr of each stdio server that was started.
+    stderr: BTreeMap<String, StderrLog>,
 }
 
 impl std::fmt::Debug for McpHub {
@@ -59,13 +192,17 @@ impl McpHub {
     /// Starts every server (stdio ones with `cwd` as working directory) and lists
     /// their tools. Failures are in the listing, not errors.
     pub async fn start(servers: &BTreeMap<String, McpServer>, cwd: &Path) -> (McpHub, McpListing) {
-        let mut hub = McpHub { servers: BTreeMap::new() };
+        let mut hub = McpHub { servers: BTreeMap::new(), stderr: BTreeMap::new() };
         let mut listing = McpListing::default();
         for (name, spec) in servers {
-            let started = tokio::time::timeout(START_TIMEOUT, start_one(name, spec, cwd)).await;
+            let log = StderrLog::default();
+            if !spec.is_http() {
+                hub.stderr.insert(name.clone(), log.clone());
+            }
+            let started = tokio::time::timeout(START_TIMEOUT, start_one(name, spec, cwd, &log)).await;
             let result = match started {
                 Ok(r) => r,
-                Err(_) => Err(format!("it did not answer within {}s", START_TIMEOUT.as_secs())),
+                Err(_) => Err(with_stderr(format!("it did not answer within {}s", START_TIMEOUT.as_secs()), &log)),
             };
             match result {
                 Ok((client, tools)) => {
@@ -81,6 +218,14 @@ impl McpHub {
             }
         }
         (hub, listing)
+    }
+
+    /// What each stdio server wrote to stderr: since the last call, and its tail.
+    pub fn stderr(&self) -> BTreeMap<String, ServerStderr> {
+        self.stderr
+            .iter()
+            .map(|(name, log)| (name.clone(), ServerStderr { new: log.take_new(), tail: log.tail() }))
+            .collect()
     }
 
     /// Whether this hub holds the server of the tool `name`.
@@ -132,7 +277,12 @@ impl McpHub {
     }
 }
 
-async fn start_one(name: &str, spec: &McpServer, cwd: &Path) -> Result<(Client, Vec<McpToolInfo>), String> {
+async fn start_one(
+    name: &str,
+    spec: &McpServer,
+    cwd: &Path,
+    log: &StderrLog,
+) -> Result<(Client, Vec<McpToolInfo>), String> {
     let client = if spec.is_http() {
         // The HTTP client's TLS needs a crypto provider; the model clients install the
         // same one, and installing twice is harmless.
@@ -148,13 +298,25 @@ async fn start_one(name: &str, spec: &McpServer, cwd: &Path) -> Result<(Client, 
         let program = spec.command.clone().ok_or("it has no command")?;
         let mut command = tokio::process::Command::new(&program);
         command.args(&spec.args).envs(&spec.env).current_dir(cwd);
-        let (transport, _) = TokioChildProcess::builder(command)
-            .stderr(std::process::Stdio::inherit())
+        let (transport, stderr) = TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-        ().serve(transport).await.map_err(|e| format!("`{program}` did not start as an MCP server: {e}"))?
+        let reader = stderr.map(|pipe| tokio::spawn(log.clone().read_from(pipe)));
+        match ().serve(transport).await {
+            Ok(client) => client,
+            Err(e) => {
+                // It exited (its stdout closed) or spoke something else: its stderr has
+                // the reason. Once it is gone the pipe ends at once; a child it left
+                // holding the pipe is not waited for long.
+                if let Some(reader) = reader {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+                }
+                return Err(with_stderr(format!("`{program}` did not start as an MCP server: {e}"), log));
+            }
+        }
     };
-    let tools = client.list_all_tools().await.map_err(|e| format!("cannot list its tools: {e}"))?;
+    let tools = client.list_all_tools().await.map_err(|e| with_stderr(format!("cannot list its tools: {e}"), log))?;
     let tools = tools
         .into_iter()
         .map(|t| McpToolInfo {
@@ -243,6 +405,16 @@ impl HostMcp {
                 Err(e) => ToolOutput::error(format!("cannot encode the MCP listing: {e}")),
             });
         }
+        if request.tool == STDERR_REQUEST {
+            let stderr = match self.hub.get() {
+                Some((hub, _)) => hub.stderr(),
+                None => BTreeMap::new(),
+            };
+            return Some(match serde_json::to_string(&stderr) {
+                Ok(json) => ToolOutput::ok(json),
+                Err(e) => ToolOutput::error(format!("cannot encode the MCP servers' stderr: {e}")),
+            });
+        }
         if split_name(&request.tool).is_some() {
             let (hub, _) = self.hub().await;
             return Some(hub.call(&request.tool, request.input.clone(), cancel).await);
@@ -290,6 +462,71 @@ pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -
     }
 }
 
+/// Asks the tool host what its stdio servers wrote to stderr since the last time (an
+/// empty map when it cannot say).
+pub async fn host_stderr(host: &dyn ToolExecutor, cancel: &CancellationToken) -> BTreeMap<String, ServerStderr> {
+    let request = HostRequest::new(STDERR_REQUEST, Value::Null);
+    match host.execute(request, cancel.child_token()).await {
+        Ok(out) if !out.is_error => serde_json::from_str(&out.content).unwrap_or_else(|e| {
+            tracing::debug!("a bad MCP stderr report from the tool host: {e}");
+            BTreeMap::new()
+        }),
+        Ok(out) => {
+            tracing::debug!("the tool host could not report the MCP servers' stderr: {}", out.content);
+            BTreeMap::new()
+        }
+        Err(e) => {
+            tracing::debug!("the tool host could not report the MCP servers' stderr: {e}");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// The variables that make package managers use only their cache: npm (and `npx`),
+/// and uv (and `uvx`).
+pub const OFFLINE_ENV: &[(&str, &str)] = &[("npm_config_offline", "true"), ("UV_OFFLINE", "1")];
+
+/// Under `network: none`: npm and uv in every stdio server run offline (unless the
+/// server's `env` sets the variable), so a package that is not in the cache fails at
+/// once with the package manager's own error (npm's `ENOTCACHED`) instead of retrying
+/// a network that is not there.
+pub fn offline_package_managers(servers: &mut Servers) {
+    for spec in servers.values_mut() {
+        for (name, value) in OFFLINE_ENV {
+            spec.env.entry(name.to_string()).or_insert_with(|| value.to_string());
+        }
+    }
+}
+
+/// An MCP server an agent could not use, as the report lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpFailure {
+    pub server: String,
+    /// Why it is not available.
+    pub reason: String,
+    /// The tools the agent named from it (`mcp__<server>__*` included): none of them
+    /// works.
+    pub tools: Vec<String>,
+    /// The last [`STDERR_TAIL`] bytes of its stderr (a stdio server that wrote any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr: String,
+}
+
+/// The servers of `listing` that failed, with the tools of `wanted` each takes away and
+/// the tail of its stderr from `stderr`.
+pub fn failures(wanted: &[String], listing: &McpListing, stderr: &BTreeMap<String, ServerStderr>) -> Vec<McpFailure> {
+    listing
+        .failed
+        .iter()
+        .map(|(server, why)| McpFailure {
+            server: server.clone(),
+            reason: why.clone(),
+            tools: wanted.iter().filter(|t| split_name(t).is_some_and(|(s, _)| s == server)).cloned().collect(),
+            stderr: stderr.get(server).map(|s| s.tail.clone()).unwrap_or_default(),
+        })
+        .collect()
+}
+
 /// Why a `type: sse` server is not started.
 pub const SSE_REFUSED: &str = "orch does not speak the older `sse` transport; if the server also serves streamable HTTP (usually at `/mcp`), declare it with `type: http` and that url";
 
@@ -322,11 +559,24 @@ pub fn servers_for(
     (stdio, http, failed)
 }
 
-/// Names each server of `listing` that failed, as a warning (shown without `-v`): a
-/// stdio server fails inside the tool host, whose log the run's output does not show.
-pub fn announce_failures(agent: &str, listing: &McpListing) {
-    for (server, why) in &listing.failed {
-        tracing::warn!("agent `{agent}`: the MCP server `{server}` is not available: {why}");
+/// Names each server that failed, as a warning (shown without `-v`): a stdio server
+/// fails inside the tool host, whose log the run's output does not show. A wildcard
+/// (`mcp__<server>__*`) of a failed server is said to give no tools.
+pub fn announce_failures(agent: &str, failures: &[McpFailure]) {
+    for failure in failures {
+        // One line: the reason may carry the server's stderr.
+        let why: String = failure.reason.split_whitespace().collect::<Vec<_>>().join(" ");
+        let server = &failure.server;
+        let wildcards: Vec<String> =
+            failure.tools.iter().filter(|t| t.ends_with("__*")).map(|t| format!("`{t}`")).collect();
+        if wildcards.is_empty() {
+            tracing::warn!("agent `{agent}`: the MCP server `{server}` is not available: {why}");
+        } else {
+            tracing::warn!(
+                "agent `{agent}`: the MCP server `{server}` is not available, so {} gives it no tools: {why}",
+                wildcards.join(", ")
+            );
+        }
     }
 }
 
@@ -373,6 +623,76 @@ mod tests {
         assert_eq!(stdio.keys().collect::<Vec<_>>(), ["local"]);
         assert_eq!(http.keys().collect::<Vec<_>>(), ["new"]);
         assert_eq!(failed, vec![("old".to_string(), SSE_REFUSED.to_string())]);
+    }
+
+    #[test]
+    fn stderr_keeps_a_bounded_tail_and_what_is_new() {
+        let log = StderrLog::default();
+        log.push("first line\n");
+        assert_eq!(log.take_new(), "first line\n");
+        assert_eq!(log.take_new(), "");
+        // Over the pending cap: the oldest part is dropped, and the drop is said.
+        let line = "é".repeat(50) + "\n";
+        for _ in 0..1000 {
+            log.push(&line);
+        }
+        let new = log.take_new();
+        assert!(new.starts_with("[") && new.contains("earlier bytes of stderr were dropped"), "{}", &new[..80]);
+        assert!(new.len() <= STDERR_PENDING + 100, "{}", new.len());
+        let tail = log.tail();
+        assert!(tail.len() <= STDERR_TAIL && tail.len() > STDERR_TAIL - 4, "{}", tail.len());
+        assert!(tail.ends_with(&line));
+        log.push("\nnpm error code ENOTCACHED\n\n");
+        assert!(log.last_lines().ends_with(&format!("{} | npm error code ENOTCACHED", line.trim())));
+        assert_eq!(log.last_lines().matches(" | ").count(), REASON_LINES - 1);
+    }
+
+    #[tokio::test]
+    async fn stderr_is_read_whole_across_split_characters() {
+        let log = StderrLog::default();
+        let (mut writer, reader) = tokio::io::duplex(4);
+        let reading = tokio::spawn(log.clone().read_from(reader));
+        use tokio::io::AsyncWriteExt as _;
+        writer.write_all("npm error: réseau ✗\n".as_bytes()).await.unwrap();
+        drop(writer);
+        reading.await.unwrap();
+        assert_eq!(log.tail(), "npm error: réseau ✗\n");
+        assert_eq!(with_stderr("it failed".into(), &log), "it failed; its stderr ends with: npm error: réseau ✗");
+        assert_eq!(with_stderr("it failed".into(), &StderrLog::default()), "it failed (it wrote nothing to stderr)");
+    }
+
+    #[test]
+    fn failures_name_the_tools_they_take_away() {
+        let listing = McpListing {
+            tools: Vec::new(),
+            failed: vec![("npm".into(), "no network".into()), ("other".into(), "gone".into())],
+        };
+        let wanted: Vec<String> =
+            ["Read", "mcp__npm__*", "mcp__npm__echo", "mcp__ok__add"].iter().map(|t| t.to_string()).collect();
+        let stderr = BTreeMap::from([(
+            "npm".to_string(),
+            ServerStderr { new: String::new(), tail: "npm error code ENOTCACHED\n".into() },
+        )]);
+        let failures = failures(&wanted, &listing, &stderr);
+        assert_eq!(failures.len(), 2);
+        assert_eq!(failures[0].tools, ["mcp__npm__*", "mcp__npm__echo"]);
+        assert_eq!(failures[0].stderr, "npm error code ENOTCACHED\n");
+        assert!(failures[1].tools.is_empty() && failures[1].stderr.is_empty());
+    }
+
+    #[test]
+    fn package_managers_run_offline_unless_the_server_says_otherwise() {
+        let mut servers: Servers = serde_json::from_value(json!({
+            "a": {"command": "npx", "args": ["-y", "pkg"]},
+            "b": {"command": "npx", "env": {"npm_config_offline": "false"}}
+        }))
+        .unwrap();
+        offline_package_managers(&mut servers);
+        let env = |server: &str, name: &str| servers[server].env.get(name).cloned();
+        assert_eq!(env("a", "npm_config_offline").as_deref(), Some("true"));
+        assert_eq!(env("a", "UV_OFFLINE").as_deref(), Some("1"));
+        assert_eq!(env("b", "npm_config_offline").as_deref(), Some("false"));
+        assert_eq!(env("b", "UV_OFFLINE").as_deref(), Some("1"));
     }
 
     #[test]

@@ -348,6 +348,7 @@ async fn drive(
         file_size_limit: Some(max_disk(spec).bytes()),
     };
     let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
+    report.mcp_failures = session.mcp_failures().to_vec();
     report.timings.host_ms = ms(at);
 
     let outcome = async {

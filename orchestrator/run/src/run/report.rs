@@ -242,6 +242,10 @@ pub struct AgentReport {
     /// changed files and patch are measured against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<String>,
+    /// The MCP servers it named but could not use: why, the tools it lost, and the
+    /// last 4 KiB of each one's stderr.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_failures: Vec<crate::mcp::McpFailure>,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -288,6 +292,7 @@ impl AgentReport {
             permissions: None,
             killed_processes: 0,
             start: None,
+            mcp_failures: Vec::new(),
         }
     }
 
@@ -626,6 +631,19 @@ pub fn markdown(r: &RunReport) -> String {
         }
         if a.killed_processes > 0 {
             let _ = writeln!(md, "{} processes it left running were killed at its end.\n", a.killed_processes);
+        }
+        for f in &a.mcp_failures {
+            let tools: Vec<String> = f.tools.iter().map(|t| render::code(t)).collect();
+            let _ = writeln!(
+                md,
+                "The MCP server {} failed ({} unavailable): {}\n",
+                render::code(&f.server),
+                tools.join(", "),
+                render::cell(&f.reason)
+            );
+            if !f.stderr.trim().is_empty() {
+                let _ = writeln!(md, "Its stderr (last 4 KiB):\n\n{}\n", render::code_block(f.stderr.trim_end()));
+            }
         }
         if let Some(w) = &a.worktree {
             let _ = writeln!(md, "Worktree kept at `{}`\n", w.display());

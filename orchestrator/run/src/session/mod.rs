@@ -5,7 +5,10 @@
 //! [`AgentSession::start`] prepares the sandbox policy (private tmp and home, writable
 //! roots handed over), starts the tool host (with the stdio MCP servers the tools name),
 //! lists the MCP tools, connects the HTTP MCP servers, and builds the tool pool with its
-//! permissions and command hooks. [`AgentSession::instructions`] reads the project
+//! permissions and command hooks. Each MCP server that failed is named (a warning, an
+//! `mcp_server` event with its stderr, [`AgentSession::mcp_failures`] for the report);
+//! what the stdio servers write to stderr goes to the agent's events, at start and at
+//! stop. [`AgentSession::instructions`] reads the project
 //! instructions through the tool host.
 //!
 //! [`AgentSession::stop`] is the one teardown, in this order: the pool (and with it
@@ -90,6 +93,10 @@ pub struct AgentSession {
     /// until the host has stopped, so it is never taken for an orphan).
     host_pid: Option<u32>,
     registered: Option<crate::reap::Registered>,
+    /// The MCP servers the agent could not use.
+    mcp_failures: Vec<crate::mcp::McpFailure>,
+    /// Where the stdio servers' stderr goes, when there are any.
+    mcp_events: Option<Arc<dyn EventSink>>,
 }
 
 /// How a session's tool host ended.
@@ -128,7 +135,10 @@ impl AgentSession {
         if let Some(bytes) = spec.file_size_limit {
             sandbox.policy.limits.file_size_bytes = Some(bytes);
         }
-        let (stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
+        let (mut stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
+        if matches!(sandbox.policy.network, orch_sandbox::policy::Network::None) {
+            crate::mcp::offline_package_managers(&mut stdio_mcp);
+        }
         let stdio_json = if stdio_mcp.is_empty() { None } else { Some(serde_json::to_string(&stdio_mcp)?) };
         let mut session = AgentSession {
             agent: spec.agent.clone(),
@@ -141,6 +151,8 @@ impl AgentSession {
             sandbox: None,
             host_pid: None,
             registered: None,
+            mcp_failures: Vec::new(),
+            mcp_events: None,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -164,9 +176,20 @@ impl AgentSession {
         session.host_pid = started.client.pid();
         let executor = Arc::new(HostExecutor::new(started.client).ending_on_crash(cancel.clone()));
         session.executor = Some(executor.clone());
+        // Hooks fail closed: an agent whose hooks cannot start in its sandbox does not
+        // start either.
+        if let Err(missing) =
+            orch_agents::command_hooks::check(&spec.hooks, executor.as_ref(), cancel.child_token()).await
+        {
+            session.stop().await;
+            return Err(crate::error::Error::Message(hooks_cannot_start(&spec.agent, &spec.sandbox, &missing)));
+        }
         let mut listing = McpListing::default();
+        let mut stderr = BTreeMap::new();
         if stdio_json.is_some() {
             listing = crate::mcp::host_listing(executor.as_ref(), cancel).await;
+            stderr = crate::mcp::host_stderr(executor.as_ref(), cancel).await;
+            session.mcp_events = Some(events.clone());
         }
         listing.failed.extend(unexpanded);
         if !http_mcp.is_empty() {
@@ -175,7 +198,16 @@ impl AgentSession {
             listing.failed.extend(http_listing.failed);
             session.http = Some(Arc::new(hub));
         }
-        crate::mcp::announce_failures(&spec.agent, &listing);
+        session.mcp_failures = crate::mcp::failures(&spec.tools, &listing, &stderr);
+        crate::mcp::announce_failures(&spec.agent, &session.mcp_failures);
+        for failure in &session.mcp_failures {
+            events.emit(orch_agents::Event::McpServer {
+                server: failure.server.clone(),
+                error: Some(failure.reason.clone()),
+                stderr: failure.stderr.clone(),
+            });
+        }
+        emit_stderr(events.as_ref(), stderr, &session.mcp_failures);
         let router: Arc<dyn ToolExecutor> = Arc::new(McpRouter { host: executor, http: session.http.clone() });
         session.router = Some(router.clone());
         let mut tools = core;
@@ -196,6 +228,11 @@ impl AgentSession {
     /// The uid the agent's commands run as, when the sandbox gives it one (as root).
     pub fn sandbox_uid(&self) -> Option<u32> {
         self.sandbox.as_ref().and_then(|s| s.policy.uid)
+    }
+
+    /// The MCP servers the agent could not use (for its report).
+    pub fn mcp_failures(&self) -> &[crate::mcp::McpFailure] {
+        &self.mcp_failures
     }
 
     /// The tool pool (absent only after [`AgentSession::stop`]).
@@ -243,6 +280,11 @@ impl AgentSession {
         if let Some(hub) = self.http.take().and_then(Arc::into_inner) {
             hub.shutdown().await;
         }
+        // What the stdio servers wrote since the start, before they stop with the host.
+        if let (Some(events), Some(executor)) = (self.mcp_events.take(), self.executor.as_ref()) {
+            let stderr = crate::mcp::host_stderr(executor.as_ref(), &CancellationToken::new()).await;
+            emit_stderr(events.as_ref(), stderr, &self.mcp_failures);
+        }
         if let Some(executor) = self.executor.take() {
             match Arc::try_unwrap(executor) {
                 Ok(executor) => {
@@ -269,6 +311,52 @@ impl AgentSession {
         }
         drop(self.registered.take());
         stopped
+    }
+}
+
+/// Why an agent does not start when its hooks cannot: each hook command, what it lacks
+/// and why, where it looked, and what to do.
+fn hooks_cannot_start(
+    agent: &str,
+    sandbox: &SandboxSpec,
+    missing: &[orch_agents::command_hooks::MissingInterpreter],
+) -> String {
+    let (place, fix) = match &sandbox.image {
+        Some(image) if sandbox.backend == orch_sandbox::policy::Backend::Container => {
+            (format!("the container image `{image}`"), "use an image that has it")
+        }
+        _ => ("the agent's sandbox".to_string(), "install it, or add its directory to `sandbox.read`"),
+    };
+    let each: Vec<String> = missing
+        .iter()
+        .map(|m| {
+            let command: String = m.command.split_whitespace().collect::<Vec<_>>().join(" ");
+            let command = match command.char_indices().nth(80) {
+                Some((at, _)) => format!("{}…", &command[..at]),
+                None => command,
+            };
+            format!("the hook `{command}` needs `{}` ({}), which {place} does not have", m.missing, m.needed_by)
+        })
+        .collect();
+    format!(
+        "agent `{agent}` was not started because its hooks cannot run: {}; {fix}, or change the hook (hooks run \
+         with `sh -c`)",
+        each.join("; ")
+    )
+}
+
+/// An `mcp_server` event for each server of `stderr` that wrote something new (those of
+/// `failed` have theirs in their failure event).
+fn emit_stderr(
+    events: &dyn EventSink,
+    stderr: BTreeMap<String, crate::mcp::ServerStderr>,
+    failed: &[crate::mcp::McpFailure],
+) {
+    for (server, text) in stderr {
+        if text.new.is_empty() || failed.iter().any(|f| f.server == server) {
+            continue;
+        }
+        events.emit(orch_agents::Event::McpServer { server, error: None, stderr: text.new });
     }
 }
 
