@@ -549,6 +549,7 @@ fn unknown_pr_fields_are_validation_errors() {
     let fan_out = "version: 1\nagents:\n  a: { for_each: \"{{ pr.files }}\", prompt: \"{{ item }}\" }\n";
     let shown = render_diagnostics(&load_str(fan_out, "wf.yaml").unwrap_err());
     assert!(shown.contains("unknown field `pr.files`"), "{shown}");
+}
 
 /// Issue 17: `base: needs`, `expect`, and `integrate` in both its forms.
 #[test]

@@ -268,9 +268,16 @@ fn the_container_backend_runs_tools_in_a_container() {
     assert_eq!(lines[0], "in-docker", "{lines:?}");
     assert_ne!(lines[1], "0", "the container ran the tools as root");
     assert_eq!(std::fs::read_to_string(dir.path().join("made.txt")).unwrap(), "hi\n");
+    // Other tests run containers on the same engine at the same time: only those that
+    // mount this test's directory are this run's.
     let (code, out, _) = run(Command::new("docker").args(["ps", "-aq", "--filter", "label=orch.managed"]));
     assert_eq!(code, 0);
-    assert!(out.trim().is_empty(), "containers left behind: {out}");
+    let mine = dir.path().to_string_lossy().into_owned();
+    for id in out.split_whitespace() {
+        let (_, mounts, _) =
+            run(Command::new("docker").args(["inspect", "--format", "{{range .Mounts}}{{.Source}} {{end}}", id]));
+        assert!(!mounts.split_whitespace().any(|m| m.starts_with(&mine)), "container {id} left behind: {mounts}");
+    }
 }
 
 #[test]
