@@ -45,8 +45,9 @@ pub use plan::{
     plan, render_prompt,
 };
 pub use schema::{
-    Agent, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings, Network,
-    Output, PermissionMode, Permissions, SandboxConfig, Synthesis, WORKFLOW_KEYS, Workflow, is_known_tool,
+    Agent, Allowlist, Backend, DEFAULT_TOOLS, Defaults, ForEach, Input, Integrate, KNOWN_TOOLS, Limits, ModelSettings,
+    Network, NetworkSetting, Output, PermissionMode, Permissions, SandboxConfig, Synthesis, WORKFLOW_KEYS, Workflow,
+    is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

@@ -40,7 +40,7 @@ use serde_json::{Map, Value};
 use crate::diagnostic::{Diagnostic, Location};
 use crate::load::{did_you_mean, push_sentence};
 use crate::schema::{
-    Agent, Backend, DEFAULT_TOOLS, ForEach, Integrate, Limits, Network, PermissionMode, Source, Workflow,
+    Agent, Backend, DEFAULT_TOOLS, ForEach, Integrate, Limits, NetworkSetting, PermissionMode, Source, Workflow,
 };
 use crate::template;
 use crate::yaml::Seg;
@@ -68,6 +68,9 @@ pub struct Plan {
     /// Every declared input with its value (given, or the default), in file order.
     pub inputs: Vec<PlanInput>,
     pub setup: Vec<String>,
+    /// The network of the `setup:` commands (`full` unless the workflow says otherwise).
+    #[serde(skip_serializing_if = "is_full")]
+    pub setup_network: NetworkSetting,
     pub stages: Vec<Stage>,
     pub synthesis: SynthesisSpec,
     pub integrate: Integrate,
@@ -193,7 +196,7 @@ pub struct FanOutItem {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SandboxSpec {
     pub backend: Backend,
-    pub network: Network,
+    pub network: NetworkSetting,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     pub read: Vec<String>,
@@ -352,6 +355,7 @@ pub fn plan(workflow: &Workflow, inputs: &Inputs) -> Result<Plan, Vec<Diagnostic
         limits: workflow.limits,
         inputs,
         setup: workflow.setup.clone(),
+        setup_network: workflow.setup_network.clone().unwrap_or(NetworkSetting::Full),
         stages,
         synthesis,
         integrate: workflow.integrate,
@@ -502,7 +506,7 @@ impl<'w> Planner<'w> {
         let backend = agent.sandbox.backend.or(defaults.sandbox.backend).unwrap_or_default();
         let sandbox = SandboxSpec {
             backend,
-            network: agent.sandbox.network.or(defaults.sandbox.network).unwrap_or_default(),
+            network: agent.sandbox.network.clone().or_else(|| defaults.sandbox.network.clone()).unwrap_or_default(),
             // An image only means something to the container backend.
             image: agent
                 .sandbox
@@ -881,6 +885,10 @@ pub fn render_prompt(spec: &AgentSpec, context: &RunContext) -> Result<Option<St
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_full(network: &NetworkSetting) -> bool {
+    *network == NetworkSetting::Full
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use orch_workflows::{Backend, Network, Plan, PlanNode, Workflow};
+use orch_workflows::{Backend, NetworkSetting, Plan, PlanNode, Workflow};
 
 use crate::exit::{Code, UsageError};
 use crate::repo_config::Trust;
@@ -111,7 +111,7 @@ pub fn check_plan(workflow: &Workflow, plan: &Plan, untrusted: bool) -> Result<(
                 "agents (and setup, which uses the first agent's backend) run without a sandbox",
             ));
         }
-        if spec.sandbox.network == Network::Full {
+        if spec.sandbox.network == NetworkSetting::Full {
             let set = own.is_some_and(|s| s.network.is_some());
             return Err(refuse(key("network", set), "full", "it gives agents the unrestricted network"));
         }

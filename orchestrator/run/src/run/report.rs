@@ -234,6 +234,10 @@ pub struct AgentReport {
     /// to kill before it touched the worktree.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub killed_processes: usize,
+    /// Hosts its sandbox contacted through the egress proxy (with bytes) and hosts it
+    /// was denied; only for a network allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::proxy::run::NetworkReport>,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -279,6 +283,7 @@ impl AgentReport {
             resumed_from: None,
             permissions: None,
             killed_processes: 0,
+            network: None,
         }
     }
 
@@ -304,6 +309,9 @@ pub struct SetupReport {
     pub log: PathBuf,
     /// The cache directory they could fill, readable by every agent.
     pub cache: PathBuf,
+    /// What they contacted and were denied, under a network allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::proxy::run::NetworkReport>,
 }
 
 /// One `setup:` command.

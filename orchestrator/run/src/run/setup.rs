@@ -1,7 +1,9 @@
 //! `setup:`: commands run once, before any agent, in their own worktree of the run
 //! clone (`<run_dir>/worktrees/setup`, branch `orch/<run>/setup`, never fetched),
 //! through a tool host of their own: confined for the filesystem like an agent, but with
-//! the network allowed, so `npm ci` or `pip download` can fetch.
+//! the network allowed, so `npm ci` or `pip download` can fetch (`full` by default; with
+//! `setup: { commands, network: { allow: [...] } }` only the listed hosts, through the
+//! run's egress proxy).
 //!
 //! The caches they fill live in `<run_dir>/cache`, which setup may write and every
 //! agent may read. The same variables point both at it: `ORCH_CACHE_DIR`,
@@ -25,7 +27,7 @@ use crate::options::{SandboxSpec, SettingSource};
 use crate::session::{AgentSession, SessionSpec};
 use orch_agents::NullSink;
 use orch_agents::permissions::{Permissions, RuleSet};
-use orch_sandbox::policy::{Backend, Network};
+use orch_sandbox::policy::Backend;
 
 /// The longest a setup command may run, in milliseconds (the `Bash` tool's maximum).
 const COMMAND_TIMEOUT_MS: u64 = 600_000;
@@ -49,6 +51,8 @@ pub async fn run(
     run_id: &str,
     commands: &[String],
     backend: orch_workflows::Backend,
+    network: &orch_types::NetworkSetting,
+    proxy: Option<&Arc<crate::proxy::run::RunProxy>>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<(SetupReport, Option<String>)> {
     let cache = run_dir.join("cache");
@@ -64,7 +68,7 @@ pub async fn run(
             orch_workflows::Backend::None => Backend::None,
             _ => Backend::Landlock,
         },
-        network: Network::Full,
+        network: network.mode(),
         read: git.read_only.clone(),
         write: vec![cache.clone()],
         image: None,
@@ -90,9 +94,30 @@ pub async fn run(
         mcp_servers: Default::default(),
         session_id: format!("{run_id}/setup"),
         file_size_limit: None,
+        egress: match (network.allowlist(), proxy) {
+            (Some(list), Some(proxy)) => Some(
+                proxy
+                    .grant(
+                        "setup",
+                        list,
+                        Arc::new(
+                            |e| tracing::info!(host = %e.host, port = e.port, denied = ?e.denied, "setup network"),
+                        ),
+                    )
+                    .map_err(|e| {
+                        crate::error::Error::Message(format!("the network allowlist of `setup` is invalid: {e}"))
+                    })?,
+            ),
+            (Some(_), None) => {
+                return Err(crate::error::Error::Message(
+                    "`setup` has a network allowlist but the run has no proxy".into(),
+                ));
+            }
+            _ => None,
+        },
     };
     let session = AgentSession::start(spec, Arc::new(NullSink), cancel).await?;
-    let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache };
+    let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache, network: None };
     let mut failed = None;
     for command in commands {
         let at = Instant::now();
@@ -128,6 +153,7 @@ pub async fn run(
             break;
         }
     }
+    report.network = session.network();
     session.stop().await;
     if let Err(e) = worktree.remove().await {
         tracing::warn!("cannot remove the setup worktree: {e}");
