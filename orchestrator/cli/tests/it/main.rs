@@ -11,6 +11,7 @@ mod exec_session;
 mod hooks;
 mod masking;
 mod mcp;
+mod network;
 mod permission_settings;
 mod publish;
 mod reap;
