@@ -456,7 +456,15 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
     let path = err.path.unwrap_or_default();
     let location = source.span(err.span.unwrap_or_default());
     let dotted = path_string(&path);
-    let hint_for_path = || key_hint(last_key(&path).unwrap_or(""));
+    let in_network = path.iter().any(|s| matches!(s, Seg::Key(k) if k == "network"));
+    let hint_for_path = || match last_key(&path) {
+        Some("allow" | "deny") if in_network => Some(
+            "write host names (`docs.example.com`), `*.example.com`, `preset:rust`, `preset:node`, \
+             `preset:python`, IP addresses or CIDR ranges"
+                .to_string(),
+        ),
+        key => key_hint(key.unwrap_or("")),
+    };
     match err.kind {
         DeErrorKind::Type { expected, found } => {
             let what = match path.last() {

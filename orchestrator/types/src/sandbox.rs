@@ -218,9 +218,20 @@ mod de {
         struct Entry(String);
         impl<'de> serde::Deserialize<'de> for Entry {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                super::check_network_entry(&text).map_err(de::Error::custom)?;
-                Ok(Entry(text.trim().to_string()))
+                // Checked inside the visitor, so a positioned deserializer tags the
+                // error with the entry's own place.
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Entry;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a host name, `*.domain`, a preset, an IP address or a CIDR range")
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Entry, E> {
+                        super::check_network_entry(v).map_err(E::custom)?;
+                        Ok(Entry(v.trim().to_string()))
+                    }
+                }
+                d.deserialize_str(V)
             }
         }
         Ok(Vec::<Entry>::deserialize(d)?.into_iter().map(|e| e.0).collect())

@@ -274,6 +274,9 @@ fn run_case(run_id: &str, sandbox: &str, with_curl: bool) {
     let decisions: Vec<_> = events.iter().filter(|e| e["type"] == "network").collect();
     assert!(decisions.iter().any(|e| e["host"] == "allowed.test" && e["allowed"] == true), "{decisions:#?}");
     assert!(decisions.iter().any(|e| e["host"] == "denied.test" && e["allowed"] == false), "{decisions:#?}");
+    let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
+    assert!(md.contains("`a` network: contacted `allowed.test:"), "{md}");
+    assert!(md.contains("`denied.test:"), "{md}");
     // No proxy credential in the report.
     let report = std::fs::read_to_string(run.out.join("report.json")).unwrap();
     assert!(!report.contains("HTTP_PROXY"), "the report shows no credential");

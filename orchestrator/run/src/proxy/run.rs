@@ -4,7 +4,6 @@
 //! environment that points tools at it, and the place its decisions are summed up for
 //! the report ([`NetworkReport`]).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -162,24 +161,6 @@ impl NetworkReport {
     pub fn is_empty(&self) -> bool {
         self.contacted.is_empty() && self.denied.is_empty()
     }
-
-    /// One Markdown line for report.md: `contacted a:443 (3 KiB); denied b:443`.
-    pub fn markdown(&self) -> String {
-        let mut parts = BTreeMap::new();
-        let contacted: Vec<String> = self
-            .contacted
-            .iter()
-            .map(|h| format!("`{}:{}` ({} B up, {} B down)", h.host, h.port, h.bytes_up, h.bytes_down))
-            .collect();
-        let denied: Vec<String> = self.denied.iter().map(|h| format!("`{}:{}`", h.host, h.port)).collect();
-        if !contacted.is_empty() {
-            parts.insert(0, format!("contacted {}", contacted.join(", ")));
-        }
-        if !denied.is_empty() {
-            parts.insert(1, format!("denied {}", denied.join(", ")));
-        }
-        parts.into_values().collect::<Vec<_>>().join("; ")
-    }
 }
 
 #[cfg(test)]
@@ -206,6 +187,5 @@ mod tests {
         assert_eq!(r.contacted.len(), 1);
         assert_eq!((r.contacted[0].connections, r.contacted[0].bytes_up, r.contacted[0].bytes_down), (2, 15, 30));
         assert_eq!(r.denied[0].attempts, 1);
-        assert_eq!(r.markdown(), "contacted `crates.io:443` (15 B up, 30 B down); denied `evil.example:443`");
     }
 }

@@ -301,6 +301,36 @@ pub struct ChangedFile {
     pub kind: String,
 }
 
+/// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
+/// and the hosts it was denied. Host names come from the sandbox: code spans.
+fn network_lines(md: &mut String, r: &RunReport) {
+    let setup = r.setup.as_ref().and_then(|s| s.network.as_ref()).map(|n| ("setup", n));
+    let agents = r.agents.iter().filter_map(|a| a.network.as_ref().map(|n| (a.id.as_str(), n)));
+    for (id, net) in setup.into_iter().chain(agents).filter(|(_, n)| !n.is_empty()) {
+        let contacted: Vec<String> = net
+            .contacted
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} ({} B up, {} B down)",
+                    render::code(&format!("{}:{}", h.host, h.port)),
+                    h.bytes_up,
+                    h.bytes_down
+                )
+            })
+            .collect();
+        let denied: Vec<String> = net.denied.iter().map(|h| render::code(&format!("{}:{}", h.host, h.port))).collect();
+        let mut parts = Vec::new();
+        if !contacted.is_empty() {
+            parts.push(format!("contacted {}", contacted.join(", ")));
+        }
+        if !denied.is_empty() {
+            parts.push(format!("denied {}", denied.join(", ")));
+        }
+        let _ = writeln!(md, "\n`{id}` network: {}", parts.join("; "));
+    }
+}
+
 /// The `setup:` commands.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SetupReport {
@@ -523,6 +553,7 @@ pub fn markdown(r: &RunReport) -> String {
             a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
         let _ = writeln!(md, "\n`{}`: not committed, over the file size limit: {}", a.id, files.join(", "));
     }
+    network_lines(&mut md, r);
     if let Some(s) = &r.synthesis {
         md.push_str(&render::synthesis_head(s, "##"));
         if !s.text.trim().is_empty() {
