@@ -18,6 +18,7 @@
 //!   the proxy's own share (each tunnel also costs a client and a server connection).
 //!
 //! Runs on a multi-thread tokio runtime with 2 workers; clients are blocking threads.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -313,9 +313,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
             &run_dir,
             &run_id,
             &plan.setup,
-            backend,
-            &plan.setup_network,
-            shared.proxy.as_ref(),
+            setup::SetupSandbox { backend, network: &plan.setup_network, proxy: shared.proxy.as_ref() },
             &run_cancel,
         )
         .await?;

@@ -44,17 +44,24 @@ pub fn cache_env(cache: &Path) -> Vec<(String, String)> {
     ]
 }
 
+/// Where setup's commands run: the agents' backend (landlock unless `none`), and the
+/// network of `setup:` with the run's egress proxy for an allowlist.
+pub struct SetupSandbox<'a> {
+    pub backend: orch_workflows::Backend,
+    pub network: &'a orch_types::NetworkSetting,
+    pub proxy: Option<&'a Arc<crate::proxy::run::RunProxy>>,
+}
+
 /// Runs `commands`. `Ok(report)` also when a command failed: then `failed` says which.
 pub async fn run(
     clone: &RunClone,
     run_dir: &Path,
     run_id: &str,
     commands: &[String],
-    backend: orch_workflows::Backend,
-    network: &orch_types::NetworkSetting,
-    proxy: Option<&Arc<crate::proxy::run::RunProxy>>,
+    sandbox: SetupSandbox<'_>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<(SetupReport, Option<String>)> {
+    let SetupSandbox { backend, network, proxy } = sandbox;
     let cache = run_dir.join("cache");
     std::fs::create_dir_all(&cache).context("cannot create the setup cache directory")?;
     let log_rel = PathBuf::from("setup.log");
