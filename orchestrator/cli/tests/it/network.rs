@@ -184,6 +184,11 @@ fn script(w: &World, with_curl: bool) -> String {
             format!("echo ran-8; curl -sS -k -m 10 https://denied.test:{ps}/t2; echo rc=$?"),
             format!("echo ran-9; curl -sS -m 5 --noproxy '*' http://allowed.test:{pa}/np; echo rc=$?"),
             format!("echo ran-10; curl -sS -m 5 --noproxy '*' http://127.0.0.1:{pa}/np2; echo rc=$?"),
+            // `CONNECT allowed.test` carrying a ClientHello for another name.
+            format!(
+                "echo ran-11; curl -sS -k -m 10 https://evil.test:{ps}/sni --connect-to evil.test:{ps}:allowed.test:{ps}; \
+                 echo rc=$?"
+            ),
         ]);
     }
     let turns = |cmds: &[String]| {
@@ -239,6 +244,8 @@ fn run_case(run_id: &str, sandbox: &str, with_curl: bool) {
         assert!(output_of(&a, "ran-7").contains("from-tls"), "{a:#?}");
         let denied_tls = output_of(&a, "ran-8");
         assert!(denied_tls.contains("403") && !denied_tls.contains("from-tls"), "{denied_tls}");
+        let sni = output_of(&a, "ran-11");
+        assert!(!sni.contains("from-tls") && !sni.contains("rc=0"), "{sni}");
         for marker in ["ran-9", "ran-10"] {
             let out = output_of(&a, marker);
             assert!(!out.contains("from-allowed") && !out.contains("rc=0"), "{marker}: {out}");
@@ -274,6 +281,12 @@ fn run_case(run_id: &str, sandbox: &str, with_curl: bool) {
     let decisions: Vec<_> = events.iter().filter(|e| e["type"] == "network").collect();
     assert!(decisions.iter().any(|e| e["host"] == "allowed.test" && e["allowed"] == true), "{decisions:#?}");
     assert!(decisions.iter().any(|e| e["host"] == "denied.test" && e["allowed"] == false), "{decisions:#?}");
+    if with_curl {
+        let sni = |e: &&&serde_json::Value| {
+            e["allowed"] == false && e["reason"].as_str().is_some_and(|r| r.contains("evil.test"))
+        };
+        assert!(decisions.iter().any(|e| sni(&e)), "the SNI mismatch is refused: {decisions:#?}");
+    }
     let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
     assert!(md.contains("`a` network: contacted `allowed.test:"), "{md}");
     assert!(md.contains("`denied.test:"), "{md}");
