@@ -148,8 +148,10 @@ impl Handoff {
     /// when orch runs as root); the socket is handed to it.
     pub fn create(parent: &Path, owner: Option<u32>) -> Result<Handoff, SandboxError> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos());
-        let dir = parent.join(format!("orch-egress-{}-{}", std::process::id(), nanos.unwrap_or(0)));
+        let dir = parent.join(format!("orch-egress-{}-{n}-{}", std::process::id(), nanos.unwrap_or(0)));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
