@@ -39,6 +39,7 @@ fn policy(backend: Backend, worktree: &Path, private: &Path) -> Policy {
         uid,
         name: Some(format!("bench-{}", std::process::id())),
         private_tmpfs: None,
+        egress: None,
         masked: Vec::new(),
     }
 }

@@ -72,6 +72,7 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
             return Ok(done);
         }
         Backend::Container => {
+            egress(policy)?;
             subreaper()?;
             rlimits::apply(&rlimits::plan(&policy.limits, false, rlimits::Nproc::Unset))?;
             not_dumpable()?;
@@ -89,6 +90,10 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
         }
     }
     let root = identity::is_root();
+    // First: the network namespace (a user namespace too as a normal user) is made
+    // while nothing else has changed, and the listener handed over before seccomp
+    // denies Unix sockets.
+    egress(policy)?;
     let uid = if root { Some(policy.uid.ok_or(SandboxError::NoSandboxUid)?) } else { None };
 
     let mut memory_in_cgroup = false;
@@ -152,7 +157,8 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
     if uid.is_none() && !policy.masked.is_empty() {
         command_domain(policy)?;
     }
-    let applied = landlock::restrict(&policy.read, &policy.write, policy.network)?;
+    let proxy_port = policy.egress.as_ref().map(|e| e.port);
+    let applied = landlock::restrict(&policy.read, &policy.write, policy.network, proxy_port)?;
     done.landlock_abi = Some(applied.abi);
     seccomp::apply(policy.network)?;
     done.seccomp = true;
@@ -172,6 +178,20 @@ fn command_domain(policy: &Policy) -> Result<(), SandboxError> {
         Err(e) => tracing::warn!("sandbox: denied paths stay readable to commands: {e}"),
     }
     Ok(())
+}
+
+/// Under `Network::Proxy`: the sandbox's own network namespace and its listener, handed
+/// to the coordinator ([`crate::egress`]). Other networks: nothing.
+fn egress(policy: &Policy) -> Result<(), SandboxError> {
+    match (policy.network, &policy.egress) {
+        (crate::policy::Network::Proxy, Some(egress)) => {
+            crate::egress::enter(egress, policy.backend, identity::is_root())
+        }
+        (crate::policy::Network::Proxy, None) => Err(SandboxError::InvalidPolicy(
+            "network proxy without an egress socket; the coordinator must give one".into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn subreaper() -> Result<(), SandboxError> {

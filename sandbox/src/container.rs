@@ -689,6 +689,9 @@ fn create_body(
         network_mode: Some(match policy.network {
             Network::None => "none".into(),
             Network::Full => "bridge".into(),
+            // Its own namespace with only `lo`, where the tool host's listener is the
+            // way to the coordinator's egress proxy (see `egress.rs`).
+            Network::Proxy => "none".into(),
         }),
         memory,
         // No swap beyond the memory limit.
@@ -744,6 +747,10 @@ fn mounts(policy: &Policy, binary: &Path) -> Result<Vec<Mount>, ContainerError> 
         ..Default::default()
     };
     let mut mounts = vec![bind(binary, ORCH_MOUNT, true)];
+    // The coordinator's socket that receives the egress listener (see `egress.rs`).
+    if let Some(egress) = &policy.egress {
+        mounts.push(bind(&egress.handoff, crate::egress::CONTAINER_HANDOFF, false));
+    }
     // Targets are the paths as the policy writes them (tools and the environment use
     // those); sources are where they lead on the host.
     let mut write: Vec<PathBuf> = Vec::new();
@@ -1129,6 +1136,7 @@ mod tests {
             uid: None,
             name: None,
             private_tmpfs: None,
+            egress: None,
             masked: Vec::new(),
         }
     }

@@ -8,6 +8,8 @@
 //!   readable and writable;
 //! - under `Network::None`, TCP bind and connect are handled with no rule (denied) where
 //!   the ABI has them (4+); seccomp denies `socket` as well, so older kernels are covered;
+//!   under `Network::Proxy` the same, with one rule: connect to the proxy's port (the
+//!   sandbox's own network namespace is the main barrier; see `egress.rs`);
 //! - signal and abstract-Unix-socket scoping where the ABI has them (6+): no signal to,
 //!   and no abstract socket of, any process outside the sandbox;
 //! - `restrict_self` sets no_new_privs.
@@ -16,7 +18,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use nix::fcntl::{OFlag, open};
@@ -93,7 +95,14 @@ fn device_access(abi: ABI) -> BitFlags<AccessFs> {
 
 /// Restricts the calling thread, and every thread and process it starts afterwards, to
 /// `read` and `write` (and the network rules of `network`). Sets no_new_privs.
-pub fn restrict(read: &[PathBuf], write: &[PathBuf], network: Network) -> Result<Applied, SandboxError> {
+/// Under `Network::Proxy` with ABI 4+, TCP is handled too, with one rule: connect to
+/// `proxy_port` (the egress proxy inside the sandbox's namespace); no bind.
+pub fn restrict(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    network: Network,
+    proxy_port: Option<u16>,
+) -> Result<Applied, SandboxError> {
     let abi = kernel_abi();
     if abi == ABI::Unsupported {
         return Err(SandboxError::LandlockUnavailable);
@@ -104,7 +113,7 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], network: Network) -> Result
         .handle_access(AccessFs::from_all(abi))
         .map_err(err)?;
     let net = AccessNet::from_all(abi);
-    let tcp_denied = network == Network::None && !net.is_empty();
+    let tcp_denied = matches!(network, Network::None | Network::Proxy) && !net.is_empty();
     if tcp_denied {
         ruleset = ruleset.handle_access(net).map_err(err)?;
     }
@@ -114,6 +123,9 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], network: Network) -> Result
         ruleset = ruleset.scope(scope).map_err(err)?;
     }
     let mut created = ruleset.create().map_err(err)?;
+    if let (true, Network::Proxy, Some(port)) = (tcp_denied, network, proxy_port) {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(err)?;
+    }
     let read = read.iter().map(|p| (p.as_path(), AccessFs::from_read(abi)));
     let write = write.iter().map(|p| (p.as_path(), AccessFs::from_all(abi)));
     let devices = RW_DEVICES.iter().map(|p| (Path::new(*p), device_access(abi)));

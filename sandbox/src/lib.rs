@@ -21,13 +21,14 @@
 //! Modules: [`policy`] (the data), [`confine`](mod@confine) (the order of steps),
 //! [`landlock`](mod@landlock), [`seccomp`], [`rlimits`], [`identity`] (uid choice,
 //! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
-//! drop), [`mask`] (hiding denied paths from commands), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
+//! drop), [`mask`] (hiding denied paths from commands), [`egress`] (the sandbox's one way out under a network allowlist: a listener in its own network namespace, served by the coordinator's proxy), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
 //! a nested Landlock domain, so it cannot signal its tool host), [`spawn`]
 //! (confine-on-exec), [`host`].
 
 pub mod cgroup;
 pub mod confine;
 pub mod container;
+pub mod egress;
 pub mod error;
 pub mod host;
 pub mod identity;

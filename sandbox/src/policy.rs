@@ -105,6 +105,10 @@ pub struct Policy {
     /// as a normal user (see [`crate::mask`]). Absolute, never through a symlink.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked: Vec<PathBuf>,
+    /// Under [`Network::Proxy`]: the port the proxy answers on inside the sandbox and
+    /// the socket that receives its listener (see [`crate::egress`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// Environment variables passed into a sandbox when set outside it. Nothing that looks
@@ -287,6 +291,7 @@ mod tests {
             name: Some("run-agent".into()),
             private_tmpfs: None,
             masked: vec!["/w/.env".into()],
+            egress: None,
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), p);

@@ -13,6 +13,8 @@
 //!   terminal the sandbox inherited;
 //! - `socket`: under `Network::None` entirely (any family), under `Network::Full` Unix
 //!   sockets (`AF_UNIX`), packet sockets (`AF_PACKET`) and raw sockets (`SOCK_RAW`).
+//!   Under `Network::Proxy`, as under `Full`, plus UDP sockets (`SOCK_DGRAM` in
+//!   `AF_INET` and `AF_INET6`): only TCP, and only to the egress proxy.
 //!   Either way no sandboxed process can `connect` to a path-based Unix socket outside
 //!   the sandbox (the Docker daemon's `/var/run/docker.sock`, the user's ssh-agent or
 //!   D-Bus), which Landlock does not check on connect; `socketpair` stays allowed.
@@ -127,8 +129,8 @@ pub fn programs(network: Network, arch: TargetArch) -> Result<Vec<BpfProgram>, S
         Network::None => {
             denied.insert(libc::SYS_socket, vec![]);
         }
-        Network::Full => {
-            let rules = vec![
+        Network::Full | Network::Proxy => {
+            let mut rules = vec![
                 // No Unix socket of any kind: a path-based one outside the roots (the
                 // Docker daemon's) is out of Landlock's reach on connect.
                 equal(0, libc::AF_UNIX as u64).map_err(build_err)?,
@@ -136,6 +138,24 @@ pub fn programs(network: Network, arch: TargetArch) -> Result<Vec<BpfProgram>, S
                 // The type may carry SOCK_NONBLOCK and SOCK_CLOEXEC; the kind is the low bits.
                 masked(1, 0xf, libc::SOCK_RAW as u64).map_err(build_err)?,
             ];
+            if network == Network::Proxy {
+                // Only TCP to the proxy: no UDP (DNS included) in any address family.
+                for family in [libc::AF_INET, libc::AF_INET6] {
+                    let rule = SeccompRule::new(vec![
+                        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, family as u64)
+                            .map_err(build_err)?,
+                        SeccompCondition::new(
+                            1,
+                            SeccompCmpArgLen::Dword,
+                            SeccompCmpOp::MaskedEq(0xf),
+                            libc::SOCK_DGRAM as u64,
+                        )
+                        .map_err(build_err)?,
+                    ])
+                    .map_err(build_err)?;
+                    rules.push(rule);
+                }
+            }
             denied.insert(libc::SYS_socket, rules);
         }
     }
@@ -305,6 +325,13 @@ mod tests {
         assert_eq!(verdict(Network::Full, libc::SYS_socketpair, unix), Verdict::Allow);
         assert_eq!(verdict(Network::Full, libc::SYS_socket, packet), EPERM);
         assert_eq!(verdict(Network::Full, libc::SYS_socket, raw), EPERM);
+        let udp6 = [libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64 | libc::SOCK_CLOEXEC as u64, 0, 0, 0, 0];
+        let udp4 = [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0];
+        assert_eq!(verdict(Network::Full, libc::SYS_socket, udp4), Verdict::Allow);
+        assert_eq!(verdict(Network::Proxy, libc::SYS_socket, inet_stream), Verdict::Allow);
+        for args in [udp4, udp6, unix, packet, raw] {
+            assert_eq!(verdict(Network::Proxy, libc::SYS_socket, args), EPERM, "{args:?}");
+        }
     }
 
     #[test]

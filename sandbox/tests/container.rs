@@ -85,6 +85,7 @@ fn sandbox() -> Sandbox {
         uid: None,
         name: None,
         private_tmpfs: None,
+        egress: None,
         masked: Vec::new(),
     };
     Sandbox { _dir: dir, worktree, policy }

@@ -176,6 +176,7 @@ impl Loader<'_> {
             defaults: Defaults::default(),
             inputs: Vec::new(),
             setup: Vec::new(),
+            setup_network: None,
             agents: Vec::new(),
             synthesis: Synthesis::default(),
             integrate: Integrate::default(),
@@ -211,6 +212,12 @@ impl Loader<'_> {
                 "concurrency" => workflow.concurrency = self.field(entry, path).flatten(),
                 "limits" => workflow.limits = self.field(entry, path).unwrap_or_default(),
                 "defaults" => workflow.defaults = self.field(entry, path).unwrap_or_default(),
+                "setup" if entry.value.entries().is_some() => {
+                    if let Some(setup) = self.field::<crate::schema::SetupConfig>(entry, path) {
+                        workflow.setup = setup.commands;
+                        workflow.setup_network = setup.network;
+                    }
+                }
                 "setup" => workflow.setup = self.field(entry, path).unwrap_or_default(),
                 "synthesis" => workflow.synthesis = self.field(entry, path).unwrap_or_default(),
                 "integrate" => workflow.integrate = self.field(entry, path).unwrap_or_default(),
@@ -412,7 +419,11 @@ pub(crate) fn key_hint(key: &str) -> Option<String> {
         }
         "as" => "write the name of the item variable, e.g. `as: crate`",
         "backend" => "write one of `landlock`, `container`, `none`",
-        "network" => "write `network: none` or `network: full`",
+        "network" => {
+            "write `network: none`, `network: full`, or an allowlist such as \
+             `network: { allow: [preset:rust, docs.example.com], deny: [internal.example.com] }`"
+        }
+        "commands" => "write a list of shell commands, e.g. `commands: [cargo fetch]`",
         "image" => "write a container image, e.g. `image: rust:1.88`",
         "read" | "write" => "write a list of paths, e.g. `read: [~/.cargo/registry]`",
         "mode" => "write one of `default`, `accept-edits`, `plan`, `bypass`",
@@ -426,7 +437,10 @@ pub(crate) fn key_hint(key: &str) -> Option<String> {
         "changes" | "prune" => "write `true` or `false`",
         "fail_fast" | "continue_on_failure" => "write `true` or `false`",
         "subagents" => "write a mapping, e.g. `subagents: { max_depth: 3, max_concurrent: 10, max_total: 200 }`",
-        "setup" => "write a list of shell commands, e.g. `setup: [cargo fetch]`",
+        "setup" => {
+            "write a list of shell commands, e.g. `setup: [cargo fetch]`, or \
+             `setup: { commands: [cargo fetch], network: { allow: [preset:rust] } }`"
+        }
         "schema" => {
             "write a JSON Schema in YAML, e.g. `schema: { type: object, properties: { ok: { type: boolean } } }`"
         }
@@ -450,7 +464,15 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
     let path = err.path.unwrap_or_default();
     let location = source.span(err.span.unwrap_or_default());
     let dotted = path_string(&path);
-    let hint_for_path = || key_hint(last_key(&path).unwrap_or(""));
+    let in_network = path.iter().any(|s| matches!(s, Seg::Key(k) if k == "network"));
+    let hint_for_path = || match last_key(&path) {
+        Some("allow" | "deny") if in_network => Some(
+            "write host names (`docs.example.com`), `*.example.com`, `preset:rust`, `preset:node`, \
+             `preset:python`, IP addresses or CIDR ranges"
+                .to_string(),
+        ),
+        key => key_hint(key.unwrap_or("")),
+    };
     match err.kind {
         DeErrorKind::Type { expected, found } => {
             let what = match path.last() {

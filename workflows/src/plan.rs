@@ -45,7 +45,7 @@ use serde_json::{Map, Value};
 use crate::diagnostic::{Diagnostic, Location};
 use crate::load::{did_you_mean, push_sentence};
 use crate::schema::{
-    Agent, Backend, DEFAULT_TOOLS, ForEach, Integrate, Limits, Network, PermissionMode, Source, Workflow,
+    Agent, Backend, DEFAULT_TOOLS, ForEach, Integrate, Limits, NetworkSetting, PermissionMode, Source, Workflow,
 };
 use crate::template;
 use crate::yaml::Seg;
@@ -73,6 +73,9 @@ pub struct Plan {
     /// Every declared input with its value (given, or the default), in file order.
     pub inputs: Vec<PlanInput>,
     pub setup: Vec<String>,
+    /// The network of the `setup:` commands (`full` unless the workflow says otherwise).
+    #[serde(skip_serializing_if = "is_full")]
+    pub setup_network: NetworkSetting,
     pub stages: Vec<Stage>,
     pub synthesis: SynthesisSpec,
     pub integrate: Integrate,
@@ -254,7 +257,7 @@ pub struct FanOutItem {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SandboxSpec {
     pub backend: Backend,
-    pub network: Network,
+    pub network: NetworkSetting,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     pub read: Vec<String>,
@@ -438,6 +441,7 @@ pub fn plan_with(workflow: &Workflow, inputs: &Inputs, builtins: &Builtins) -> R
         limits: workflow.limits,
         inputs,
         setup: workflow.setup.clone(),
+        setup_network: workflow.setup_network.clone().unwrap_or(NetworkSetting::Full),
         stages,
         synthesis,
         integrate: workflow.integrate.clone(),
@@ -590,7 +594,7 @@ impl<'w> Planner<'w> {
         let backend = agent.sandbox.backend.or(defaults.sandbox.backend).unwrap_or_default();
         let sandbox = SandboxSpec {
             backend,
-            network: agent.sandbox.network.or(defaults.sandbox.network).unwrap_or_default(),
+            network: agent.sandbox.network.clone().or_else(|| defaults.sandbox.network.clone()).unwrap_or_default(),
             // An image only means something to the container backend.
             image: agent
                 .sandbox
@@ -996,6 +1000,10 @@ fn is_true(b: &bool) -> bool {
 pub fn render_integrate_message(template: &str, agent: &Value) -> Result<String, String> {
     let context = serde_json::json!({ "agent": agent });
     template::render(template, &context).map_err(|e| e.message)
+}
+
+fn is_full(network: &NetworkSetting) -> bool {
+    *network == NetworkSetting::Full
 }
 
 #[cfg(test)]

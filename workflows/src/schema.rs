@@ -17,7 +17,7 @@ use crate::diagnostic::SourceFile;
 use crate::extensions::{HookSettings, McpServer};
 use crate::yaml::Node;
 
-pub use orch_types::{Backend, Limits, Network, PermissionMode};
+pub use orch_types::{Allowlist, Backend, Limits, Network, NetworkSetting, PermissionMode};
 
 /// The core tools an agent may be given (besides `mcp__<server>__<tool>` names), from
 /// the tool catalog.
@@ -83,6 +83,10 @@ pub struct Workflow {
     pub inputs: Vec<Input>,
     /// Commands run once, before any agent, in the run clone (network allowed).
     pub setup: Vec<String>,
+    /// The network of `setup:` when written as `setup: { commands: [...], network: ... }`
+    /// (`None`: `full`, as for the list form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup_network: Option<NetworkSetting>,
     /// The agents, in file order.
     pub agents: Vec<Agent>,
     pub synthesis: Synthesis,
@@ -214,8 +218,9 @@ impl ModelSettings {
 pub struct SandboxConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
+    /// `none`, `full`, or `{allow: [...], deny: [...]}` (hosts through the egress proxy).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<Network>,
+    pub network: Option<NetworkSetting>,
     /// The container image (`backend: container`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
@@ -524,6 +529,15 @@ impl Expect {
     pub fn is_empty(&self) -> bool {
         *self == Expect::default()
     }
+}
+
+/// `setup:` as a mapping: its commands and their network.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupConfig {
+    pub commands: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSetting>,
 }
 
 #[cfg(test)]

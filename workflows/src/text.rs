@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::plan::{AgentSpec, DynamicFanOut, Plan, PlanNode, Prompt};
-use crate::schema::{Backend, Limits, Network, SynthesisStrategy};
+use crate::schema::{Backend, Limits, SynthesisStrategy};
 
 /// Renders `plan` as text, ending with a newline.
 pub fn render_text(plan: &Plan) -> String {
@@ -30,7 +30,11 @@ pub fn render_text(plan: &Plan) -> String {
         pull_request(&mut out, pr);
     }
     if !plan.setup.is_empty() {
-        let _ = writeln!(out, "setup (once, before the agents, network allowed):");
+        let network = match &plan.setup_network {
+            orch_types::NetworkSetting::Full => "network allowed".to_string(),
+            other => format!("network {}", other.describe()),
+        };
+        let _ = writeln!(out, "setup (once, before the agents, {network}):");
         for command in &plan.setup {
             let _ = writeln!(out, "  $ {}", indent_rest(command.trim_end(), 4));
         }
@@ -151,10 +155,7 @@ fn settings(out: &mut String, spec: &AgentSpec) {
             Backend::Container => "container",
             Backend::None => "none (UNCONFINED)",
         },
-        match sandbox.network {
-            Network::None => "none",
-            Network::Full => "full",
-        }
+        sandbox.network.describe()
     );
     if let Some(image) = &sandbox.image {
         let _ = write!(text, ", image {image}");

@@ -180,6 +180,7 @@ fn in_container_run(args: &SandboxRunArgs) -> Result<u8, SandboxError> {
         uid: None,
         name: None,
         private_tmpfs: None,
+        egress: None,
         masked: Vec::new(),
     };
     spawn_and_wait(args, &policy, true)

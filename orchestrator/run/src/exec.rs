@@ -105,6 +105,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         mcp_servers: extensions.mcp_servers,
         session_id: format!("{run}/{}", args.agent_id),
         file_size_limit: None,
+        egress: None,
     };
     args.reporter.agent_started(&args.agent_id);
     let started = std::time::Instant::now();

@@ -221,7 +221,7 @@ impl SandboxOverride {
                 sandbox.backend = Some(b);
             }
             if let Some(n) = self.network {
-                sandbox.network = Some(n);
+                sandbox.network = Some(n.into());
             }
             if let Some(i) = &self.image {
                 sandbox.image = Some(i.clone());

@@ -47,6 +47,17 @@ pub enum RunStep {
         cost_usd: f64,
         duration_ms: u64,
     },
+    /// A decision of the egress proxy on a connection of the agent's sandbox (network
+    /// allowlists only): allowed with its bytes once it closed, or refused and why.
+    Network {
+        host: String,
+        port: u16,
+        allowed: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        bytes_up: u64,
+        bytes_down: u64,
+    },
     /// The run ended; `report` is the run's `report.json` (versioned separately, see
     /// its `version` field).
     RunFinished {

@@ -165,6 +165,7 @@ pub fn build_policy(spec: &SandboxSpec, input: PolicyInput<'_>) -> Result<Policy
         name: Some(input.name),
         private_tmpfs: input.dirs.tmpfs.then(|| input.dirs.base.clone()),
         masked: Vec::new(),
+        egress: None,
     })
 }
 

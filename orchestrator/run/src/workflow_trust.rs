@@ -9,7 +9,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use orch_workflows::{Backend, Network, Plan, PlanNode, Workflow};
+use orch_workflows::{Backend, NetworkSetting, Plan, PlanNode, Workflow};
 
 use crate::exit::{Code, UsageError};
 use crate::repo_config::Trust;
@@ -111,7 +111,7 @@ pub fn check_plan(workflow: &Workflow, plan: &Plan, untrusted: bool) -> Result<(
                 "agents (and setup, which uses the first agent's backend) run without a sandbox",
             ));
         }
-        if spec.sandbox.network == Network::Full {
+        if spec.sandbox.network == NetworkSetting::Full {
             let set = own.is_some_and(|s| s.network.is_some());
             return Err(refuse(key("network", set), "full", "it gives agents the unrestricted network"));
         }
@@ -154,5 +154,25 @@ mod tests {
         assert!(err.contains("`defaults.sandbox.network: full`"), "{err}");
         let (w, p) = plan_of("version: 1\nname: t\nagents:\n  a:\n    prompt: x\n");
         assert!(check_plan(&w, &p, true).is_ok());
+    }
+
+    #[test]
+    fn an_untrusted_run_accepts_an_allowlist_but_not_a_full_network_override() {
+        let text =
+            "version: 1\nname: t\nagents:\n  a:\n    prompt: x\n    sandbox: { network: { allow: [preset:rust] } }\n";
+        let (w, p) = plan_of(text);
+        assert!(check_plan(&w, &p, true).is_ok());
+        // `orch run --network full` replaces the allowlist, and is refused like the key.
+        let mut w = orch_workflows::load_str(text, "w.yaml").unwrap();
+        let flags = crate::options::SandboxOverride { network: Some(orch_types::Network::Full), ..Default::default() };
+        flags.apply(&mut w);
+        let p = orch_workflows::plan(&w, &orch_workflows::Inputs::default()).unwrap();
+        let err = check_plan(&w, &p, true).unwrap_err().0;
+        assert!(err.contains("`agents.a.sandbox.network: full`"), "{err}");
+        // `--network none` replaces it too, and is accepted.
+        let mut w = orch_workflows::load_str(text, "w.yaml").unwrap();
+        let flags = crate::options::SandboxOverride { network: Some(orch_types::Network::None), ..Default::default() };
+        flags.apply(&mut w);
+        assert_eq!(w.agents[0].sandbox.network, Some(orch_types::NetworkSetting::None));
     }
 }

@@ -1,4 +1,6 @@
-//! Where an agent's tools run and what network they reach: [`Backend`] and [`Network`].
+//! Where an agent's tools run and what network they reach: [`Backend`], [`Network`] (what
+//! a sandbox enforces) and [`NetworkSetting`] (what a workflow writes: `none`, `full` or
+//! an allowlist of host names, enforced by the coordinator's egress proxy).
 
 /// Which mechanism confines an agent's tools.
 #[derive(
@@ -37,12 +39,11 @@ impl Backend {
     }
 }
 
-/// Network access of an agent's tools.
+/// Network access of a sandbox, as the sandbox enforces it.
 ///
-/// A policy that lists allowed and denied hosts (`{allow, deny}`) is meant to join
-/// these variants. It will carry lists, so that change drops `Copy` (the sandbox then
-/// passes `&Network`) and writes `ValueEnum` and the serde form by hand (a plain name,
-/// or a mapping); nothing else here assumes the variants carry no data.
+/// A workflow's allowlist ([`NetworkSetting::Allow`]) becomes [`Network::Proxy`] here:
+/// the sandbox only learns that its one way out is the egress proxy on
+/// `127.0.0.1:<port>`; the host names stay with the coordinator's proxy.
 #[derive(
     Debug,
     Clone,
@@ -69,12 +70,207 @@ pub enum Network {
     /// Unrestricted IP network (for `setup:` steps that fetch dependencies); still no
     /// new Unix sockets, so no daemon on the host is reachable.
     Full,
+    /// Only the coordinator's egress proxy, on `127.0.0.1:<port>` inside the sandbox;
+    /// no other address, no DNS. Not a value of workflows or flags: an allowlist
+    /// ([`NetworkSetting::Allow`]) stands for it there.
+    #[strum(disabled)]
+    #[cfg_attr(feature = "clap", value(skip))]
+    Proxy,
 }
 
 impl Network {
-    /// The name workflow files and the command line use: `none`, `full`.
+    /// The name workflow files and the command line use: `none`, `full` (`proxy` for
+    /// the sandbox's own form of an allowlist).
     pub fn as_str(&self) -> &'static str {
         self.into()
+    }
+}
+
+/// The registries each `preset:NAME` of an allowlist stands for.
+pub const NETWORK_PRESETS: &[(&str, &[&str])] = &[
+    ("rust", &["crates.io", "index.crates.io", "static.crates.io", "static.rust-lang.org"]),
+    ("node", &["registry.npmjs.org"]),
+    ("python", &["pypi.org", "files.pythonhosted.org"]),
+];
+
+/// `sandbox.network` as a workflow (or `setup:`) writes it: `none`, `full`, or
+/// `{allow: [...], deny: [...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum NetworkSetting {
+    #[default]
+    None,
+    Full,
+    /// Only the listed hosts, through the coordinator's egress proxy.
+    Allow(Allowlist),
+}
+
+/// The host lists of an allowlist, as written (presets not expanded). Each entry is a
+/// host name, `*.domain` (any name below it), `*`, `preset:rust|node|python`, an IP
+/// address or a CIDR range; `deny` wins over `allow`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct Allowlist {
+    #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::entries"))]
+    pub allow: Vec<String>,
+    #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::entries"))]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
+    pub deny: Vec<String>,
+}
+
+impl NetworkSetting {
+    /// What the sandbox enforces for this setting.
+    pub fn mode(&self) -> Network {
+        match self {
+            NetworkSetting::None => Network::None,
+            NetworkSetting::Full => Network::Full,
+            NetworkSetting::Allow(_) => Network::Proxy,
+        }
+    }
+
+    /// The allowlist, if this setting is one.
+    pub fn allowlist(&self) -> Option<&Allowlist> {
+        match self {
+            NetworkSetting::Allow(list) => Some(list),
+            _ => None,
+        }
+    }
+
+    /// One line for plans and reports: `none`, `full`, `allow a, b; deny c`.
+    pub fn describe(&self) -> String {
+        match self {
+            NetworkSetting::None => "none".into(),
+            NetworkSetting::Full => "full".into(),
+            NetworkSetting::Allow(list) => {
+                let mut text =
+                    format!("allow {}", if list.allow.is_empty() { "(nothing)".into() } else { list.allow.join(", ") });
+                if !list.deny.is_empty() {
+                    text.push_str("; deny ");
+                    text.push_str(&list.deny.join(", "));
+                }
+                text
+            }
+        }
+    }
+}
+
+impl From<Network> for NetworkSetting {
+    /// `none` and `full` as themselves; `proxy` (which carries no lists) as `none`.
+    fn from(network: Network) -> Self {
+        match network {
+            Network::Full => NetworkSetting::Full,
+            Network::None | Network::Proxy => NetworkSetting::None,
+        }
+    }
+}
+
+/// Checks one allowlist entry's syntax: a host name, `*.domain`, `*`, a known
+/// `preset:NAME`, an IP address or a CIDR range. The error says what to write.
+pub fn check_network_entry(entry: &str) -> Result<(), String> {
+    let text = entry.trim();
+    if text == "*" {
+        return Ok(());
+    }
+    if let Some(name) = text.strip_prefix("preset:") {
+        return if NETWORK_PRESETS.iter().any(|(n, _)| *n == name) {
+            Ok(())
+        } else {
+            Err(format!("unknown network preset `{text}`: use preset:rust, preset:node or preset:python"))
+        };
+    }
+    let bad =
+        || Err(format!("`{text}` is not a host name, a `*.domain` pattern, a preset, an IP address or a CIDR range"));
+    if let Some((addr, bits)) = text.split_once('/') {
+        let Ok(addr) = addr.parse::<std::net::IpAddr>() else { return bad() };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        return match bits.parse::<u8>() {
+            Ok(b) if b <= max => Ok(()),
+            _ => bad(),
+        };
+    }
+    if text.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let name = text.strip_prefix("*.").unwrap_or(text).trim_end_matches('.');
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if valid { Ok(()) } else { bad() }
+}
+
+#[cfg(feature = "serde")]
+mod de {
+    use std::fmt;
+
+    use serde::Deserialize as _;
+    use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::Serializer;
+
+    use super::{Allowlist, NetworkSetting};
+
+    /// A list of allowlist entries, each checked where it stands (so the error points
+    /// at the entry).
+    pub fn entries<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        struct Entry(String);
+        impl<'de> serde::Deserialize<'de> for Entry {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                // Checked inside the visitor, so a positioned deserializer tags the
+                // error with the entry's own place.
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Entry;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a host name, `*.domain`, a preset, an IP address or a CIDR range")
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Entry, E> {
+                        super::check_network_entry(v).map_err(E::custom)?;
+                        Ok(Entry(v.trim().to_string()))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        Ok(Vec::<Entry>::deserialize(d)?.into_iter().map(|e| e.0).collect())
+    }
+
+    impl serde::Serialize for NetworkSetting {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self {
+                NetworkSetting::None => s.serialize_str("none"),
+                NetworkSetting::Full => s.serialize_str("full"),
+                NetworkSetting::Allow(list) => list.serialize(s),
+            }
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for NetworkSetting {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = NetworkSetting;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("`none`, `full` or a mapping `{allow: [...], deny: [...]}`")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<NetworkSetting, E> {
+                    match v {
+                        "none" => Ok(NetworkSetting::None),
+                        "full" => Ok(NetworkSetting::Full),
+                        other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                    }
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NetworkSetting, A::Error> {
+                    Allowlist::deserialize(de::value::MapAccessDeserializer::new(map)).map(NetworkSetting::Allow)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<NetworkSetting, A::Error> {
+                    Err(de::Error::invalid_type(de::Unexpected::Seq, &self))
+                }
+            }
+            d.deserialize_any(V)
+        }
     }
 }
 
@@ -99,6 +295,34 @@ mod tests {
         }
         assert_eq!(Backend::iter().map(|b| b.as_str()).collect::<Vec<_>>(), ["landlock", "container", "none"]);
         assert_eq!(Network::iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["none", "full"]);
+        assert!("proxy".parse::<Network>().is_err(), "`proxy` is not a value of flags or workflows");
         assert!("Landlock!".parse::<Backend>().is_err());
+    }
+
+    #[test]
+    fn network_settings_read_names_and_allowlists() {
+        let none: NetworkSetting = serde_json::from_str("\"none\"").unwrap();
+        assert_eq!(none, NetworkSetting::None);
+        let full: NetworkSetting = serde_json::from_str("\"full\"").unwrap();
+        assert_eq!(full.mode(), Network::Full);
+        let list: NetworkSetting = serde_json::from_str(
+            r#"{"allow": ["preset:rust", "*.example.com", "10.0.0.0/8"], "deny": ["a.example.com"]}"#,
+        )
+        .unwrap();
+        assert_eq!(list.mode(), Network::Proxy);
+        assert_eq!(list.describe(), "allow preset:rust, *.example.com, 10.0.0.0/8; deny a.example.com");
+        let back = serde_json::to_string(&list).unwrap();
+        assert_eq!(serde_json::from_str::<NetworkSetting>(&back).unwrap(), list);
+        for bad in [
+            r#""proxy""#,
+            r#""some""#,
+            r#"{"allow": ["preset:cobol"]}"#,
+            r#"{"allow": ["bad host!"]}"#,
+            r#"{"allow": ["10.0.0.0/33"]}"#,
+            r#"{"allowed": ["x.org"]}"#,
+        ] {
+            assert!(serde_json::from_str::<NetworkSetting>(bad).is_err(), "{bad}");
+        }
+        assert!(check_network_entry("*").is_ok() && check_network_entry("::1").is_ok());
     }
 }

@@ -6,8 +6,9 @@
 use std::time::Duration as StdDuration;
 
 use orch_workflows::{
-    AgentSpec, Backend, Diagnostic, Duration, DynamicFanOut, ForEach, Inputs, Network, PermissionMode, Plan, PlanNode,
-    Prompt, RunContext, Workflow, expand_dynamic, fan_out_ids, load, load_str, plan, render_diagnostics, render_prompt,
+    AgentSpec, Backend, Diagnostic, Duration, DynamicFanOut, ForEach, Inputs, NetworkSetting, PermissionMode, Plan,
+    PlanNode, Prompt, RunContext, Workflow, expand_dynamic, fan_out_ids, load, load_str, plan, render_diagnostics,
+    render_prompt,
 };
 use serde_json::{Value, json};
 
@@ -141,7 +142,7 @@ agents:
     assert_eq!(one.model.as_deref(), Some("own-model"));
     assert_eq!(one.tools, ["Read", "Edit"]);
     assert_eq!(one.sandbox.backend, Backend::Container);
-    assert_eq!(one.sandbox.network, Network::Full);
+    assert_eq!(one.sandbox.network, NetworkSetting::Full);
     assert_eq!(one.sandbox.image.as_deref(), Some("rust:1"));
     assert_eq!(one.sandbox.read, ["/a", "/b"]);
     assert_eq!(one.limits.max_turns, Some(5));
@@ -402,7 +403,7 @@ fn defaults_fill_what_the_file_leaves_out() {
     let a = spec(&plan, "a");
     assert_eq!(a.tools, orch_workflows::DEFAULT_TOOLS);
     assert_eq!(a.sandbox.backend, Backend::Landlock);
-    assert_eq!(a.sandbox.network, Network::None);
+    assert_eq!(a.sandbox.network, NetworkSetting::None);
     assert_eq!(a.model, None);
     // Every agent gets the default turn and time limits (issue 18).
     assert_eq!(a.limits, orch_workflows::default_agent_limits());

@@ -13,6 +13,7 @@ mod hooks_fail_closed;
 mod masking;
 mod mcp;
 mod mcp_failures;
+mod network;
 mod permission_settings;
 mod pipelines;
 mod publish;

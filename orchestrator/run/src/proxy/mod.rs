@@ -1,7 +1,10 @@
 //! The egress proxy: the one way out of a sandbox whose network is an allowlist.
 //!
-//! (Issue 20: the proxy itself and its tests are here; routing each backend's sandbox
-//! through it, and the workflow key that configures it, are not wired yet.)
+//! [`run::RunProxy`] is the run's instance: started when some agent or `setup:` has an
+//! allowlist (`sandbox.network: {allow, deny}`), with one [`run::Grant`] per such agent.
+//! Each sandbox reaches it on `127.0.0.1:<port>` inside its own network namespace,
+//! through a listener the sandbox hands over (`orch_sandbox::egress`), served here
+//! with [`EgressProxy::serve_listener`].
 //!
 //! One proxy serves a whole run. Each agent registers with its own policy and gets a
 //! credential; its sandbox sees `HTTP(S)_PROXY=http://<agent>:<token>@<proxy>` and can
@@ -12,6 +15,7 @@
 //! decision with its byte counts.
 
 pub mod policy;
+pub mod run;
 pub mod sni;
 
 use std::collections::HashMap;
@@ -190,6 +194,33 @@ impl EgressProxy {
                 () = serve(stream, shared) => {}
             }
         });
+    }
+
+    /// Serves the connections that arrive on `listener` (a sandbox's, bound in its own
+    /// network namespace) until the returned token is cancelled or the proxy stops.
+    pub fn serve_listener(&self, listener: std::net::TcpListener) -> std::io::Result<CancellationToken> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let (shared, token) = (self.shared.clone(), self.stop.child_token());
+        let stop = token.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    () = token.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let (shared, token) = (shared.clone(), token.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = token.cancelled() => {}
+                        () = serve(stream, shared) => {}
+                    }
+                });
+            }
+        });
+        Ok(stop)
     }
 
     /// Where the proxy listens.

@@ -16,12 +16,8 @@ pub enum PolicyError {
     BadEntry(String),
 }
 
-/// The registries each preset stands for.
-pub const PRESETS: &[(&str, &[&str])] = &[
-    ("rust", &["crates.io", "*.crates.io", "static.rust-lang.org"]),
-    ("node", &["registry.npmjs.org", "registry.yarnpkg.com"]),
-    ("python", &["pypi.org", "files.pythonhosted.org"]),
-];
+/// The registries each preset stands for (one list, in `orch-types`).
+pub use orch_types::NETWORK_PRESETS as PRESETS;
 
 /// One entry of an allow or deny list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +265,8 @@ mod tests {
     fn presets_expand_and_unknown_presets_fail() {
         let p = policy(&["preset:rust", "preset:python"], &[]);
         assert_eq!(p.decide("index.crates.io"), Verdict::Allow);
+        assert_eq!(p.decide("static.crates.io"), Verdict::Allow);
+        assert!(matches!(p.decide("evil.crates.io"), Verdict::Deny(_)));
         assert_eq!(p.decide("files.pythonhosted.org"), Verdict::Allow);
         assert!(matches!(p.decide("registry.npmjs.org"), Verdict::Deny(_)));
         assert_eq!(

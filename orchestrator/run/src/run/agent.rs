@@ -287,7 +287,7 @@ async fn drive(
     }
     let args = SandboxSpec {
         backend: spec.sandbox.backend,
-        network: spec.sandbox.network,
+        network: spec.sandbox.network.mode(),
         read,
         write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
         image: spec.sandbox.image.clone(),
@@ -329,6 +329,7 @@ async fn drive(
         reporter: shared.reporter.clone(),
         checkpoints,
     });
+    let egress = egress_grant(shared, &spec.id, &spec.sandbox.network, transcript.clone())?;
     let session = SessionSpec {
         run: shared.run_id.clone(),
         agent: spec.id.clone(),
@@ -346,6 +347,7 @@ async fn drive(
         session_id: format!("{}/{}", shared.run_id, spec.id),
         // No single file can grow past the agent's disk limit.
         file_size_limit: Some(max_disk(spec).bytes()),
+        egress,
     };
     let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
     report.mcp_failures = session.mcp_failures().to_vec();
@@ -398,6 +400,7 @@ async fn drive(
     }
     .await;
     let at = Instant::now();
+    report.network = session.network();
     let stopped = session.stop().await;
     // Whatever a dead host left (re-parented to us) was killed before the worktree is
     // touched; a death that was not a requested stop fails the agent.
@@ -407,6 +410,42 @@ async fn drive(
     }
     report.timings.finish_ms = ms(at);
     outcome
+}
+
+/// The agent's access to the run's egress proxy when its network is an allowlist: each
+/// decision goes to its transcript (and `--json`) as a `network` line.
+fn egress_grant(
+    shared: &Shared,
+    id: &str,
+    network: &orch_types::NetworkSetting,
+    transcript: Option<Arc<Transcript>>,
+) -> crate::error::Result<Option<crate::proxy::run::Grant>> {
+    let Some(list) = network.allowlist() else { return Ok(None) };
+    let Some(proxy) = &shared.proxy else {
+        return Err(crate::error::Error::Message(format!("`{id}` has a network allowlist but the run has no proxy")));
+    };
+    let json = shared.json;
+    let sink: crate::proxy::EventSink = Arc::new(move |event: crate::proxy::ProxyEvent| {
+        let step = RunStep::Network {
+            host: event.host,
+            port: event.port,
+            allowed: event.denied.is_none(),
+            reason: event.denied,
+            bytes_up: event.bytes_up,
+            bytes_down: event.bytes_down,
+        };
+        let line = RunEvent::step(&event.agent, step).to_value();
+        if let Some(t) = &transcript {
+            t.record(&line);
+        }
+        if json {
+            super::events::print_json_line(&line);
+        }
+    });
+    proxy
+        .grant(id, list, sink)
+        .map(Some)
+        .map_err(|e| crate::error::Error::Message(format!("the network allowlist of `{id}` is invalid: {e}")))
 }
 
 /// The loop, asked again (at most [`MAX_RETRIES`] times) while its structured output is

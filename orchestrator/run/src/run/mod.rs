@@ -138,6 +138,23 @@ pub struct Shared {
     pub skills: Arc<agent_defs::RunSkills>,
     /// The repository's slash commands, for prompts that start with `/name`.
     pub commands: Arc<orch_workflows::commands::Commands>,
+    /// The run's egress proxy, when some agent or `setup:` has a network allowlist;
+    /// stopped when the last reference goes with the run.
+    pub proxy: Option<Arc<crate::proxy::run::RunProxy>>,
+}
+
+/// Starts the egress proxy when the plan (setup, agents, fan-out templates) names an
+/// allowlist.
+async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option<Arc<crate::proxy::run::RunProxy>>> {
+    let agents = plan.nodes().any(|n| {
+        let spec = match n {
+            orch_workflows::PlanNode::Agent(spec) => spec,
+            orch_workflows::PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        spec.sandbox.network.allowlist().is_some()
+    });
+    let setup = !plan.setup.is_empty() && plan.setup_network.allowlist().is_some();
+    if agents || setup { crate::proxy::run::RunProxy::start().await.map(Some) } else { Ok(None) }
 }
 
 /// `orch run`.
@@ -263,6 +280,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         resume_from,
         skills: Arc::new(skills),
         commands: Arc::new(repo_files.commands.clone()),
+        proxy: start_proxy(&plan).await?,
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,
@@ -296,7 +314,15 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let at = Instant::now();
     if !plan.setup.is_empty() {
         let backend = plan.agents().next().map(|a| a.sandbox.backend).unwrap_or_default();
-        let (setup, failed) = setup::run(&clone, &run_dir, &run_id, &plan.setup, backend, &run_cancel).await?;
+        let (setup, failed) = setup::run(
+            &clone,
+            &run_dir,
+            &run_id,
+            &plan.setup,
+            setup::SetupSandbox { backend, network: &plan.setup_network, proxy: shared.proxy.as_ref() },
+            &run_cancel,
+        )
+        .await?;
         shared.cache_dir = Some(setup.cache.clone());
         shared.cache_env = setup::cache_env(&setup.cache);
         report.setup = Some(setup);

@@ -246,6 +246,10 @@ pub struct AgentReport {
     /// last 4 KiB of each one's stderr.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_failures: Vec<crate::mcp::McpFailure>,
+    /// Hosts its sandbox contacted through the egress proxy (with bytes) and hosts it
+    /// was denied; only for a network allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::proxy::run::NetworkReport>,
 }
 
 /// A file an agent wrote that was too large to commit.
@@ -293,6 +297,7 @@ impl AgentReport {
             killed_processes: 0,
             start: None,
             mcp_failures: Vec::new(),
+            network: None,
         }
     }
 
@@ -310,6 +315,36 @@ pub struct ChangedFile {
     pub kind: String,
 }
 
+/// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
+/// and the hosts it was denied. Host names come from the sandbox: code spans.
+fn network_lines(md: &mut String, r: &RunReport) {
+    let setup = r.setup.as_ref().and_then(|s| s.network.as_ref()).map(|n| ("setup", n));
+    let agents = r.agents.iter().filter_map(|a| a.network.as_ref().map(|n| (a.id.as_str(), n)));
+    for (id, net) in setup.into_iter().chain(agents).filter(|(_, n)| !n.is_empty()) {
+        let contacted: Vec<String> = net
+            .contacted
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} ({} B up, {} B down)",
+                    render::code(&format!("{}:{}", h.host, h.port)),
+                    h.bytes_up,
+                    h.bytes_down
+                )
+            })
+            .collect();
+        let denied: Vec<String> = net.denied.iter().map(|h| render::code(&format!("{}:{}", h.host, h.port))).collect();
+        let mut parts = Vec::new();
+        if !contacted.is_empty() {
+            parts.push(format!("contacted {}", contacted.join(", ")));
+        }
+        if !denied.is_empty() {
+            parts.push(format!("denied {}", denied.join(", ")));
+        }
+        let _ = writeln!(md, "\n`{id}` network: {}", parts.join("; "));
+    }
+}
+
 /// The `setup:` commands.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SetupReport {
@@ -318,6 +353,9 @@ pub struct SetupReport {
     pub log: PathBuf,
     /// The cache directory they could fill, readable by every agent.
     pub cache: PathBuf,
+    /// What they contacted and were denied, under a network allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::proxy::run::NetworkReport>,
 }
 
 /// One `setup:` command.
@@ -587,6 +625,7 @@ pub fn markdown(r: &RunReport) -> String {
             a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
         let _ = writeln!(md, "\n`{}`: not committed, over the file size limit: {}", a.id, files.join(", "));
     }
+    network_lines(&mut md, r);
     if let Some(s) = &r.synthesis {
         md.push_str(&render::synthesis_head(s, "##"));
         if !s.text.trim().is_empty() {

@@ -1,7 +1,9 @@
 //! `setup:`: commands run once, before any agent, in their own worktree of the run
 //! clone (`<run_dir>/worktrees/setup`, branch `orch/<run>/setup`, never fetched),
 //! through a tool host of their own: confined for the filesystem like an agent, but with
-//! the network allowed, so `npm ci` or `pip download` can fetch.
+//! the network allowed, so `npm ci` or `pip download` can fetch (`full` by default; with
+//! `setup: { commands, network: { allow: [...] } }` only the listed hosts, through the
+//! run's egress proxy).
 //!
 //! The caches they fill live in `<run_dir>/cache`, which setup may write and every
 //! agent may read. The same variables point both at it: `ORCH_CACHE_DIR`,
@@ -25,7 +27,7 @@ use crate::options::{SandboxSpec, SettingSource};
 use crate::session::{AgentSession, SessionSpec};
 use orch_agents::NullSink;
 use orch_agents::permissions::{Permissions, RuleSet};
-use orch_sandbox::policy::{Backend, Network};
+use orch_sandbox::policy::Backend;
 
 /// The longest a setup command may run, in milliseconds (the `Bash` tool's maximum).
 const COMMAND_TIMEOUT_MS: u64 = 600_000;
@@ -42,15 +44,24 @@ pub fn cache_env(cache: &Path) -> Vec<(String, String)> {
     ]
 }
 
+/// Where setup's commands run: the agents' backend (landlock unless `none`), and the
+/// network of `setup:` with the run's egress proxy for an allowlist.
+pub struct SetupSandbox<'a> {
+    pub backend: orch_workflows::Backend,
+    pub network: &'a orch_types::NetworkSetting,
+    pub proxy: Option<&'a Arc<crate::proxy::run::RunProxy>>,
+}
+
 /// Runs `commands`. `Ok(report)` also when a command failed: then `failed` says which.
 pub async fn run(
     clone: &RunClone,
     run_dir: &Path,
     run_id: &str,
     commands: &[String],
-    backend: orch_workflows::Backend,
+    sandbox: SetupSandbox<'_>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<(SetupReport, Option<String>)> {
+    let SetupSandbox { backend, network, proxy } = sandbox;
     let cache = run_dir.join("cache");
     std::fs::create_dir_all(&cache).context("cannot create the setup cache directory")?;
     let log_rel = PathBuf::from("setup.log");
@@ -64,7 +75,7 @@ pub async fn run(
             orch_workflows::Backend::None => Backend::None,
             _ => Backend::Landlock,
         },
-        network: Network::Full,
+        network: network.mode(),
         read: git.read_only.clone(),
         write: vec![cache.clone()],
         image: None,
@@ -90,9 +101,30 @@ pub async fn run(
         mcp_servers: Default::default(),
         session_id: format!("{run_id}/setup"),
         file_size_limit: None,
+        egress: match (network.allowlist(), proxy) {
+            (Some(list), Some(proxy)) => Some(
+                proxy
+                    .grant(
+                        "setup",
+                        list,
+                        Arc::new(
+                            |e| tracing::info!(host = %e.host, port = e.port, denied = ?e.denied, "setup network"),
+                        ),
+                    )
+                    .map_err(|e| {
+                        crate::error::Error::Message(format!("the network allowlist of `setup` is invalid: {e}"))
+                    })?,
+            ),
+            (Some(_), None) => {
+                return Err(crate::error::Error::Message(
+                    "`setup` has a network allowlist but the run has no proxy".into(),
+                ));
+            }
+            _ => None,
+        },
     };
     let session = AgentSession::start(spec, Arc::new(NullSink), cancel).await?;
-    let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache };
+    let mut report = SetupReport { commands: Vec::new(), log: log_rel, cache, network: None };
     let mut failed = None;
     for command in commands {
         let at = Instant::now();
@@ -128,6 +160,7 @@ pub async fn run(
             break;
         }
     }
+    report.network = session.network();
     session.stop().await;
     if let Err(e) = worktree.remove().await {
         tracing::warn!("cannot remove the setup worktree: {e}");

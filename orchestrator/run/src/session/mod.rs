@@ -77,6 +77,9 @@ pub struct SessionSpec {
     /// The largest file a sandboxed process may write (`RLIMIT_FSIZE`), when not the
     /// sandbox's default: an agent's `limits.max_disk`.
     pub file_size_limit: Option<u64>,
+    /// Its access to the run's egress proxy, when its network is an allowlist (the
+    /// sandbox's network is then `proxy`).
+    pub egress: Option<crate::proxy::run::Grant>,
 }
 
 /// A started session. Stop it with [`AgentSession::stop`].
@@ -97,6 +100,7 @@ pub struct AgentSession {
     mcp_failures: Vec<crate::mcp::McpFailure>,
     /// Where the stdio servers' stderr goes, when there are any.
     mcp_events: Option<Arc<dyn EventSink>>,
+    egress: Option<crate::proxy::run::Grant>,
 }
 
 /// How a session's tool host ended.
@@ -135,6 +139,11 @@ impl AgentSession {
         if let Some(bytes) = spec.file_size_limit {
             sandbox.policy.limits.file_size_bytes = Some(bytes);
         }
+        let mut egress = spec.egress;
+        let handoff = match &egress {
+            Some(grant) => Some(prepare_egress(&mut sandbox.policy, grant)?),
+            None => None,
+        };
         let (mut stdio_mcp, http_mcp, unexpanded) = crate::mcp::servers_for(&spec.tools, &spec.mcp_servers);
         if matches!(sandbox.policy.network, orch_sandbox::policy::Network::None) {
             crate::mcp::offline_package_managers(&mut stdio_mcp);
@@ -153,6 +162,7 @@ impl AgentSession {
             registered: None,
             mcp_failures: Vec::new(),
             mcp_events: None,
+            egress: None,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -174,6 +184,22 @@ impl AgentSession {
         session.container = started.container;
         session.registered = Some(started.registered);
         session.host_pid = started.client.pid();
+        if let (Some(handoff), Some(mut grant)) = (handoff, egress.take()) {
+            let received = tokio::task::spawn_blocking(move || handoff.receive(EGRESS_WAIT)).await;
+            let served = match received {
+                Ok(Ok(listener)) => grant.serve(listener).map_err(|e| e.to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            session.egress = Some(grant);
+            if let Err(e) = served {
+                session.stop().await;
+                return Err(crate::error::Error::Message(format!(
+                    "the sandbox of `{}` did not connect to the egress proxy: {e}",
+                    spec.agent
+                )));
+            }
+        }
         let executor = Arc::new(HostExecutor::new(started.client).ending_on_crash(cancel.clone()));
         session.executor = Some(executor.clone());
         // Hooks fail closed: an agent whose hooks cannot start in its sandbox does not
@@ -223,6 +249,12 @@ impl AgentSession {
                 Err(e)
             }
         }
+    }
+
+    /// What the agent's sandbox contacted through the egress proxy and what it was
+    /// denied (allowlists only).
+    pub fn network(&self) -> Option<crate::proxy::run::NetworkReport> {
+        self.egress.as_ref().map(|g| g.summary())
     }
 
     /// The uid the agent's commands run as, when the sandbox gives it one (as root).
@@ -310,6 +342,7 @@ impl AgentSession {
             sandbox.teardown();
         }
         drop(self.registered.take());
+        drop(self.egress.take());
         stopped
     }
 }
@@ -358,6 +391,28 @@ fn emit_stderr(
         }
         events.emit(orch_agents::Event::McpServer { server, error: None, stderr: text.new });
     }
+}
+
+/// How long the coordinator waits for a started sandbox's egress listener (it is sent
+/// before the host says it is ready, so this is only a bound).
+const EGRESS_WAIT: Duration = Duration::from_secs(10);
+
+/// Points the policy at the egress proxy: the port, a fresh handoff socket for the
+/// sandbox's listener, and the proxy variables in its environment.
+fn prepare_egress(
+    policy: &mut orch_sandbox::policy::Policy,
+    grant: &crate::proxy::run::Grant,
+) -> crate::error::Result<orch_sandbox::egress::Handoff> {
+    use orch_sandbox::policy::{Backend, Network};
+    policy.network = Network::Proxy;
+    // A container run by root connects as its own uid (see `container.rs`).
+    let owner = (orch_sandbox::identity::is_root() && policy.backend == Backend::Container)
+        .then(|| policy.uid.unwrap_or(orch_sandbox::container::NOBODY));
+    let handoff = orch_sandbox::egress::Handoff::create(&std::env::temp_dir(), owner)
+        .map_err(|e| crate::error::Error::Message(format!("cannot prepare the egress proxy's socket: {e}")))?;
+    policy.egress = Some(orch_sandbox::egress::Egress { port: grant.port(), handoff: handoff.path().to_path_buf() });
+    policy.env.extend(grant.env());
+    Ok(handoff)
 }
 
 /// The command hooks of a session and what they report to.

@@ -1,0 +1,191 @@
+//! The run's egress proxy: started once per run when some agent (or `setup:`) has an
+//! allowlist, stopped when the run ends. Each such agent gets a [`Grant`]: its
+//! registration (policy and credential), the port its sandbox reaches the proxy on, the
+//! environment that points tools at it, and the place its decisions are summed up for
+//! the report ([`NetworkReport`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use orch_types::Allowlist;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::{AgentProxy, EgressPolicy, EgressProxy, EventSink, PolicyError, ProxyEvent, Resolver};
+
+/// The test-only resolver override: `host=addr[,addr];...` (like curl's `--resolve`).
+pub const RESOLVE_ENV: &str = "ORCH_PROXY_RESOLVE";
+
+/// One run's proxy.
+pub struct RunProxy {
+    proxy: EgressProxy,
+}
+
+impl RunProxy {
+    /// Starts the proxy on a random port of 127.0.0.1, resolving names itself (with the
+    /// overrides of [`RESOLVE_ENV`], if set).
+    pub async fn start() -> crate::error::Result<Arc<RunProxy>> {
+        let mut resolver = Resolver::default();
+        if let Ok(text) = std::env::var(RESOLVE_ENV) {
+            resolver = resolver.parse_overrides(&text).map_err(|e| {
+                crate::error::Error::Message(format!(
+                    "{RESOLVE_ENV} is malformed: {e}; write host=address[,address];..."
+                ))
+            })?;
+        }
+        let proxy = EgressProxy::start(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0), resolver)
+            .await
+            .map_err(|e| crate::error::Error::Message(format!("cannot start the egress proxy: {e}")))?;
+        tracing::info!(addr = %proxy.addr(), "egress proxy started");
+        Ok(Arc::new(RunProxy { proxy }))
+    }
+
+    /// Registers `agent` with `list`. Its decisions go to `sink` and are summed up in
+    /// the grant's [`NetworkReport`].
+    pub fn grant(self: &Arc<Self>, agent: &str, list: &Allowlist, sink: EventSink) -> Result<Grant, PolicyError> {
+        let policy = EgressPolicy::new(&list.allow, &list.deny)?;
+        let summary = Arc::new(Mutex::new(NetworkReport::default()));
+        let sum = summary.clone();
+        let sink: EventSink = Arc::new(move |event: ProxyEvent| {
+            sum.lock().unwrap_or_else(PoisonError::into_inner).add(&event);
+            sink(event);
+        });
+        let registration = self.proxy.register(agent, policy, sink);
+        Ok(Grant { run: self.clone(), registration, summary, serving: Vec::new() })
+    }
+}
+
+/// One agent's access to the run's proxy. Dropping it unregisters the agent and stops
+/// serving its sandbox's listener.
+pub struct Grant {
+    run: Arc<RunProxy>,
+    registration: AgentProxy,
+    summary: Arc<Mutex<NetworkReport>>,
+    serving: Vec<CancellationToken>,
+}
+
+impl Grant {
+    /// The port the proxy answers on, inside the sandbox as on the coordinator's side.
+    pub fn port(&self) -> u16 {
+        self.run.proxy.addr().port()
+    }
+
+    /// `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` (both cases) with the credential, and
+    /// an empty `NO_PROXY`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.registration.env()
+    }
+
+    /// Serves the proxy on a listener the sandbox handed over (in its own network
+    /// namespace), until the grant is dropped.
+    pub fn serve(&mut self, listener: std::net::TcpListener) -> std::io::Result<()> {
+        self.serving.push(self.run.proxy.serve_listener(listener)?);
+        Ok(())
+    }
+
+    /// What the agent contacted and what it was denied, so far.
+    pub fn summary(&self) -> NetworkReport {
+        self.summary.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        for token in &self.serving {
+            token.cancel();
+        }
+    }
+}
+
+/// An agent's network in the report: hosts contacted (with bytes) and hosts denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkReport {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contacted: Vec<HostTraffic>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<HostDenied>,
+}
+
+/// Connections to one allowed `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostTraffic {
+    pub host: String,
+    pub port: u16,
+    pub connections: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+/// Refusals for one `host:port`, with the last reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostDenied {
+    pub host: String,
+    pub port: u16,
+    pub attempts: u64,
+    pub reason: String,
+}
+
+impl NetworkReport {
+    fn add(&mut self, event: &ProxyEvent) {
+        match &event.denied {
+            None => match self.contacted.iter_mut().find(|h| h.host == event.host && h.port == event.port) {
+                Some(h) => {
+                    h.connections += 1;
+                    h.bytes_up += event.bytes_up;
+                    h.bytes_down += event.bytes_down;
+                }
+                None => self.contacted.push(HostTraffic {
+                    host: event.host.clone(),
+                    port: event.port,
+                    connections: 1,
+                    bytes_up: event.bytes_up,
+                    bytes_down: event.bytes_down,
+                }),
+            },
+            Some(reason) => match self.denied.iter_mut().find(|h| h.host == event.host && h.port == event.port) {
+                Some(h) => {
+                    h.attempts += 1;
+                    h.reason = reason.clone();
+                }
+                None => self.denied.push(HostDenied {
+                    host: event.host.clone(),
+                    port: event.port,
+                    attempts: 1,
+                    reason: reason.clone(),
+                }),
+            },
+        }
+    }
+
+    /// Whether nothing was contacted or denied.
+    pub fn is_empty(&self) -> bool {
+        self.contacted.is_empty() && self.denied.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(host: &str, denied: Option<&str>, up: u64) -> ProxyEvent {
+        ProxyEvent {
+            agent: "a".into(),
+            host: host.into(),
+            port: 443,
+            denied: denied.map(str::to_string),
+            bytes_up: up,
+            bytes_down: 2 * up,
+        }
+    }
+
+    #[test]
+    fn the_summary_adds_up_per_host() {
+        let mut r = NetworkReport::default();
+        r.add(&event("crates.io", None, 10));
+        r.add(&event("crates.io", None, 5));
+        r.add(&event("evil.example", Some("not in the allowlist"), 0));
+        assert_eq!(r.contacted.len(), 1);
+        assert_eq!((r.contacted[0].connections, r.contacted[0].bytes_up, r.contacted[0].bytes_down), (2, 15, 30));
+        assert_eq!(r.denied[0].attempts, 1);
+    }
+}
