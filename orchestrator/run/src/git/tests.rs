@@ -843,7 +843,7 @@ fn an_agents_repository_is_lean_and_an_unchanged_index_is_left_as_it_is() {
     assert_ne!(fs::metadata(&index).unwrap().ino(), before.ino());
     assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
     assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
-    assert_eq!(git(&clone.git_dir().to_path_buf(), &["rev-parse", wt.branch()]).trim(), info.commit);
+    assert_eq!(git(clone.git_dir(), &["rev-parse", wt.branch()]).trim(), info.commit);
     // A second, empty commit attempt leaves the branch where it is.
     assert_eq!(wt.commit_all_blocking("nothing more", &author()).unwrap(), None);
     assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
