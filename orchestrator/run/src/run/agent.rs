@@ -184,9 +184,12 @@ fn max_file_size(spec: &AgentSpec) -> u64 {
 /// could write to its private tmp and home; the watcher's walks (one before the agent
 /// starts, one after, and one a second while it runs) are skipped.
 fn can_grow(shared: &Shared, spec: &AgentSpec) -> bool {
-    orch_types::tools::any_writes(&spec.tools)
-        || spec.tools.iter().any(|t| t.starts_with(orch_agents::mcp::PREFIX))
-        || !shared.extensions.hooks.is_empty()
+    may_write(&spec.tools, !shared.extensions.hooks.is_empty())
+}
+
+/// [`can_grow`] from the agent's tools and whether any hook is configured.
+fn may_write(tools: &[String], hooks: bool) -> bool {
+    hooks || orch_types::tools::any_writes(tools) || tools.iter().any(|t| t.starts_with(orch_agents::mcp::PREFIX))
 }
 
 /// Where the agent's private tmp and home are made.
@@ -511,5 +514,24 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
             let before = report.reason.take().map(|r| format!("{r}; ")).unwrap_or_default();
             report.reason = Some(format!("{before}cannot commit its work: {e}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_write;
+
+    fn tools(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn only_an_agent_that_can_write_gets_its_disk_watched() {
+        assert!(!may_write(&tools(&["Read", "LS", "Grep", "Glob"]), false));
+        assert!(!may_write(&[], false));
+        for writer in ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__files__put"] {
+            assert!(may_write(&tools(&["Read", writer]), false), "{writer}");
+        }
+        assert!(may_write(&tools(&["Read"]), true), "a hook command can write");
     }
 }
