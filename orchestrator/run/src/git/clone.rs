@@ -394,7 +394,7 @@ impl Inner {
             Some(path) => Some(fs::read(path).map_err(io_err("read", path))?),
             None => None,
         };
-        self.write_repo(&self.git_dir, shallow.as_deref())?;
+        self.write_repo(&self.git_dir, shallow.as_deref(), None)?;
         let repo = self.open()?;
         repo.find_commit(self.base).git(|| "read the base commit through the run clone's alternates".into())?;
         Ok(())
@@ -404,19 +404,28 @@ impl Inner {
     /// the run clone: our config, `HEAD` detached at the base, the user's store as its
     /// only alternate, the shallow list if any, and no refs yet. The run clone and every
     /// agent's repository are made this way.
-    pub(super) fn write_repo(&self, git_dir: &Path, shallow: Option<&[u8]>) -> Result<()> {
+    ///
+    /// An agent's repository (`branch` given: its one branch and where it starts) is
+    /// kept to the files and directories git needs, since every inode made here is made
+    /// again for each agent: its branch goes into `packed-refs` (a commit writes the
+    /// loose ref and its directories later), and there is no `objects/pack` or
+    /// `refs/tags` (nothing is ever packed or tagged there). On a file system whose
+    /// inode allocator is slow to find a free inode (ext4 without a journal skips those
+    /// freed in the last minute), each one counts; see BENCHMARKS.md, "Parallel scaling".
+    pub(super) fn write_repo(&self, git_dir: &Path, shallow: Option<&[u8]>, branch: Option<(&str, Oid)>) -> Result<()> {
         fs::create_dir(git_dir).map_err(io_err("create", git_dir))?;
-        let branches = git_dir.join("refs/heads/orch").join(&self.run_id);
         // `worktrees/` and the branch directory exist before any worktree is added, so
         // parallel adds never race to create them (libgit2 creates `worktrees/` with
-        // O_EXCL and fails the loser).
-        for dir in [
-            git_dir.join("objects/info"),
-            git_dir.join("objects/pack"),
-            git_dir.join("refs/tags"),
-            git_dir.join("worktrees"),
-            branches,
-        ] {
+        // O_EXCL and fails the loser). An agent's repository gets one worktree only.
+        let mut dirs = vec![git_dir.join("objects/info"), git_dir.join("refs"), git_dir.join("worktrees")];
+        if branch.is_none() {
+            dirs.extend([
+                git_dir.join("objects/pack"),
+                git_dir.join("refs/tags"),
+                git_dir.join("refs/heads/orch").join(&self.run_id),
+            ]);
+        }
+        for dir in dirs {
             fs::create_dir_all(&dir).map_err(io_err("create", dir))?;
         }
         write_new(&git_dir.join("config"), CONFIG.as_bytes())?;
@@ -431,6 +440,11 @@ impl Inner {
         write_new(&git_dir.join("objects/info/alternates"), format!("{line}\n").as_bytes())?;
         if let Some(text) = shallow {
             write_new(&git_dir.join("shallow"), text)?;
+        }
+        if let Some((branch, start)) = branch {
+            // The format `git pack-refs` writes; a branch needs no peeled line.
+            let packed = format!("# pack-refs with: peeled fully-peeled sorted \n{start} refs/heads/{branch}\n");
+            write_new(&git_dir.join("packed-refs"), packed.as_bytes())?;
         }
         Ok(())
     }

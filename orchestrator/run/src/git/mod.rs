@@ -11,7 +11,7 @@
 //!     objects/info/alternates      -> the user's object store (shared, never copied)
 //!     refs/heads/orch/<run>/...    one branch per agent, plus `integration`
 //! <run_dir>/repos/<name>.git/      one agent's own repository, laid out the same way
-//!     refs/heads/orch/<run>/<name> its branch only
+//!     packed-refs                  its branch only (`orch/<run>/<name>`; loose once it commits)
 //!     worktrees/<name>/            the admin dir of its worktree (HEAD, index)
 //! <run_dir>/worktrees/<name>/      the agent's checkout (the only writable git-related path)
 //! ```

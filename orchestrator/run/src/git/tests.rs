@@ -808,3 +808,60 @@ fn an_agent_cannot_read_another_agents_branch_or_objects() {
     let (ok, out) = run(&["cat-file", "--batch-all-objects", "--batch-check"]);
     assert!(ok && !out.contains(&blob), "{out}");
 }
+
+#[test]
+fn an_agents_repository_is_lean_and_an_unchanged_index_is_left_as_it_is() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    let clone = fx.clone("r9");
+    let wt = clone.add_worktree_blocking("lean").unwrap();
+    // What the agent's repository holds: the files git needs, its branch in packed-refs.
+    let mut entries: Vec<String> = walkdir(wt.repo_dir());
+    entries.retain(|e| !e.starts_with("worktrees/"));
+    assert_eq!(
+        entries,
+        ["HEAD", "config", "objects", "objects/info", "objects/info/alternates", "packed-refs", "refs", "worktrees"]
+    );
+    let packed = fs::read_to_string(wt.repo_dir().join("packed-refs")).unwrap();
+    assert!(packed.ends_with(&format!("{} refs/heads/{}\n", fx.head(), wt.branch())), "{packed}");
+    // The agent's git reads the branch from there.
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), fx.head());
+    assert_eq!(git(wt.path(), &["symbolic-ref", "HEAD"]).trim(), format!("refs/heads/{}", wt.branch()));
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+
+    // Nothing changed: no commit, and the index is the same file as before.
+    let index = wt.admin_dir().join("index");
+    let before = fs::metadata(&index).unwrap();
+    assert_eq!(wt.commit_all_blocking("nothing", &author()).unwrap(), None);
+    let after = fs::metadata(&index).unwrap();
+    assert_eq!((after.ino(), after.mtime(), after.mtime_nsec()), (before.ino(), before.mtime(), before.mtime_nsec()));
+
+    // A change is committed: the loose ref moves past the packed one and the index is
+    // written again, so that the kept worktree shows a clean status.
+    write(&wt.path().join("a.txt"), "changed\n");
+    let info = wt.commit_all_blocking("agent: edit", &author()).unwrap().unwrap();
+    assert_ne!(fs::metadata(&index).unwrap().ino(), before.ino());
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
+    assert_eq!(git(wt.path(), &["status", "--porcelain"]), "");
+    assert_eq!(git(clone.git_dir(), &["rev-parse", wt.branch()]).trim(), info.commit);
+    // A second, empty commit attempt leaves the branch where it is.
+    assert_eq!(wt.commit_all_blocking("nothing more", &author()).unwrap(), None);
+    assert_eq!(git(wt.path(), &["rev-parse", "HEAD"]).trim(), info.commit);
+}
+
+/// Every path under `dir`, relative and sorted.
+fn walkdir(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -17,7 +17,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{Delta, DiffFormat, DiffOptions, Index, Oid, Repository, RepositoryOpenFlags};
+use git2::{Delta, DiffFormat, DiffOptions, Index, IndexEntry, Oid, Repository, RepositoryOpenFlags};
 
 use super::capture::{self, DEFAULT_MAX_FILE_SIZE};
 use super::clone::{RunClone, remove_all, write_new};
@@ -234,6 +234,7 @@ impl Worktree {
         self.restore_gitlink()?;
         let (repo, mut index) = self.open()?;
         let filters = self.clone.base_has_attributes(&repo)?;
+        let before: Vec<IndexEntry> = index.iter().collect();
         let left = capture::capture(&repo, &mut index, &self.checkout, max_file_size, filters)?;
         let skipped = left.nested;
         if !skipped.is_empty() {
@@ -241,8 +242,11 @@ impl Worktree {
         }
         let too_large = left.too_large;
         let tree = index.write_tree().git(|| format!("write the tree of {}", self.checkout.display()))?;
-        // Keep the refreshed stat cache: a kept worktree then shows a clean status.
-        index.write().git(|| format!("write the index of {}", self.checkout.display()))?;
+        // Keep the refreshed stat cache: a kept worktree then shows a clean status. An
+        // index that did not change is not written again (a new file each time).
+        if !same_entries(&before, &index) {
+            index.write().git(|| format!("write the index of {}", self.checkout.display()))?;
+        }
         let refname = self.refname();
         let parent = repo
             .find_reference(&refname)
@@ -324,7 +328,7 @@ impl Worktree {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", inner.git_dir.join("shallow"))(e)),
         };
-        inner.write_repo(&self.repo, shallow.as_deref())?;
+        inner.write_repo(&self.repo, shallow.as_deref(), Some((&self.branch, start)))?;
         let repo = self.open_repo()?;
         if repo.find_commit(start).is_err() {
             // `base: needs`: the merge of the needed branches lives in the run clone only.
@@ -336,8 +340,6 @@ impl Worktree {
                 .git(|| format!("record the start of {}", self.branch))?;
         }
         let start = repo.find_commit(start).git(|| "find the start commit through the user's store".into())?;
-        repo.branch(&self.branch, &start, false)
-            .git(|| format!("create the branch {} in {}", self.branch, self.repo.display()))?;
         self.link_and_checkout(&repo, &start)
     }
 
@@ -464,4 +466,15 @@ impl Worktree {
         }
         Ok(files)
     }
+}
+
+/// Whether `index` holds the entries of `before`, with the same content, mode and stat
+/// data, in the same order. Not the device: libgit2's checkout records 0 there and
+/// [`capture`] the real one, and neither git nor libgit2 compares it.
+fn same_entries(before: &[IndexEntry], index: &Index) -> bool {
+    before.len() == index.len()
+        && before.iter().zip(index.iter()).all(|(a, b)| {
+            (&a.path, a.id, a.mode, a.file_size, a.mtime, a.ctime, a.ino, a.uid, a.gid)
+                == (&b.path, b.id, b.mode, b.file_size, b.mtime, b.ctime, b.ino, b.uid, b.gid)
+        })
 }

@@ -116,8 +116,12 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         format!("orch: {} (checkpoint)\n\nRun {} of workflow `{}`.\n", spec.id, shared.run_id, shared.workflow_name);
     let checkpoints = Checkpoints::new(worktree.clone(), shared.author.clone(), every, message, max_file_size(&spec));
     let cancel = shared.run_cancel.child_token();
-    let disk_roots = vec![worktree.path().to_path_buf(), private_dir(&shared, &spec)];
-    let disk = super::disk::DiskWatch::start(&spec.id, disk_roots, max_disk(&spec), cancel.clone()).await;
+    let disk = if can_grow(&shared, &spec) {
+        let disk_roots = vec![worktree.path().to_path_buf(), private_dir(&shared, &spec)];
+        Some(super::disk::DiskWatch::start(&spec.id, disk_roots, max_disk(&spec), cancel.clone()).await)
+    } else {
+        None
+    };
     let driven =
         drive(&shared, &spec, prompt, &worktree, transcript.clone(), checkpoints.clone(), &cancel, &mut report).await;
     if let Err(e) = driven {
@@ -126,7 +130,9 @@ pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -
         report.reason = Some(format!("{e:#}"));
     }
     // Measured once more now that its processes are dead; its work is still committed.
-    if let Some(why) = disk.finish().await {
+    if let Some(disk) = disk
+        && let Some(why) = disk.finish().await
+    {
         disk_limit(&mut report, why);
     }
     let at = Instant::now();
@@ -215,6 +221,21 @@ fn max_disk(spec: &AgentSpec) -> orch_types::Size {
 /// The agent's `limits.max_file_size` in bytes (the plan fills in the default).
 fn max_file_size(spec: &AgentSpec) -> u64 {
     spec.limits.max_file_size.map_or(crate::git::DEFAULT_MAX_FILE_SIZE, |s| s.bytes())
+}
+
+/// Whether anything of the agent can write to its directories, so that `limits.max_disk`
+/// needs watching: a tool that writes (`Bash` among them), a stdio MCP server (started
+/// in its tool host), or a hook command. Without any of these its session only reads:
+/// the worktree is read-only in its sandbox, and no process of its own exists that
+/// could write to its private tmp and home; the watcher's walks (one before the agent
+/// starts, one after, and one a second while it runs) are skipped.
+fn can_grow(shared: &Shared, spec: &AgentSpec) -> bool {
+    may_write(&spec.tools, !shared.extensions.hooks.is_empty())
+}
+
+/// [`can_grow`] from the agent's tools and whether any hook is configured.
+fn may_write(tools: &[String], hooks: bool) -> bool {
+    hooks || orch_types::tools::any_writes(tools) || tools.iter().any(|t| t.starts_with(orch_agents::mcp::PREFIX))
 }
 
 /// Where the agent's private tmp and home are made.
@@ -579,5 +600,24 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
             let before = report.reason.take().map(|r| format!("{r}; ")).unwrap_or_default();
             report.reason = Some(format!("{before}cannot commit its work: {e}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_write;
+
+    fn tools(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn only_an_agent_that_can_write_gets_its_disk_watched() {
+        assert!(!may_write(&tools(&["Read", "LS", "Grep", "Glob"]), false));
+        assert!(!may_write(&[], false));
+        for writer in ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__files__put"] {
+            assert!(may_write(&tools(&["Read", writer]), false), "{writer}");
+        }
+        assert!(may_write(&tools(&["Read"]), true), "a hook command can write");
     }
 }
