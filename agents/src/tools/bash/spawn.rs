@@ -378,3 +378,98 @@ fn reap(pid: libc::pid_t, block: bool) -> io::Result<Option<ExitStatus>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    async fn output(child: &mut Child) -> (String, ExitStatus) {
+        let mut out = String::new();
+        if let Some(mut pipe) = child.stdout.take() {
+            pipe.read_to_string(&mut out).await.unwrap();
+        }
+        (out, child.wait().await.unwrap())
+    }
+
+    fn status_field(status: &str, key: &str) -> String {
+        status.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_default().trim().to_owned()
+    }
+
+    fn no_new_privs() -> io::Result<()> {
+        // SAFETY: prctl with integer arguments.
+        #[allow(unsafe_code)]
+        let done = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+
+    fn refuse() -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EACCES))
+    }
+
+    #[tokio::test]
+    async fn runs_the_hook_in_the_child_only_with_clean_signals_and_its_own_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "cat /proc/self/status; echo cwd=$(pwd -P); echo pgid=$(cut -d' ' -f5 /proc/$$/stat)";
+        let mut child = spawn("sh", &["-c", script], dir.path(), Some(no_new_privs)).unwrap();
+        let pid = child.id().unwrap();
+        let (out, status) = output(&mut child).await;
+        assert!(status.success(), "{out}");
+        assert_eq!(status_field(&out, "NoNewPrivs:"), "1", "the hook ran in the child: {out}");
+        let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert_eq!(status_field(&mine, "NoNewPrivs:"), "0", "and not in this process");
+        assert_eq!(status_field(&out, "SigBlk:"), "0000000000000000", "no signal stays blocked: {out}");
+        let ignored = u64::from_str_radix(&status_field(&out, "SigIgn:"), 16).unwrap();
+        assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is back at its default: {out}");
+        assert!(out.contains(&format!("cwd={}", dir.path().canonicalize().unwrap().display())), "{out}");
+        assert!(out.lines().any(|l| l == format!("pgid={pid}")), "its own process group: {out}");
+        assert_eq!(child.id(), None, "reaped");
+    }
+
+    #[tokio::test]
+    async fn a_failing_hook_or_directory_stops_the_command_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let touch = format!("touch {}", marker.display());
+        let err = spawn("sh", &["-c", &touch], dir.path(), Some(refuse)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+        let err = spawn("sh", &["-c", &touch], &dir.path().join("missing"), None).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        let err = spawn("orch-no-such-shell", &["-c", &touch], dir.path(), None).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!marker.exists(), "the command must not have run");
+    }
+
+    #[tokio::test]
+    async fn reports_exit_codes_and_signals() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = spawn("sh", &["-c", "echo out; echo err >&2; exit 3"], dir.path(), None).unwrap();
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
+        let (out, status) = output(&mut child).await;
+        assert_eq!((out.as_str(), err.as_str(), status.code()), ("out\n", "err\n", Some(3)));
+        assert_eq!(child.wait().await.unwrap().code(), Some(3), "wait again gives the same status");
+        let mut child = spawn("sh", &["-c", "sleep 30"], dir.path(), None).unwrap();
+        child.start_kill().unwrap();
+        assert_eq!(child.wait().await.unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_child_is_killed_and_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = spawn("sleep", &["30"], dir.path(), None).unwrap();
+        let pid = child.id().unwrap();
+        drop(child);
+        let mut gone = false;
+        for _ in 0..100 {
+            // Neither running nor a zombie: no /proc entry left.
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(gone, "process {pid} outlived its dropped handle");
+    }
+}
