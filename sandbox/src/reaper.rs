@@ -18,7 +18,9 @@
 //! The common case costs one system call: a process without children has no
 //! descendants at all, and [`has_children`] asks the kernel that directly (`waitid`
 //! with `WNOWAIT`, which reaps nothing), so a tool host whose command ended cleanly
-//! does not walk `/proc` after it.
+//! does not walk `/proc` after it. Likewise [`reap_adopted`], on each `SIGCHLD`, first
+//! asks whether any child is a zombie at all: usually the command's shell, whose exit
+//! sent the signal, has been reaped by then.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -69,6 +71,13 @@ fn children(pid: i32) -> Option<Vec<i32>> {
 pub fn has_children() -> bool {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     !matches!(waitid(Id::All, flags), Err(Errno::ECHILD))
+}
+
+/// Whether some child of this process has exited and is not yet reaped. Reaps nothing
+/// (`WNOWAIT`); answers `true` when the kernel does not say.
+fn has_zombie() -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    !matches!(waitid(Id::All, flags), Err(Errno::ECHILD) | Ok(nix::sys::wait::WaitStatus::StillAlive))
 }
 
 /// Every descendant of `root`, parents before their children.
@@ -164,6 +173,10 @@ fn reap_all_exited() {
 /// is left to the next [`kill_orphans`] pass; until then it counts against the
 /// sandbox's process limit. Returns how many it reaped.
 pub fn reap_adopted() -> usize {
+    if !has_zombie() {
+        // The common case on a command's SIGCHLD: its shell was reaped already.
+        return 0;
+    }
     let me = std::process::id() as i32;
     let my_group = nix::unistd::getpgrp().as_raw();
     let Some(kids) = children(me) else { return 0 };
@@ -243,17 +256,21 @@ mod tests {
             return;
         }
         assert!(!has_children(), "a fresh test process has no children");
+        assert!(!has_zombie());
         assert_eq!(kill_orphans(&[]), 0);
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         assert!(has_children());
+        assert!(!has_zombie(), "a running child is no zombie");
         let _ = child.kill();
         // Exited but not reaped: still a child, and WNOWAIT leaves its status to us.
         std::thread::sleep(Duration::from_millis(100));
         assert!(has_children());
         assert!(has_children());
+        assert!(has_zombie() && has_zombie());
         let status = child.wait().unwrap();
         assert!(!status.success());
         assert!(!has_children());
+        assert!(!has_zombie());
         println!("checked: none, running, exited, reaped");
     }
 

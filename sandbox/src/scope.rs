@@ -15,8 +15,10 @@
 //! ([`crate::confine`]). The host can still signal and reap its commands: they are
 //! nested below it.
 //!
-//! The function runs between `fork` and `exec` in a child of a multi-threaded process,
-//! so it only makes raw system calls (no allocation, no locks). On a kernel whose
+//! The function runs between `clone` and `exec` in a child that shares the host's memory
+//! (orch's `Bash` starts commands with `CLONE_VM | CLONE_VFORK`, see
+//! `orch_agents::tools::bash`), so it only makes raw system calls (no allocation, no
+//! locks) and fails with OS errors only. On a kernel whose
 //! Landlock lacks scoping (ABI < 6) it does nothing: there, only the per-agent uid
 //! (root) or the container keeps a command from signalling its host.
 

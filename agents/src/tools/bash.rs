@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,11 +28,13 @@ use nix::unistd::Pid;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 
 use super::bash_readonly;
 use super::{Tool, ToolContext, ToolError};
+
+mod spawn;
+pub(super) use spawn::Child;
 
 /// The timeout when the call gives none.
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -47,7 +49,7 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(1);
 /// killed; a process that escaped the group may hold them open forever.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(100);
 /// How long to wait for the shell to be reaped after SIGKILL before giving up on it
-/// (`kill_on_drop` and tokio's orphan reaping take over).
+/// (dropping the child kills it and reaps it in the background).
 const REAP_WAIT: Duration = Duration::from_millis(500);
 /// The most output characters (stdout and stderr together) a result shows.
 pub const MAX_OUTPUT_CHARS: usize = 30_000;
@@ -413,34 +415,20 @@ impl Drop for GroupGuard {
 /// Set once `bash` was not found: this process then runs commands with `sh`.
 static BASH_MISSING: AtomicBool = AtomicBool::new(false);
 
-/// Runs in every command's child between `fork` and `exec`; must be async-signal-safe.
-/// orch's tool host sets `orch_sandbox::scope::enter_command_domain`, so a command
-/// cannot signal its host. Set once per process.
-static SPAWN_HOOK: std::sync::OnceLock<fn() -> std::io::Result<()>> = std::sync::OnceLock::new();
+/// Runs in every command's child between `clone` and `exec`, in memory it shares with
+/// this process ([`spawn`]): it may only make system calls (no allocation, no locks) and
+/// returns OS errors only. orch's tool host sets
+/// `orch_sandbox::scope::enter_command_domain`, so a command cannot signal its host.
+/// Set once per process.
+static SPAWN_HOOK: std::sync::OnceLock<spawn::Hook> = std::sync::OnceLock::new();
 
 /// Installs the spawn hook for this process (the first call wins).
-pub fn set_spawn_hook(hook: fn() -> std::io::Result<()>) {
+pub fn set_spawn_hook(hook: spawn::Hook) {
     let _ = SPAWN_HOOK.set(hook);
 }
 
 fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
-    let mut cmd = Command::new(shell);
-    if let Some(hook) = SPAWN_HOOK.get().copied() {
-        #[allow(unsafe_code)]
-        // SAFETY: the hook is async-signal-safe (see `set_spawn_hook`).
-        unsafe {
-            cmd.pre_exec(hook);
-        }
-    }
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(ctx.session.cwd())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
+    spawn::spawn(shell, &["-c", command], ctx.session.cwd(), SPAWN_HOOK.get().copied())
 }
 
 /// Starts `command` with bash (or sh where bash is missing) in its own process group.
