@@ -90,6 +90,11 @@ pub struct AgentSession {
     /// until the host has stopped, so it is never taken for an orphan).
     host_pid: Option<u32>,
     registered: Option<crate::reap::Registered>,
+    /// The git snapshot of `cwd`, taken before the sandbox is prepared: as root that
+    /// hands the worktree to the sandbox uid, and git then refuses to open it for the
+    /// coordinator (its owner check), which must not be turned off for files an agent
+    /// owns.
+    git: Option<orch_agents::prompt::GitSnapshot>,
 }
 
 /// How a session's tool host ended.
@@ -120,6 +125,7 @@ impl AgentSession {
             .collect();
         let core = host::select_tools(&host_tools)?;
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
+        let git = crate::git::snapshot(&spec.cwd);
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
@@ -141,6 +147,7 @@ impl AgentSession {
             sandbox: None,
             host_pid: None,
             registered: None,
+            git,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -218,7 +225,7 @@ impl AgentSession {
     }
 
     /// The system prompt for `model`: the static part, the environment and git
-    /// snapshot, and (when `with_instructions`) the project instructions, read through
+    /// snapshot (taken when the session started), and (when `with_instructions`) the project instructions, read through
     /// the tool host.
     pub async fn instructions(
         &self,
@@ -228,9 +235,11 @@ impl AgentSession {
     ) -> Vec<SystemPart> {
         match &self.executor {
             Some(executor) => {
-                crate::agent_prompt::build(&self.cwd, model, with_instructions, executor.as_ref(), cancel).await
+                let executor = executor.as_ref();
+                crate::agent_prompt::build(&self.cwd, self.git.as_ref(), model, with_instructions, executor, cancel)
+                    .await
             }
-            None => crate::agent_prompt::build(&self.cwd, model, false, &Stopped, cancel).await,
+            None => crate::agent_prompt::build(&self.cwd, self.git.as_ref(), model, false, &Stopped, cancel).await,
         }
     }
 
