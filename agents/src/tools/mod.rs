@@ -16,6 +16,7 @@ pub mod ls;
 pub mod media;
 pub mod multi_edit;
 pub mod notebook_edit;
+pub mod pdf;
 pub mod read;
 pub mod skill;
 pub mod text;
