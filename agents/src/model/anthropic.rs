@@ -144,6 +144,29 @@ impl ModelProvider for AnthropicProvider {
     }
 }
 
+/// The results of a `web_search_tool_result` block as text: one line per result
+/// (title, URL, age), or the error the search ended with.
+pub fn web_search_results(block: &Value) -> String {
+    let content = block.get("content");
+    if let Some(code) = content.and_then(|c| c.get("error_code")).and_then(Value::as_str) {
+        return format!("[the web search failed: {code}]");
+    }
+    let mut out = String::from("Search results:");
+    let results = content.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for r in results {
+        let title = r.get("title").and_then(Value::as_str).unwrap_or("(untitled)");
+        let url = r.get("url").and_then(Value::as_str).unwrap_or("");
+        out.push_str(&format!("\n- {title}: {url}"));
+        if let Some(age) = r.get("page_age").and_then(Value::as_str) {
+            out.push_str(&format!(" ({age})"));
+        }
+    }
+    if results.is_empty() {
+        out.push_str(" none");
+    }
+    out
+}
+
 /// The JSON body of a streaming Messages request, with cache breakpoints on the tool
 /// list, on each system part marked `cache`, and on the history: the newest message and
 /// the newest of the previous turn (at most four in all, as the API allows).
@@ -165,6 +188,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
         .collect();
+    tools.extend(request.server_tools.iter().cloned());
     if let Some(last) = tools.last_mut() {
         last["cache_control"] = ephemeral.clone();
     }
@@ -285,6 +309,9 @@ impl Accumulator {
                     Some("tool_use") => {
                         Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() }
                     }
+                    // The results of the `web_search` server tool (offered only by the
+                    // WebSearch tool's own request) arrive whole: kept as text.
+                    Some("web_search_tool_result") => Partial::Text(web_search_results(block)),
                     other => {
                         let kind = other.unwrap_or("(none)");
                         tracing::warn!(block = %kind, index, "dropping a content block of a type orch does not know");
@@ -640,6 +667,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: Some(crate::model::Thinking { budget_tokens: 3_000 }),
+            server_tools: &[],
         };
         let body = request_body(&req);
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 3_000}));
@@ -665,6 +693,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: None,
+            server_tools: &[],
         };
         let body = request_body(&req);
         assert_eq!(body["stream"], json!(true));

@@ -128,7 +128,8 @@ pub async fn read(path: &Path, pages: Option<PageRange>, ctx: &ToolContext) -> R
                     pdf::MAX_PAGES_PER_READ
                 )));
             }
-            let text = format!("{} is a PDF document ({media_type}, {size} bytes); it is attached below.", path.display());
+            let text =
+                format!("{} is a PDF document ({media_type}, {size} bytes); it is attached below.", path.display());
             (bytes, text)
         }
     };

@@ -37,7 +37,9 @@ impl PageRange {
             }
         };
         if last < first {
-            return Err(format!("pages `{text}` ends before it starts; give the lower page first (\"{last}-{first}\")"));
+            return Err(format!(
+                "pages `{text}` ends before it starts; give the lower page first (\"{last}-{first}\")"
+            ));
         }
         if last - first + 1 > MAX_PAGES_PER_READ {
             return Err(format!(

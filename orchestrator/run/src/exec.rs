@@ -14,6 +14,7 @@ use crate::error::Context as _;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
 use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
+use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{Event, EventSink, Limits, QueryConfig, Terminal};
 use tokio_util::sync::CancellationToken;
 
@@ -140,6 +141,20 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         orch_agents::prompt::set_setting(&mut config.system, orch_agents::prompt::Setting::Terminal);
     }
     orch_agents::prompt::add_skills(&mut config.system, &entries);
+    if args.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
+        let tool = WebSearchTool::new(
+            provider.clone(),
+            &config.agent_id,
+            &config.model,
+            config.timeouts,
+            config.prices.clone(),
+        );
+        if let Err(e) = session.offer_web_search(tool, provider.name()) {
+            session.stop().await;
+            args.reporter.finish();
+            return Err(UsageError(e.to_string()).into());
+        }
+    }
     if args.tools.iter().any(|t| t == SKILL_TOOL) {
         let tool = SkillTool::new(entries.clone());
         if let Err(e) = session.map_pool(|pool| tool.install(pool)) {

@@ -25,3 +25,4 @@ mod skills;
 mod subagents;
 mod support;
 mod trust;
+mod web_fetch;

@@ -29,6 +29,7 @@ use orch_agents::pipeline::PoolError;
 use orch_agents::subagent::AGENT_TOOL;
 use orch_agents::tools::host::ToolExecutor;
 use orch_agents::tools::skill::SKILL_TOOL;
+use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{EventSink, SystemPart};
 use orch_sandbox::container::ContainerHost;
 use orch_workflows::extensions::McpServer;
@@ -95,6 +96,8 @@ pub struct AgentSession {
     /// coordinator (its owner check), which must not be turned off for files an agent
     /// owns.
     git: Option<orch_agents::prompt::GitSnapshot>,
+    /// The sandbox has no network: the tools that need one are withheld.
+    offline: bool,
 }
 
 /// How a session's tool host ended.
@@ -117,10 +120,16 @@ impl AgentSession {
         // `Agent` and `Skill` run in the coordinator; MCP tools are served by their
         // servers (stdio ones in the tool host, HTTP ones here); the tool host gets the
         // others.
+        // Without a network, the tools that need one are absent from the pool (a call
+        // says why).
+        let offline = spec.sandbox.network == orch_types::Network::None;
+        let withheld: Vec<String> =
+            spec.tools.iter().filter(|t| offline && orch_types::tools::needs_network(t)).cloned().collect();
         let host_tools: Vec<String> = spec
             .tools
             .iter()
             .filter(|t| t.as_str() != AGENT_TOOL && t.as_str() != SKILL_TOOL && !t.starts_with(agent_mcp::PREFIX))
+            .filter(|t| t.as_str() != WEB_SEARCH_TOOL && !withheld.contains(t))
             .cloned()
             .collect();
         let core = host::select_tools(&host_tools)?;
@@ -148,6 +157,7 @@ impl AgentSession {
             host_pid: None,
             registered: None,
             git,
+            offline,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -189,7 +199,14 @@ impl AgentSession {
         tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
         let hooks = HookSpec { hooks: spec.hooks, session_id: spec.session_id, events, cancel: cancel.clone() };
         match build_pool(&spec.agent, &spec.cwd, tools, router, spec.permissions, spec.results_dir, hooks) {
-            Ok(pool) => {
+            Ok(mut pool) => {
+                for name in withheld {
+                    pool = pool.with_withheld(
+                        name,
+                        "this agent's sandbox has no network (`network: none`), so this tool is not available; \
+                         work from the repository's files",
+                    );
+                }
                 session.pool = Some(pool);
                 Ok(session)
             }
@@ -217,6 +234,24 @@ impl AgentSession {
             self.pool = Some(f(pool)?);
         }
         Ok(())
+    }
+
+    /// Offers `WebSearch` (a request to the model's API, which runs the search): only
+    /// with the `anthropic` provider (`provider` is the provider's name) and a network
+    /// that is not `none`; otherwise a call says why it is absent.
+    pub fn offer_web_search(&mut self, tool: WebSearchTool, provider: &str) -> Result<(), PoolError> {
+        if self.offline {
+            // Withheld when the pool was built.
+            return Ok(());
+        }
+        if provider != "anthropic" {
+            let why = format!(
+                "WebSearch runs on the Anthropic API's server-side search, and this agent's provider is \
+                 `{provider}`; it is not available"
+            );
+            return self.map_pool(|pool| Ok(pool.with_withheld(WEB_SEARCH_TOOL, why)));
+        }
+        self.map_pool(|pool| tool.install(pool))
     }
 
     /// The tool host, for calls outside the pool (setup commands).
