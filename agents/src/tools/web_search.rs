@@ -232,7 +232,7 @@ mod tests {
             json!({"type": SERVER_TOOL_TYPE, "name": "web_search", "max_uses": MAX_SEARCHES,
                    "allowed_domains": ["blog.rust-lang.org"]})
         );
-        assert!(WebSearchSpec.validate(&input).is_ok());
+        assert!(Tool::validate(&WebSearchSpec, &input).is_ok());
         let both = WebSearchInput { blocked_domains: Some(vec!["x.com".into()]), ..input.clone() };
         assert!(Tool::validate(&WebSearchSpec, &both).unwrap_err().contains("not both"));
         let short = WebSearchInput { query: " a ".into(), ..input };
