@@ -100,6 +100,8 @@ struct Call<'a> {
     body: Value,
     model: &'a str,
     timeouts: Timeouts,
+    /// The request offered server tools: their result blocks are kept (as text).
+    server_tools: bool,
 }
 
 #[async_trait]
@@ -112,6 +114,7 @@ impl Attempt for Call<'_> {
         let first = self.timeouts.first_byte.saturating_sub(started.elapsed());
         let mut events = std::pin::pin!(sse::events(response, first, self.timeouts.idle));
         let mut acc = Accumulator::new(self.model);
+        acc.keep_search_results = self.server_tools;
         while let Some(event) = events.next().await {
             let event = event?;
             if acc.push(&event.event, &event.data, sink)? {
@@ -137,8 +140,13 @@ impl ModelProvider for AnthropicProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call =
-            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let call = Call {
+            provider: self,
+            body: request_body(request),
+            model: request.model,
+            timeouts: request.timeouts,
+            server_tools: !request.server_tools.is_empty(),
+        };
         let budget = request.timeouts.retry_budget;
         with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
@@ -266,6 +274,9 @@ pub(crate) struct Accumulator {
     /// Tool calls whose input is not valid json: fine when the output limit cut the
     /// answer, an error otherwise. Decided at the end, when the stop reason is known.
     broken_inputs: Vec<(String, String)>,
+    /// Keep `web_search_tool_result` blocks, as text: only for a request that offered
+    /// the search (the WebSearch tool's own); anywhere else they are dropped.
+    pub(crate) keep_search_results: bool,
 }
 
 impl Accumulator {
@@ -277,6 +288,7 @@ impl Accumulator {
             usage: Usage::default(),
             stop_reason: None,
             broken_inputs: Vec::new(),
+            keep_search_results: false,
         }
     }
 
@@ -311,7 +323,9 @@ impl Accumulator {
                     }
                     // The results of the `web_search` server tool (offered only by the
                     // WebSearch tool's own request) arrive whole: kept as text.
-                    Some("web_search_tool_result") => Partial::Text(web_search_results(block)),
+                    Some("web_search_tool_result") if self.keep_search_results => {
+                        Partial::Text(web_search_results(block))
+                    }
                     other => {
                         let kind = other.unwrap_or("(none)");
                         tracing::warn!(block = %kind, index, "dropping a content block of a type orch does not know");
