@@ -9,6 +9,12 @@
 //! decides what is reachable; on top of that every file is resolved (symlinks
 //! included) and refused unless it lies inside the repository. Only text files are
 //! read, each at most once, each cut at [`MAX_FILE_CHARS`] characters with a note.
+//!
+//! Subdirectories below the working directory are loaded later, as Claude Code does:
+//! the first time a file tool touches a path under a directory with its own
+//! instruction files ([`touched_path`], [`Nested::on_touch`]), those files (with their
+//! imports) are attached once to that tool's result. Each agent and sub-agent scope
+//! keeps its own [`Nested`] record, so nothing is given twice to the same model.
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -75,8 +81,16 @@ pub fn repository_root(cwd: &Path) -> PathBuf {
 
 /// Collects the instruction files for an agent working in `cwd`.
 pub fn collect(cwd: &Path) -> Instructions {
-    let root = repository_root(cwd);
-    let Ok(root) = root.canonicalize() else { return Instructions::default() };
+    match start(cwd) {
+        Some((c, _)) => c.out,
+        None => Instructions::default(),
+    }
+}
+
+/// The collection of [`collect`], with the collector (for the files it read) and the
+/// directories it looked in; `None` when the repository root cannot be resolved.
+fn start(cwd: &Path) -> Option<(Collector, Vec<PathBuf>)> {
+    let root = repository_root(cwd).canonicalize().ok()?;
     let cwd = cwd.canonicalize().unwrap_or_else(|_| root.clone());
     let mut dirs = vec![root.clone()];
     if let Ok(rel) = cwd.strip_prefix(&root) {
@@ -87,15 +101,87 @@ pub fn collect(cwd: &Path) -> Instructions {
         }
     }
     let mut c = Collector { root, seen: HashSet::new(), out: Instructions::default() };
-    for dir in dirs {
-        for name in INSTRUCTION_FILES {
-            let path = dir.join(name);
-            if path.symlink_metadata().is_ok() {
-                c.load(&path, None, 0);
+    for dir in &dirs {
+        c.load_dir(dir);
+    }
+    Some((c, dirs))
+}
+
+/// The tools whose calls can bring in a subdirectory's instructions, with the input
+/// field that names the path they touch.
+pub const TOUCHING_TOOLS: &[(&str, &str)] = &[
+    ("Read", "file_path"),
+    ("Edit", "file_path"),
+    ("Write", "file_path"),
+    ("MultiEdit", "file_path"),
+    ("NotebookEdit", "notebook_path"),
+    ("Glob", "path"),
+    ("Grep", "path"),
+    ("LS", "path"),
+];
+
+/// The path a call of `tool` with `input` touches, as the model gave it; `None` for
+/// other tools and for calls without a path (they work in the working directory, whose
+/// instructions are in the prompt already).
+pub fn touched_path<'a>(tool: &str, input: &'a serde_json::Value) -> Option<&'a str> {
+    let (_, field) = TOUCHING_TOOLS.iter().find(|(name, _)| *name == tool)?;
+    input.get(*field)?.as_str().filter(|p| !p.is_empty())
+}
+
+/// The subdirectory instructions one agent scope has been given: the files already in
+/// its context (those of its system prompt included) and the directories already
+/// looked in. Starts empty; the first [`Nested::on_touch`] records the prompt's files.
+#[derive(Debug, Default)]
+pub struct Nested {
+    started: bool,
+    seen: HashSet<PathBuf>,
+    checked: HashSet<PathBuf>,
+}
+
+impl Nested {
+    /// The instruction files, not yet given to this scope, of the directories between
+    /// the working directory `cwd` and `touched` (a path a tool call reached, made
+    /// absolute): from the shallowest directory down, each with its imports. Nothing
+    /// outside the repository is read, and no file is returned twice.
+    pub fn on_touch(&mut self, cwd: &Path, touched: &Path) -> Instructions {
+        if !self.started {
+            self.started = true;
+            if let Some((c, dirs)) = start(cwd) {
+                self.seen = c.seen;
+                self.checked.extend(dirs);
             }
         }
+        let Ok(root) = repository_root(cwd).canonicalize() else { return Instructions::default() };
+        // A path that does not exist (a failed call) still names its directory.
+        let Some(dir) = touched
+            .canonicalize()
+            .ok()
+            .map(|real| if real.is_dir() { real } else { real.parent().map(Path::to_path_buf).unwrap_or(real) })
+            .or_else(|| touched.parent().and_then(|p| p.canonicalize().ok()))
+        else {
+            return Instructions::default();
+        };
+        if !dir.starts_with(&root) || dir == root {
+            return Instructions::default();
+        }
+        let mut fresh: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| *d != root)
+            .filter(|d| !self.checked.contains(*d))
+            .map(Path::to_path_buf)
+            .collect();
+        fresh.reverse();
+        if fresh.is_empty() {
+            return Instructions::default();
+        }
+        let mut c = Collector { root, seen: std::mem::take(&mut self.seen), out: Instructions::default() };
+        for d in fresh {
+            c.load_dir(&d);
+            self.checked.insert(d);
+        }
+        self.seen = c.seen;
+        c.out
     }
-    c.out
 }
 
 struct Collector {
@@ -105,6 +191,16 @@ struct Collector {
 }
 
 impl Collector {
+    /// Loads the instruction files that exist in `dir`.
+    fn load_dir(&mut self, dir: &Path) {
+        for name in INSTRUCTION_FILES {
+            let path = dir.join(name);
+            if path.symlink_metadata().is_ok() {
+                self.load(&path, None, 0);
+            }
+        }
+    }
+
     fn label(&self, path: &Path) -> String {
         path.strip_prefix(&self.root).unwrap_or(path).display().to_string()
     }
@@ -367,5 +463,106 @@ mod tests {
     #[test]
     fn import_syntax() {
         assert_eq!(imports("@a.md, @b/c (@d.md) me@x.com @user\n```\n@e.md\n```\n@f.md."), vec!["a.md", "b/c", "f.md"]);
+    }
+
+    #[test]
+    fn subdirectory_files_come_once_on_first_touch() {
+        let r = repo();
+        let p = r.path();
+        fs::create_dir_all(p.join("sub/deep")).unwrap();
+        fs::create_dir_all(p.join("other")).unwrap();
+        fs::write(p.join("CLAUDE.md"), "root, in the prompt").unwrap();
+        fs::write(p.join("sub/CLAUDE.md"), "sub rules @notes.md").unwrap();
+        fs::write(p.join("sub/notes.md"), "sub notes").unwrap();
+        fs::write(p.join("sub/deep/AGENTS.md"), "deep rules").unwrap();
+        fs::write(p.join("sub/deep/x.rs"), "").unwrap();
+        fs::write(p.join("other/y.rs"), "").unwrap();
+        let mut nested = Nested::default();
+        // The root's files are the prompt's: touching the root brings nothing.
+        assert!(nested.on_touch(p, &p.join("CLAUDE.md")).files.is_empty());
+        let found = nested.on_touch(p, &p.join("sub/deep/x.rs"));
+        assert_eq!(paths(&found), vec!["sub/CLAUDE.md", "sub/notes.md", "sub/deep/AGENTS.md"]);
+        assert_eq!(found.files[1].imported_by.as_deref(), Some("sub/CLAUDE.md"));
+        // Never twice, whatever reaches the directory again.
+        assert!(nested.on_touch(p, &p.join("sub/deep/x.rs")).files.is_empty());
+        assert!(nested.on_touch(p, &p.join("sub/deep")).files.is_empty());
+        assert!(nested.on_touch(p, &p.join("sub/../sub/new-file.rs")).files.is_empty());
+        assert!(nested.on_touch(p, &p.join("other/y.rs")).files.is_empty());
+        // Another scope starts over.
+        let mut other = Nested::default();
+        assert_eq!(paths(&other.on_touch(p, &p.join("sub"))), vec!["sub/CLAUDE.md", "sub/notes.md"]);
+    }
+
+    #[test]
+    fn subdirectory_files_already_imported_by_the_prompt_are_not_repeated() {
+        let r = repo();
+        let p = r.path();
+        fs::create_dir_all(p.join("sub")).unwrap();
+        fs::write(p.join("AGENTS.md"), "see @sub/CLAUDE.md").unwrap();
+        fs::write(p.join("sub/CLAUDE.md"), "sub rules").unwrap();
+        fs::write(p.join("sub/AGENTS.md"), "sub agents").unwrap();
+        let mut nested = Nested::default();
+        assert_eq!(paths(&nested.on_touch(p, &p.join("sub/a.rs"))), vec!["sub/AGENTS.md"]);
+    }
+
+    #[test]
+    fn subdirectory_files_outside_the_repository_are_never_read() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(outside.path().join("d")).unwrap();
+        fs::write(outside.path().join("d/CLAUDE.md"), "SECRET").unwrap();
+        fs::write(outside.path().join("d/f.rs"), "").unwrap();
+        fs::write(outside.path().join("CLAUDE.md"), "SECRET TOO").unwrap();
+        let r = repo();
+        let p = r.path();
+        fs::create_dir_all(p.join("sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("d"), p.join("linked")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("d/CLAUDE.md"), p.join("sub/CLAUDE.md")).unwrap();
+        let mut nested = Nested::default();
+        assert!(nested.on_touch(p, &outside.path().join("d/f.rs")).files.is_empty());
+        assert!(nested.on_touch(p, &p.join("linked/f.rs")).files.is_empty());
+        let found = nested.on_touch(p, &p.join("sub/x.rs"));
+        assert!(found.files.is_empty(), "{found:?}");
+        assert!(found.skipped.iter().all(|s| s.contains("outside the repository")), "{:?}", found.skipped);
+    }
+
+    #[test]
+    fn touched_paths_of_the_file_tools() {
+        let input = serde_json::json!({"file_path": "a/b.rs", "path": "c", "notebook_path": "n.ipynb"});
+        assert_eq!(touched_path("Read", &input), Some("a/b.rs"));
+        assert_eq!(touched_path("MultiEdit", &input), Some("a/b.rs"));
+        assert_eq!(touched_path("NotebookEdit", &input), Some("n.ipynb"));
+        assert_eq!(touched_path("Grep", &input), Some("c"));
+        assert_eq!(touched_path("LS", &serde_json::json!({})), None);
+        assert_eq!(touched_path("Bash", &input), None);
+    }
+
+    #[tokio::test]
+    async fn the_host_attaches_them_to_the_result_once_per_scope() {
+        use crate::tools::host::{HostRequest, HostTools};
+        use crate::tools::{Session, core_tools};
+        let r = repo();
+        let p = r.path();
+        fs::create_dir_all(p.join("sub")).unwrap();
+        fs::write(p.join("sub/CLAUDE.md"), "SUB-RULES").unwrap();
+        fs::write(p.join("sub/a.txt"), "alpha\n").unwrap();
+        let host = HostTools::new(core_tools(), std::sync::Arc::new(Session::new(p)));
+        let read = |scope: Option<&str>| {
+            let mut request = HostRequest::new("Read", serde_json::json!({"file_path": "sub/a.txt"}));
+            request.scope = scope.map(str::to_string);
+            host.run(request, CancellationToken::new())
+        };
+        let first = read(None).await;
+        assert!(!first.is_error, "{}", first.content);
+        assert!(first.content.contains("alpha"), "{}", first.content);
+        assert_eq!(first.content.matches("SUB-RULES").count(), 1, "{}", first.content);
+        assert!(first.content.contains("<instructions path=\"sub/CLAUDE.md\">"), "{}", first.content);
+        assert!(!read(None).await.content.contains("SUB-RULES"));
+        // A sub-agent has its own context: it gets them once too.
+        assert!(read(Some("sub-1")).await.content.contains("SUB-RULES"));
+        assert!(!read(Some("sub-1")).await.content.contains("SUB-RULES"));
+        // A failed call brings nothing.
+        let ls = host
+            .run(HostRequest::new("Read", serde_json::json!({"file_path": "sub/missing"})), CancellationToken::new());
+        assert!(!ls.await.content.contains("SUB-RULES"));
     }
 }

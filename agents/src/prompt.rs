@@ -144,6 +144,33 @@ fn render_instructions(found: &Instructions) -> String {
     out
 }
 
+/// The block attached to a tool result when the call reached a subdirectory with its
+/// own instruction files (see [`crate::instructions::Nested`]): the files, labelled as
+/// in the system prompt, inside a `<system-reminder>` so the model reads them as
+/// context rather than as the tool's output.
+pub fn render_nested(found: &Instructions) -> String {
+    let mut out = String::from(
+        "<system-reminder>\nThis call reached a directory with its own instruction files. They apply to work in \
+         that directory and below it, on top of the project instructions you already have; where they disagree, \
+         these (nearer) ones win.",
+    );
+    for f in &found.files {
+        let from = match &f.imported_by {
+            Some(by) => format!(" imported-by=\"{by}\""),
+            None => String::new(),
+        };
+        out.push_str(&format!("\n\n<instructions path=\"{}\"{from}>\n{}\n</instructions>", f.path, f.text.trim_end()));
+    }
+    if !found.skipped.is_empty() {
+        out.push_str("\n\nNot loaded:");
+        for s in &found.skipped {
+            out.push_str(&format!("\n- {s}"));
+        }
+    }
+    out.push_str("\n</system-reminder>");
+    out
+}
+
 /// Where an agent works; it sets the opening of the static part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {

@@ -305,6 +305,7 @@ impl Loop<'_> {
                 },
                 timeouts: self.config.timeouts,
                 thinking: self.config.thinking,
+                server_tools: &[],
             };
             let tools = self.tools;
             let events = self.events;
@@ -730,6 +731,7 @@ impl Loop<'_> {
                 give_up_on_overload_after: None,
                 timeouts: self.config.timeouts,
                 thinking: None,
+                server_tools: &[],
             };
             let events = self.events;
             let mut sink = |event: StreamEvent| {

@@ -40,7 +40,10 @@ fn core_tools_are_the_catalogs_core_entries_with_the_same_flags() {
     assert_eq!(implemented, catalog);
     assert_eq!(CORE_TOOL_NAMES.iter().copied().collect::<BTreeSet<_>>(), catalog);
     let not_core: Vec<&str> = CATALOG.iter().filter(|t| !t.core).map(|t| t.name).collect();
-    assert_eq!(not_core, [crate::subagent::AGENT_TOOL, crate::tools::skill::SKILL_TOOL]);
+    assert_eq!(
+        not_core,
+        [crate::subagent::AGENT_TOOL, crate::tools::skill::SKILL_TOOL, crate::tools::web_search::WEB_SEARCH_TOOL]
+    );
     for tool in core_tools() {
         let Some(info) = lookup(tool.name()) else { continue };
         let input = sample_input(&tool.input_schema());

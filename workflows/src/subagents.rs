@@ -515,7 +515,7 @@ mod tests {
     use super::*;
 
     const REVIEWER: &str = "---\nname: code-reviewer\ndescription: Reviews a change for bugs. Use after edits.\n\
-tools: Read, Grep, Glob, WebFetch\nmodel: inherit\ncolor: purple\nmaxTurns: 12\npermissionMode: plan\n\
+tools: Read, Grep, Glob, NotebookRead\nmodel: inherit\ncolor: purple\nmaxTurns: 12\npermissionMode: plan\n\
 futureKey: 1\n---\n\nYou review code.\n\nBe brief.\n";
 
     #[test]
@@ -528,7 +528,7 @@ futureKey: 1\n---\n\nYou review code.\n\nBe brief.\n";
         assert_eq!(file.permission_mode, Some(PermissionMode::Plan));
         assert_eq!(file.prompt, "You review code.\n\nBe brief.");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[0].contains("`WebFetch`"), "{warnings:?}");
+        assert!(warnings[0].contains("`NotebookRead`"), "{warnings:?}");
         assert!(warnings[1].contains("`futureKey`"), "{warnings:?}");
     }
 

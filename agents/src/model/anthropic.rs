@@ -100,6 +100,8 @@ struct Call<'a> {
     body: Value,
     model: &'a str,
     timeouts: Timeouts,
+    /// The request offered server tools: their result blocks are kept (as text).
+    server_tools: bool,
 }
 
 #[async_trait]
@@ -112,6 +114,7 @@ impl Attempt for Call<'_> {
         let first = self.timeouts.first_byte.saturating_sub(started.elapsed());
         let mut events = std::pin::pin!(sse::events(response, first, self.timeouts.idle));
         let mut acc = Accumulator::new(self.model);
+        acc.keep_search_results = self.server_tools;
         while let Some(event) = events.next().await {
             let event = event?;
             if acc.push(&event.event, &event.data, sink)? {
@@ -137,11 +140,39 @@ impl ModelProvider for AnthropicProvider {
     }
 
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
-        let call =
-            Call { provider: self, body: request_body(request), model: request.model, timeouts: request.timeouts };
+        let call = Call {
+            provider: self,
+            body: request_body(request),
+            model: request.model,
+            timeouts: request.timeouts,
+            server_tools: !request.server_tools.is_empty(),
+        };
         let budget = request.timeouts.retry_budget;
         with_retries(&self.retry, &self.limiter, request.give_up_on_overload_after, budget, sink, &call).await
     }
+}
+
+/// The results of a `web_search_tool_result` block as text: one line per result
+/// (title, URL, age), or the error the search ended with.
+pub fn web_search_results(block: &Value) -> String {
+    let content = block.get("content");
+    if let Some(code) = content.and_then(|c| c.get("error_code")).and_then(Value::as_str) {
+        return format!("[the web search failed: {code}]");
+    }
+    let mut out = String::from("Search results:");
+    let results = content.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for r in results {
+        let title = r.get("title").and_then(Value::as_str).unwrap_or("(untitled)");
+        let url = r.get("url").and_then(Value::as_str).unwrap_or("");
+        out.push_str(&format!("\n- {title}: {url}"));
+        if let Some(age) = r.get("page_age").and_then(Value::as_str) {
+            out.push_str(&format!(" ({age})"));
+        }
+    }
+    if results.is_empty() {
+        out.push_str(" none");
+    }
+    out
 }
 
 /// The JSON body of a streaming Messages request, with cache breakpoints on the tool
@@ -165,6 +196,7 @@ pub fn request_body(request: &ModelRequest<'_>) -> Value {
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
         .collect();
+    tools.extend(request.server_tools.iter().cloned());
     if let Some(last) = tools.last_mut() {
         last["cache_control"] = ephemeral.clone();
     }
@@ -242,6 +274,9 @@ pub(crate) struct Accumulator {
     /// Tool calls whose input is not valid json: fine when the output limit cut the
     /// answer, an error otherwise. Decided at the end, when the stop reason is known.
     broken_inputs: Vec<(String, String)>,
+    /// Keep `web_search_tool_result` blocks, as text: only for a request that offered
+    /// the search (the WebSearch tool's own); anywhere else they are dropped.
+    pub(crate) keep_search_results: bool,
 }
 
 impl Accumulator {
@@ -253,6 +288,7 @@ impl Accumulator {
             usage: Usage::default(),
             stop_reason: None,
             broken_inputs: Vec::new(),
+            keep_search_results: false,
         }
     }
 
@@ -284,6 +320,11 @@ impl Accumulator {
                     Some("redacted_thinking") => Partial::Redacted(str_at(block, "data")),
                     Some("tool_use") => {
                         Partial::ToolUse { id: str_at(block, "id"), name: str_at(block, "name"), json: String::new() }
+                    }
+                    // The results of the `web_search` server tool (offered only by the
+                    // WebSearch tool's own request) arrive whole: kept as text.
+                    Some("web_search_tool_result") if self.keep_search_results => {
+                        Partial::Text(web_search_results(block))
                     }
                     other => {
                         let kind = other.unwrap_or("(none)");
@@ -640,6 +681,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: Some(crate::model::Thinking { budget_tokens: 3_000 }),
+            server_tools: &[],
         };
         let body = request_body(&req);
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 3_000}));
@@ -665,6 +707,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: None,
+            server_tools: &[],
         };
         let body = request_body(&req);
         assert_eq!(body["stream"], json!(true));

@@ -43,6 +43,9 @@ pub struct ModelRequest<'a> {
     pub timeouts: Timeouts,
     /// Extended thinking, when on. A provider without it ignores it.
     pub thinking: Option<Thinking>,
+    /// Server tools the API runs itself (Anthropic's `web_search`), sent as given after
+    /// `tools`. A provider without them ignores them.
+    pub server_tools: &'a [serde_json::Value],
 }
 
 /// One part of the system prompt.

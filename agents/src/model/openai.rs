@@ -801,6 +801,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: None,
+            server_tools: &[],
         };
         let body = request_body(&req);
         assert_eq!(body["model"], json!("gpt-x"));

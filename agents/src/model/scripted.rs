@@ -292,6 +292,7 @@ agents:
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: None,
+            server_tools: &[],
         }
     }
 

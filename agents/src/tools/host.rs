@@ -122,8 +122,20 @@ impl HostTools {
             Err(e) => return ToolOutput::error(format!("cannot build the filter of denied paths for this call: {e}")),
         };
         let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
+        let touched = crate::instructions::touched_path(&request.tool, &request.input).map(|p| ctx.session.resolve(p));
         match HIDDEN.scope(hidden, tool.call_with_attachments(request.input, &ctx)).await {
-            Ok(rich) => ToolOutput::ok(rich.text).with_attachments(rich.attachments),
+            Ok(mut rich) => {
+                // A directory with its own instruction files, reached for the first
+                // time: its files go with this result, once.
+                if let Some(touched) = touched {
+                    let found = ctx.session.nested_instructions(&touched);
+                    if !found.files.is_empty() {
+                        rich.text.push_str("\n\n");
+                        rich.text.push_str(&crate::prompt::render_nested(&found));
+                    }
+                }
+                ToolOutput::ok(rich.text).with_attachments(rich.attachments)
+            }
             Err(e) => ToolOutput::error(e.0),
         }
     }

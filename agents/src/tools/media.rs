@@ -1,12 +1,15 @@
 //! Images and PDFs for `Read`: recognised by their first bytes, checked against the
 //! provider's size limits, and returned as base64 image or document blocks that travel
-//! with the tool result to the model.
+//! with the tool result to the model. A PDF is sent whole only when it is small (at most
+//! [`pdf::MAX_PAGES_WITHOUT_RANGE`] pages); otherwise the model asks for a page range
+//! (`pages`), and only those pages are sent (see [`super::pdf`]).
 
 use std::path::Path;
 
 use base64::Engine;
 use tokio::io::AsyncReadExt;
 
+use super::pdf::{self, PageRange};
 use super::text;
 use super::{FileStamp, Rich, ToolContext, ToolError};
 use crate::message::{ContentBlock, MediaSource};
@@ -16,6 +19,8 @@ use crate::message::{ContentBlock, MediaSource};
 pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024 / 4 * 3;
 /// The largest PDF sent: its base64 form stays well within the API's 32 MB request.
 pub const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
+/// The largest PDF file read to take a page range from.
+pub const MAX_PDF_SOURCE_BYTES: u64 = 100 * 1024 * 1024;
 
 /// The media type announced by a file's first bytes, for the kinds `Read` sends as
 /// blocks: PNG, JPEG, GIF, WebP and PDF.
@@ -36,8 +41,9 @@ pub fn sniff(head: &[u8]) -> Option<&'static str> {
 }
 
 /// Reads `path` as an image or document block when it is one; `None` for every other
-/// file (and for paths that are no regular file: the text path reports those).
-pub async fn read(path: &Path, ctx: &ToolContext) -> Result<Option<Rich>, ToolError> {
+/// file (and for paths that are no regular file: the text path reports those). `pages`
+/// (already checked by [`PageRange::parse`]) applies to PDFs only.
+pub async fn read(path: &Path, pages: Option<PageRange>, ctx: &ToolContext) -> Result<Option<Rich>, ToolError> {
     let Ok(metadata) = tokio::fs::metadata(path).await else { return Ok(None) };
     if !metadata.is_file() {
         return Ok(None);
@@ -49,29 +55,97 @@ pub async fn read(path: &Path, ctx: &ToolContext) -> Result<Option<Rich>, ToolEr
     };
     let Some(media_type) = sniff(&head[..n]) else { return Ok(None) };
     let pdf = media_type == "application/pdf";
-    let limit = if pdf { MAX_PDF_BYTES } else { MAX_IMAGE_BYTES };
+    if pages.is_some() && !pdf {
+        return Err(ToolError(format!(
+            "{} is an image; `pages` applies to PDF files only. Read it without `pages`.",
+            path.display()
+        )));
+    }
+    let limit = match (pdf, pages) {
+        (false, _) => MAX_IMAGE_BYTES,
+        (true, None) => MAX_PDF_BYTES,
+        (true, Some(_)) => MAX_PDF_SOURCE_BYTES,
+    };
     let size = metadata.len();
     if size > limit {
         let what = if pdf { "PDF" } else { "image" };
+        let hint = if pdf && pages.is_none() {
+            "Read it a few pages at a time with `pages` (for example \"1-5\")."
+        } else {
+            "Make a smaller copy with Bash (for example with ImageMagick or pdftk, if installed) and Read that."
+        };
         return Err(ToolError(format!(
-            "{} is a {what} of {size} bytes, more than the {limit} bytes the model accepts for one {what}. \
-             Make a smaller copy with Bash (for example with ImageMagick or pdftk, if installed) and Read that.",
+            "{} is a {what} of {size} bytes, more than the {limit} bytes Read takes for one {what}. {hint}",
             path.display()
         )));
     }
     let bytes = tokio::fs::read(path).await.map_err(|e| ToolError(text::io_error_message("read", path, &e)))?;
-    ctx.session.record_read(path, FileStamp::of(&bytes, &metadata));
-    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
-    let source = MediaSource::base64(media_type, data);
-    let (block, kind) = if pdf {
-        (ContentBlock::Document { source }, "PDF document")
-    } else {
-        (ContentBlock::Image { source }, "image")
+    let stamp = FileStamp::of(&bytes, &metadata);
+    if !pdf {
+        ctx.session.record_read(path, stamp);
+        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        return Ok(Some(Rich {
+            text: format!("{} is an image ({media_type}, {size} bytes); it is attached below.", path.display()),
+            attachments: vec![ContentBlock::Image { source: MediaSource::base64(media_type, data) }],
+        }));
+    }
+    let (bytes, text) = match pages {
+        Some(range) => {
+            let cut = blocking(bytes, move |b| pdf::cut(b, range)).await.map_err(|e| {
+                ToolError(format!("cannot take pages {}-{} of {}: {e}", range.first, range.last, path.display()))
+            })?;
+            if cut.bytes.len() as u64 > MAX_PDF_BYTES {
+                return Err(ToolError(format!(
+                    "pages {}-{} of {} make {} bytes, more than the {MAX_PDF_BYTES} bytes Read sends at once; ask \
+                     for fewer pages",
+                    cut.sent.first,
+                    cut.sent.last,
+                    path.display(),
+                    cut.bytes.len()
+                )));
+            }
+            let shown = if cut.sent.first == cut.sent.last {
+                format!("page {}", cut.sent.first)
+            } else {
+                format!("pages {}-{}", cut.sent.first, cut.sent.last)
+            };
+            let text = format!(
+                "{} is a PDF document of {} pages; {shown} ({} bytes) are attached below.",
+                path.display(),
+                cut.total,
+                cut.bytes.len()
+            );
+            (cut.bytes, text)
+        }
+        None => {
+            // A file lopdf cannot parse is sent as it is (the model's API judges it).
+            let counted = blocking(bytes.clone(), pdf::page_count).await.ok();
+            if let Some(total) = counted.filter(|n| *n > pdf::MAX_PAGES_WITHOUT_RANGE) {
+                return Err(ToolError(format!(
+                    "{} is a PDF of {total} pages, too many to read at once. Read it with `pages` (for example \
+                     \"1-5\"), at most {} pages per call.",
+                    path.display(),
+                    pdf::MAX_PAGES_PER_READ
+                )));
+            }
+            let text =
+                format!("{} is a PDF document ({media_type}, {size} bytes); it is attached below.", path.display());
+            (bytes, text)
+        }
     };
-    Ok(Some(Rich {
-        text: format!("{} is an {kind} ({media_type}, {size} bytes); it is attached below.", path.display()),
-        attachments: vec![block],
-    }))
+    ctx.session.record_read(path, stamp);
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    Ok(Some(Rich { text, attachments: vec![ContentBlock::Document { source: MediaSource::base64(media_type, data) }] }))
+}
+
+/// Runs `f` over `bytes` on a blocking thread; a panic in the parser is an error.
+async fn blocking<T: Send + 'static>(
+    bytes: Vec<u8>,
+    f: impl FnOnce(&[u8]) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(move || f(&bytes))
+        .await
+        .unwrap_or_else(|_| Err("the PDF parser failed on this file".to_string()))
 }
 
 async fn read_head(file: &mut tokio::fs::File, buf: &mut [u8]) -> usize {
@@ -176,5 +250,58 @@ mod tests {
         assert!(out.is_error);
         assert!(out.content.contains("more than the"), "{}", out.content);
         assert!(out.attachments.is_empty());
+    }
+
+    async fn read_pages(dir: &Path, name: &str, pages: &str) -> crate::tool::ToolOutput {
+        let host = HostTools::new(core_tools(), Arc::new(Session::new(dir)));
+        // The input Claude Code's model sends to Read for part of a PDF.
+        let input = json!({ "file_path": dir.join(name), "pages": pages });
+        host.run(HostRequest::new("Read", input), CancellationToken::new()).await
+    }
+
+    fn document_bytes(out: &crate::tool::ToolOutput) -> Vec<u8> {
+        match &out.attachments[..] {
+            [ContentBlock::Document { source }] => {
+                assert_eq!(source.media_type, "application/pdf");
+                base64::engine::general_purpose::STANDARD.decode(&source.data).unwrap()
+            }
+            other => panic!("not one document block: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_page_range_sends_only_those_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("long.pdf"), pdf::tests::make_pdf(12)).unwrap();
+        std::fs::write(dir.path().join("short.pdf"), pdf::tests::make_pdf(3)).unwrap();
+        // Past ten pages, a PDF needs a range.
+        let out = read_via_host(dir.path(), "long.pdf").await;
+        assert!(out.is_error && out.attachments.is_empty());
+        assert!(out.content.contains("12 pages") && out.content.contains("`pages`"), "{}", out.content);
+        let out = read_pages(dir.path(), "long.pdf", "2-3").await;
+        assert!(!out.is_error, "{}", out.content);
+        assert!(out.content.contains("12 pages; pages 2-3"), "{}", out.content);
+        assert_eq!(pdf::tests::page_texts(&document_bytes(&out)), vec!["PAGE-2", "PAGE-3"]);
+        let out = read_pages(dir.path(), "long.pdf", "12").await;
+        assert_eq!(pdf::tests::page_texts(&document_bytes(&out)), vec!["PAGE-12"]);
+        // A short one goes whole without a range.
+        let out = read_via_host(dir.path(), "short.pdf").await;
+        assert!(!out.is_error, "{}", out.content);
+        assert_eq!(pdf::tests::page_texts(&document_bytes(&out)), vec!["PAGE-1", "PAGE-2", "PAGE-3"]);
+        // Ranges past the end, and on files that are no PDF, are errors that say why.
+        let out = read_pages(dir.path(), "short.pdf", "5-6").await;
+        assert!(out.is_error && out.content.contains("3 pages"), "{}", out.content);
+        let out = read_pages(dir.path(), "long.pdf", "1-25").await;
+        assert!(out.is_error && out.content.contains("more than the 20"), "{}", out.content);
+        std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+        let out = read_pages(dir.path(), "a.txt", "1").await;
+        assert!(out.is_error && out.content.contains("PDF files only"), "{}", out.content);
+        std::fs::write(dir.path().join("pixel.png"), PNG).unwrap();
+        let out = read_pages(dir.path(), "pixel.png", "1").await;
+        assert!(out.is_error && out.content.contains("PDF files only"), "{}", out.content);
+        // A file that only looks like a PDF cannot be cut.
+        std::fs::write(dir.path().join("fake.pdf"), b"%PDF-1.4\nnothing here\n").unwrap();
+        let out = read_pages(dir.path(), "fake.pdf", "1").await;
+        assert!(out.is_error && out.content.contains("cannot take pages 1-1"), "{}", out.content);
     }
 }

@@ -16,10 +16,13 @@ pub mod ls;
 pub mod media;
 pub mod multi_edit;
 pub mod notebook_edit;
+pub mod pdf;
 pub mod read;
 pub mod skill;
 pub mod text;
 pub mod todo;
+pub mod web_fetch;
+pub mod web_search;
 pub mod write;
 
 mod session;
@@ -225,6 +228,7 @@ pub fn core_tools() -> Vec<Arc<dyn DynTool>> {
         Arc::new(notebook_edit::NotebookEdit),
         Arc::new(read::Read),
         Arc::new(todo::TodoWrite),
+        Arc::new(web_fetch::WebFetch),
         Arc::new(write::Write),
     ];
     tools.sort_by_key(|t| t.name());

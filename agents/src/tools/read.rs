@@ -28,6 +28,9 @@ pub struct ReadInput {
     /// How many lines to show at most (2000 when omitted).
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
+    /// For PDF files only: the pages to read, as one page ("3") or a range ("1-5"),
+    /// counting from 1, at most 20 pages. Required for PDFs of more than 10 pages.
+    pub pages: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -47,7 +50,8 @@ impl Tool for Read {
          Read before Write may overwrite it or Edit may change it, and Read again if it \
          changed since. UTF-8 and UTF-16 (with a byte order mark) are decoded. Images \
          (PNG, JPEG, GIF, WebP, up to about 3.7 MB) are shown to you as images, and PDFs \
-         (up to 20 MB) as documents; other binary files are refused, and so are directories (use LS for those). Reading several files at \
+         as documents: a PDF of more than 10 pages must be read with `pages` (\"1-5\", \"3\"), \
+         at most 20 pages per call; other binary files are refused, and so are directories (use LS for those). Reading several files at \
          once is fine."
     }
 
@@ -73,6 +77,9 @@ impl Tool for Read {
         if input.limit == Some(0) {
             return Err("limit is 0, which would show nothing; give a positive number of lines or leave it out".into());
         }
+        if let Some(pages) = &input.pages {
+            super::pdf::PageRange::parse(pages)?;
+        }
         Ok(())
     }
 
@@ -84,8 +91,19 @@ impl Tool for Read {
     /// [`super::media`].
     async fn call_with_attachments(&self, input: Self::Input, ctx: &ToolContext) -> Result<Rich, ToolError> {
         let path = ctx.session.resolve(&input.file_path);
-        if let Some(rich) = super::media::read(&path, ctx).await? {
+        let pages = match &input.pages {
+            Some(pages) => Some(super::pdf::PageRange::parse(pages).map_err(ToolError)?),
+            None => None,
+        };
+        if let Some(rich) = super::media::read(&path, pages, ctx).await? {
             return Ok(rich);
+        }
+        if pages.is_some() && path.is_file() {
+            return Err(ToolError(format!(
+                "{} is not a PDF; `pages` applies to PDF files only. Use `offset` and `limit` to read part of a \
+                 text file.",
+                path.display()
+            )));
         }
         self.call(input, ctx).await.map(Rich::text)
     }

@@ -1,5 +1,6 @@
 //! Per-agent state shared by the tools of one agent inside its tool host: the working
-//! directory, what was read and when, the todo list, and the background shells.
+//! directory, what was read and when, the todo list, the background shells, and the
+//! subdirectory instructions already given to the model.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,7 @@ pub struct Session {
     reads: Mutex<HashMap<PathBuf, FileStamp>>,
     todos: Mutex<Vec<Todo>>,
     shells: Arc<Shells>,
+    nested: Mutex<crate::instructions::Nested>,
 }
 
 impl Session {
@@ -74,19 +76,29 @@ impl Session {
             reads: Mutex::new(HashMap::new()),
             todos: Mutex::new(Vec::new()),
             shells: Arc::new(Shells::default()),
+            nested: Mutex::default(),
         }
     }
 
     /// A session for a sub-agent: the same working directory and background shells,
     /// but its own read stamps and todo list, so it cannot edit a file only its caller
-    /// read.
+    /// read, and its own record of the subdirectory instructions it was given (its
+    /// caller's were attached to results it never sees).
     pub fn scoped(&self) -> Self {
         Self {
             cwd: self.cwd.clone(),
             reads: Mutex::new(HashMap::new()),
             todos: Mutex::new(Vec::new()),
             shells: self.shells.clone(),
+            nested: Mutex::default(),
         }
+    }
+
+    /// The instruction files of the subdirectories between the working directory and
+    /// `touched` that this session has not been given yet; see
+    /// [`crate::instructions::Nested::on_touch`].
+    pub fn nested_instructions(&self, touched: &Path) -> crate::instructions::Instructions {
+        self.nested.lock().unwrap_or_else(|e| e.into_inner()).on_touch(&self.cwd, touched)
     }
 
     /// The background shells started by `Bash` with `run_in_background`.

@@ -1,5 +1,6 @@
 //! An agent's system prompt as the coordinator assembles it: the environment, the git
-//! snapshot of its working tree (read here with git2), and the project's instruction
+//! snapshot of its working tree (read with git2 by [`crate::git::snapshot`] before the
+//! sandbox is prepared, since as root the worktree then belongs to the sandbox uid), and the project's instruction
 //! files, which are read by the agent's own tool host (so its sandbox decides what is
 //! reachable), unless they are turned off.
 
@@ -7,20 +8,20 @@ use std::path::Path;
 
 use orch_agents::SystemPart;
 use orch_agents::instructions;
-use orch_agents::prompt::{Environment, system_prompt};
+use orch_agents::prompt::{Environment, GitSnapshot, system_prompt};
 use orch_agents::tools::host::ToolExecutor;
 use tokio_util::sync::CancellationToken;
 
-/// The system prompt of an agent working in `cwd` on `model`, whose tool host is
-/// `executor`.
+/// The system prompt of an agent working in `cwd` (whose git snapshot is `git`) on
+/// `model`, whose tool host is `executor`.
 pub async fn build(
     cwd: &Path,
+    git: Option<&GitSnapshot>,
     model: &str,
     with_instructions: bool,
     executor: &dyn ToolExecutor,
     cancel: &CancellationToken,
 ) -> Vec<SystemPart> {
-    let git = crate::git::snapshot(cwd);
     let found = if with_instructions {
         match instructions::load(executor, cancel.child_token()).await {
             Ok(found) => Some(found),
@@ -37,7 +38,7 @@ pub async fn build(
         is_git_repo: git.is_some(),
         model,
         date: &crate::clock::today(),
-        git: git.as_ref(),
+        git,
         instructions: found.as_ref(),
     })
 }

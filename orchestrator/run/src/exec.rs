@@ -2,7 +2,9 @@
 //! final answer (or one JSON result, or every event) goes to stdout; progress goes to
 //! the terminal's reporter on stderr. Write tools need a git repository around the
 //! working directory (or `--allow-outside-repo`); large tool results live in a private
-//! directory that is removed at the end.
+//! directory that is removed at the end. With the `Skill` tool, the repository's skills
+//! (`.orch/skills/`, `.claude/skills/`) are found as `orch run` finds them, copied into
+//! that directory (readable by the agent, not writable) and listed in the prompt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::sync::Arc;
 use crate::error::Context as _;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
+use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
+use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{Event, EventSink, Limits, QueryConfig, Terminal};
 use tokio_util::sync::CancellationToken;
 
@@ -19,6 +23,7 @@ use crate::hooks_config::Extensions;
 use crate::options::{ExecOptions, ExecOutput};
 use crate::repo_config::{RepoConfig, Trust};
 use crate::run::Reporter;
+use crate::run::agent_defs::RunSkills;
 use crate::run::output::{Answer, OutputSchema, ask};
 use crate::run::report::{AgentReport, AgentStatus};
 use crate::run_event::RunEvent;
@@ -77,6 +82,16 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     // Results too large to send inline land here; the agent may Read them.
     let big_results = results_dir.path().join("tool-results");
     std::fs::create_dir(&big_results).context("cannot create the directory for large tool results")?;
+    let skills = if args.tools.iter().any(|t| t == SKILL_TOOL) {
+        skills(&cwd, &results_dir.path().join("skills"))?
+    } else {
+        RunSkills::default()
+    };
+    let entries = skills.entries(None);
+    let mut read = vec![big_results.clone()];
+    if !entries.is_empty() {
+        read.extend(skills.root.iter().cloned());
+    }
     let transcript = match &args.transcript {
         Some(path) => Some(
             crate::run::Transcript::create(path)
@@ -95,7 +110,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         cwd: cwd.clone(),
         sandbox: args.sandbox.clone(),
         writes,
-        read: vec![big_results.clone()],
+        read,
         private: results_dir.path().join("sandbox"),
         env: Vec::new(),
         tools: args.tools.clone(),
@@ -125,6 +140,29 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     config.system = session.instructions(&config.model, !args.no_instructions, &cancel).await;
     if args.attended {
         orch_agents::prompt::set_setting(&mut config.system, orch_agents::prompt::Setting::Terminal);
+    }
+    orch_agents::prompt::add_skills(&mut config.system, &entries);
+    if args.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
+        let tool = WebSearchTool::new(
+            provider.clone(),
+            &config.agent_id,
+            &config.model,
+            config.timeouts,
+            config.prices.clone(),
+        );
+        if let Err(e) = session.offer_web_search(tool, provider.name()) {
+            session.stop().await;
+            args.reporter.finish();
+            return Err(UsageError(e.to_string()).into());
+        }
+    }
+    if args.tools.iter().any(|t| t == SKILL_TOOL) {
+        let tool = SkillTool::new(entries.clone());
+        if let Err(e) = session.map_pool(|pool| tool.install(pool)) {
+            session.stop().await;
+            args.reporter.finish();
+            return Err(UsageError(e.to_string()).into());
+        }
     }
     if args.tools.iter().any(|t| t == AGENT_TOOL) {
         let run = Arc::new(SubagentRun::new(SubagentLimits::default(), Vec::new()));
@@ -284,6 +322,21 @@ fn extensions(cwd: &std::path::Path, tools: &[String]) -> crate::error::Result<E
         }
     }
     Ok(extensions)
+}
+
+/// The skills of the repository around `cwd` (from the base ref in a pull-request run,
+/// as `orch run` reads them), copied into `dest`; none outside a repository.
+fn skills(cwd: &Path, dest: &Path) -> crate::error::Result<RunSkills> {
+    let trust = Trust::from_env(false, None);
+    let config = match RepoConfig::resolve(cwd, &trust) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("orch: no repository skills: {e}");
+            return Ok(RunSkills::default());
+        }
+    };
+    let files = crate::run::agent_defs::load(&config)?;
+    RunSkills::copy(&config, files.skills, dest)
 }
 
 /// Where the agent's events go: the reporter (progress on stderr), every event as a JSON

@@ -205,6 +205,7 @@ mod tests {
             give_up_on_overload_after: None,
             timeouts: Default::default(),
             thinking: None,
+            server_tools: &[],
         };
         let mut sink = |_e: StreamEvent| {};
         provider.send(&request, &mut sink).await.unwrap()

@@ -26,10 +26,22 @@ pub struct ToolInfo {
     /// The agent loop implements it among its core tools (`Agent` is set up by the
     /// coordinator instead, because it starts other agents).
     pub core: bool,
+    /// It reaches the network from the tool host, so it is offered only to an agent
+    /// whose network is not `none` (without one it is absent from the pool).
+    pub network: bool,
 }
 
 const fn tool(name: &'static str) -> ToolInfo {
-    ToolInfo { name, aliases: &[], writes: false, read_only: false, refetchable: false, default: false, core: true }
+    ToolInfo {
+        name,
+        aliases: &[],
+        writes: false,
+        read_only: false,
+        refetchable: false,
+        default: false,
+        core: true,
+        network: false,
+    }
 }
 
 /// Every built-in tool, in the order documentation and messages list them.
@@ -50,6 +62,9 @@ pub const CATALOG: &[ToolInfo] = &[
     ToolInfo { aliases: &["Task"], core: false, ..tool("Agent") },
     // Runs in the coordinator: it returns a skill's text, which calling again gives back.
     ToolInfo { read_only: true, refetchable: true, core: false, ..tool("Skill") },
+    ToolInfo { read_only: true, refetchable: true, network: true, ..tool("WebFetch") },
+    // Runs in the coordinator as a request to the model's API (its server-side search).
+    ToolInfo { read_only: true, core: false, network: true, ..tool("WebSearch") },
 ];
 
 /// The catalog entry of `name`, which may be an alias (`Task` finds `Agent`).
@@ -61,6 +76,12 @@ pub fn lookup(name: &str) -> Option<&'static ToolInfo> {
 /// worktree. Names outside the catalog (MCP tools) do not count.
 pub fn any_writes<S: AsRef<str>>(names: &[S]) -> bool {
     names.iter().any(|n| lookup(n.as_ref()).is_some_and(|t| t.writes))
+}
+
+/// Whether `name` is a tool that needs the network (absent from the pool under
+/// `network: none`).
+pub fn needs_network(name: &str) -> bool {
+    lookup(name).is_some_and(|t| t.network)
 }
 
 /// Whether a call to `name` may be cleared from the context and fetched again.
@@ -168,7 +189,9 @@ mod tests {
                 "KillShell",
                 "TodoWrite",
                 "Agent",
-                "Skill"
+                "Skill",
+                "WebFetch",
+                "WebSearch"
             ]
         );
         assert_eq!(DEFAULT_NAMES, ["Read", "Glob", "Grep", "LS", "TodoWrite"]);
@@ -186,10 +209,13 @@ mod tests {
                 "Bash",
                 "BashOutput",
                 "KillShell",
-                "TodoWrite"
+                "TodoWrite",
+                "WebFetch"
             ]
         );
-        assert_eq!(REFETCHABLE_NAMES, ["Read", "Glob", "Grep", "LS", "Bash", "Skill"]);
+        assert_eq!(REFETCHABLE_NAMES, ["Read", "Glob", "Grep", "LS", "Bash", "Skill", "WebFetch"]);
+        assert!(needs_network("WebFetch") && needs_network("WebSearch"));
+        assert!(!needs_network("Read") && !needs_network("mcp__x__y"));
         // A default tool must never be one that changes files.
         assert!(CATALOG.iter().filter(|t| t.default).all(|t| t.read_only && !t.writes));
         assert!(CATALOG.iter().filter(|t| t.read_only).all(|t| !t.writes));

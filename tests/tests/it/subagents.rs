@@ -495,7 +495,7 @@ agents:
   root:
     - tool_calls: [{ name: Agent, input: { prompt: "review notes.txt", subagent_type: reviewer } }]
     - tool_calls: [{ name: Agent, input: { prompt: "x", subagent_type: nobody } }]
-    - tool_calls: [{ name: Agent, input: { prompt: "x", tools: [Read, WebFetch] } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "x", tools: [Read, WebSearch] } }]
     - text: done
   root/sub-1:
     - tool_calls: [{ name: Bash, input: { command: "echo hi" } }]
@@ -524,7 +524,7 @@ agents:
                 .0
                 .contains("no agent type `nobody`; the agent types are: reviewer, general-purpose, Explore, Plan")
     );
-    assert!(results[2].1 && results[2].0.contains("you asked for the tool `WebFetch`"), "{:?}", results[2]);
+    assert!(results[2].1 && results[2].0.contains("you asked for the tool `WebSearch`"), "{:?}", results[2]);
     // The tool description offers the definitions by name and description.
     let spec = {
         let cwd = tree._dir.path().canonicalize().unwrap();

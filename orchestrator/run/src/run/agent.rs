@@ -10,6 +10,7 @@ use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::subagent::{AGENT_TOOL, AgentTool};
 use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
+use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{Limits, QueryConfig, Terminal};
 use orch_workflows::AgentSpec;
 use tokio_util::sync::CancellationToken;
@@ -409,6 +410,12 @@ async fn drive(
         if spec.tools.iter().any(|t| t == SKILL_TOOL) {
             let tool = SkillTool::new(skills.clone());
             session.map_pool(|pool| tool.install(pool))?;
+        }
+        if spec.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
+            let provider = shared.provider.clone();
+            let tool =
+                WebSearchTool::new(provider, &config.agent_id, &config.model, config.timeouts, config.prices.clone());
+            session.offer_web_search(tool, shared.provider.name())?;
         }
         let Some(pool) = session.pool() else {
             return Err(crate::error::Error::Message(format!("the tool pool of `{}` is missing", spec.id)));

@@ -20,7 +20,7 @@
 //! final report replaces it.
 
 mod agent;
-mod agent_defs;
+pub(crate) mod agent_defs;
 mod checkpoint;
 mod disk;
 mod events;

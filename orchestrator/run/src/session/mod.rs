@@ -32,6 +32,7 @@ use orch_agents::pipeline::PoolError;
 use orch_agents::subagent::AGENT_TOOL;
 use orch_agents::tools::host::ToolExecutor;
 use orch_agents::tools::skill::SKILL_TOOL;
+use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{EventSink, SystemPart};
 use orch_sandbox::container::ContainerHost;
 use orch_workflows::extensions::McpServer;
@@ -101,6 +102,15 @@ pub struct AgentSession {
     /// Where the stdio servers' stderr goes, when there are any.
     mcp_events: Option<Arc<dyn EventSink>>,
     egress: Option<crate::proxy::run::Grant>,
+    /// The git snapshot of `cwd`, taken before the sandbox is prepared: as root that
+    /// hands the worktree to the sandbox uid, and git then refuses to open it for the
+    /// coordinator (its owner check), which must not be turned off for files an agent
+    /// owns.
+    git: Option<orch_agents::prompt::GitSnapshot>,
+    /// The sandbox has no network: the tools that need one are withheld.
+    offline: bool,
+    /// The sandbox's network is an allowlist: only what goes through its proxy.
+    allowlisted: bool,
 }
 
 /// How a session's tool host ended.
@@ -123,14 +133,22 @@ impl AgentSession {
         // `Agent` and `Skill` run in the coordinator; MCP tools are served by their
         // servers (stdio ones in the tool host, HTTP ones here); the tool host gets the
         // others.
+        // Without a network, the tools that need one are absent from the pool (a call
+        // says why).
+        let offline = spec.sandbox.network.mode() == orch_types::Network::None;
+        let allowlisted = spec.sandbox.network.mode() == orch_types::Network::Proxy;
+        let withheld: Vec<String> =
+            spec.tools.iter().filter(|t| offline && orch_types::tools::needs_network(t)).cloned().collect();
         let host_tools: Vec<String> = spec
             .tools
             .iter()
             .filter(|t| t.as_str() != AGENT_TOOL && t.as_str() != SKILL_TOOL && !t.starts_with(agent_mcp::PREFIX))
+            .filter(|t| t.as_str() != WEB_SEARCH_TOOL && !withheld.contains(t))
             .cloned()
             .collect();
         let core = host::select_tools(&host_tools)?;
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
+        let git = crate::git::snapshot(&spec.cwd);
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
@@ -163,6 +181,9 @@ impl AgentSession {
             mcp_failures: Vec::new(),
             mcp_events: None,
             egress: None,
+            git,
+            offline,
+            allowlisted,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -240,7 +261,14 @@ impl AgentSession {
         tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
         let hooks = HookSpec { hooks: spec.hooks, session_id: spec.session_id, events, cancel: cancel.clone() };
         match build_pool(&spec.agent, &spec.cwd, tools, router, spec.permissions, spec.results_dir, hooks) {
-            Ok(pool) => {
+            Ok(mut pool) => {
+                for name in withheld {
+                    pool = pool.with_withheld(
+                        name,
+                        "this agent's sandbox has no network (`network: none`), so this tool is not available; \
+                         work from the repository's files",
+                    );
+                }
                 session.pool = Some(pool);
                 Ok(session)
             }
@@ -281,13 +309,37 @@ impl AgentSession {
         Ok(())
     }
 
+    /// Offers `WebSearch` (a request to the model's API, which runs the search): only
+    /// with the `anthropic` provider (`provider` is the provider's name) and a network
+    /// that is not `none`; otherwise a call says why it is absent.
+    pub fn offer_web_search(&mut self, tool: WebSearchTool, provider: &str) -> Result<(), PoolError> {
+        if self.offline {
+            // Withheld when the pool was built.
+            return Ok(());
+        }
+        if self.allowlisted {
+            let why = "WebSearch runs on the API provider's servers, outside this agent's network allowlist; it is \
+                       offered only with `network: full`"
+                .to_string();
+            return self.map_pool(|pool| Ok(pool.with_withheld(WEB_SEARCH_TOOL, why)));
+        }
+        if provider != "anthropic" {
+            let why = format!(
+                "WebSearch runs on the Anthropic API's server-side search, and this agent's provider is \
+                 `{provider}`; it is not available"
+            );
+            return self.map_pool(|pool| Ok(pool.with_withheld(WEB_SEARCH_TOOL, why)));
+        }
+        self.map_pool(|pool| tool.install(pool))
+    }
+
     /// The tool host, for calls outside the pool (setup commands).
     pub fn host(&self) -> Option<&dyn ToolExecutor> {
         self.executor.as_deref().map(|e| e as &dyn ToolExecutor)
     }
 
     /// The system prompt for `model`: the static part, the environment and git
-    /// snapshot, and (when `with_instructions`) the project instructions, read through
+    /// snapshot (taken when the session started), and (when `with_instructions`) the project instructions, read through
     /// the tool host.
     pub async fn instructions(
         &self,
@@ -297,9 +349,11 @@ impl AgentSession {
     ) -> Vec<SystemPart> {
         match &self.executor {
             Some(executor) => {
-                crate::agent_prompt::build(&self.cwd, model, with_instructions, executor.as_ref(), cancel).await
+                let executor = executor.as_ref();
+                crate::agent_prompt::build(&self.cwd, self.git.as_ref(), model, with_instructions, executor, cancel)
+                    .await
             }
-            None => crate::agent_prompt::build(&self.cwd, model, false, &Stopped, cancel).await,
+            None => crate::agent_prompt::build(&self.cwd, self.git.as_ref(), model, false, &Stopped, cancel).await,
         }
     }
 
