@@ -329,9 +329,14 @@ impl Worktree {
             Err(e) => return Err(io_err("read", inner.git_dir.join("shallow"))(e)),
         };
         inner.write_repo(&self.repo, shallow.as_deref(), Some((&self.branch, start)))?;
-        let repo = self.open_repo()?;
+        let mut repo = self.open_repo()?;
         if repo.find_commit(start).is_err() {
             // `base: needs`: the merge of the needed branches lives in the run clone only.
+            // A lean repository has no `objects/pack`; libgit2 looks for packs only in a
+            // directory that existed when the repository was opened, so make it first.
+            let packs = self.repo.join("objects").join("pack");
+            fs::create_dir_all(&packs).map_err(io_err("create", packs))?;
+            repo = self.open_repo()?;
             let run = inner.open()?;
             super::transfer::copy_objects(&run, &repo, start, &[inner.base], "the branches it needs")?;
         }

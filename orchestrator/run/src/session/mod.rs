@@ -135,8 +135,8 @@ impl AgentSession {
         // others.
         // Without a network, the tools that need one are absent from the pool (a call
         // says why).
-        let offline = spec.sandbox.network.mode() == orch_types::Network::None;
-        let allowlisted = spec.sandbox.network.mode() == orch_types::Network::Proxy;
+        let offline = spec.sandbox.network == orch_types::Network::None;
+        let allowlisted = spec.sandbox.network == orch_types::Network::Proxy;
         let withheld: Vec<String> =
             spec.tools.iter().filter(|t| offline && orch_types::tools::needs_network(t)).cloned().collect();
         let host_tools: Vec<String> = spec
