@@ -167,19 +167,33 @@ enum Page {
 async fn fetch(mut url: Url) -> Result<Page, ToolError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // The environment's proxy settings apply (reqwest reads HTTP(S)_PROXY).
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(20))
-        .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION"), " (WebFetch)"))
-        .build()
-        .map_err(|e| ToolError(format!("cannot build the http client: {e}")))?;
+    let builder = || {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(20))
+            .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION"), " (WebFetch)"))
+    };
+    // The system's CA certificates verify https; a sandbox without any (a container
+    // image without ca-certificates) still fetches http, and https fails with a reason.
+    let (client, no_roots) = match builder().build() {
+        Ok(client) => (client, false),
+        Err(first) => match builder().tls_certs_only(Vec::new()).build() {
+            Ok(client) => (client, true),
+            Err(_) => return Err(ToolError(format!("cannot build the http client: {first}"))),
+        },
+    };
+    let hint = if no_roots {
+        " (this sandbox has no CA certificates, so https cannot be verified: install ca-certificates in its image)"
+    } else {
+        ""
+    };
     for _ in 0..=MAX_REDIRECTS {
         let response = client
             .get(url.clone())
             .header(reqwest::header::ACCEPT, "text/html, text/markdown, text/plain, application/json;q=0.9, */*;q=0.5")
             .send()
             .await
-            .map_err(|e| ToolError(format!("cannot fetch {url}: {}", describe(&e))))?;
+            .map_err(|e| ToolError(format!("cannot fetch {url}: {}{hint}", describe(&e))))?;
         let status = response.status();
         if status.is_redirection() {
             let Some(location) = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok()) else {

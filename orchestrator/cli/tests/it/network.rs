@@ -309,3 +309,54 @@ fn container_agents_reach_only_allowed_hosts_through_the_proxy() {
     let image = std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:tools".into());
     run_case("t-net-ct", &format!("{{ backend: container, image: \"{image}\" }}"), false);
 }
+
+/// WebFetch runs in the tool host, so it goes through the same proxy and allowlist: an
+/// allowed URL is fetched through it, a denied one is refused and never reaches its
+/// server.
+fn web_fetch_case(run_id: &str, sandbox: &str) {
+    let w = world(run_id);
+    let (pa, pd) = (w.allowed.port, w.denied.port);
+    let wf = format!(
+        "version: 1\nname: net\ndefaults:\n  tools: [WebFetch]\n  limits: {{ max_turns: 5, timeout: 2m }}\n  sandbox: \
+         {sandbox}\nagents:\n  w:\n    prompt: Fetch.\n    sandbox: {{ network: {{ allow: [127.0.0.1], deny: [denied.test] \
+         }} }}\n"
+    );
+    let fetch = |url: String| {
+        format!(
+            "    - tool_calls: [{{ name: WebFetch, input: {{ url: \"{url}\", prompt: \"What does it say?\" }} }}]\n"
+        )
+    };
+    let script = format!(
+        "version: 1\nagents:\n  w:\n{}{}    - text: Done.\n  synthesis:\n    - text: Summary.\n",
+        fetch(format!("http://127.0.0.1:{pa}/wf-allowed")),
+        fetch(format!("http://denied.test:{pd}/wf-denied")),
+    );
+    let out = w.fx.command(&wf, &script).env("ORCH_PROXY_RESOLVE", "denied.test=127.0.0.1").output().unwrap();
+    let run = crate::support::Run::from_output(&w.fx.out, out);
+    run.expect_code(0);
+    let results = run.tool_results("w");
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert!(results[0].2.contains("from-allowed"), "the allowed page came back: {results:#?}");
+    assert!(!results[1].2.contains("from-denied"), "the denied page must not come back: {results:#?}");
+    // The effects, outside: one request reached the allowed server, none the denied one.
+    assert_eq!(w.allowed.hits(), 1, "the allowed server saw WebFetch's one request");
+    assert_eq!(w.denied.hits(), 0, "nothing may reach the denied server");
+    let decisions: Vec<_> = run.events("w").into_iter().filter(|e| e["type"] == "network").collect();
+    assert!(decisions.iter().any(|e| e["host"] == "127.0.0.1" && e["allowed"] == true), "{decisions:#?}");
+    assert!(decisions.iter().any(|e| e["host"] == "denied.test" && e["allowed"] == false), "{decisions:#?}");
+}
+
+#[test]
+fn landlock_web_fetch_goes_through_the_proxy_and_its_allowlist() {
+    web_fetch_case("t-net-wf-ll", "{ backend: landlock }");
+}
+
+#[test]
+fn container_web_fetch_goes_through_the_proxy_and_its_allowlist() {
+    if std::env::var("ORCH_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("ORCH_SKIP_DOCKER_TESTS=1: skipping the container WebFetch test");
+        return;
+    }
+    let image = std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:tools".into());
+    web_fetch_case("t-net-wf-ct", &format!("{{ backend: container, image: \"{image}\" }}"));
+}
