@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need besides Rust: a running Docker engine with the local test
 # images (container backend tests; see .ci/docker.sh) and the Python MCP SDK (the MCP
-# server fixture), in a venv under target/ where the MCP tests look first. Run as root,
+# server fixture), in a venv under target/ where the MCP tests look first, and the npm MCP
+# servers under target/mcp-npm. Run as root,
 # or with sudo. README command 2 and .ci/run both use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +33,17 @@ if python3 -m venv target/mcp-venv; then
 else
   python3 -m pip install --quiet --disable-pip-version-check --break-system-packages mcp
   python3 -c "import mcp"
+fi
+
+echo "== npm MCP servers (server-everything and server-filesystem, run by the MCP tests)"
+# Tolerant as the venv step: without npm the tests skip (or fail under CI=true) and say why.
+if command -v npm >/dev/null; then
+  if [ ! -f target/mcp-npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js ] ||
+    [ ! -f target/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ]; then
+    npm install --prefix target/mcp-npm --no-audit --no-fund --loglevel=error \
+      @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem ||
+      echo "warning: npm install of the MCP servers failed; the npm MCP tests will say so"
+  fi
+else
+  echo "warning: npm is not installed; the npm MCP tests will say so"
 fi

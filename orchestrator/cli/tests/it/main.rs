@@ -15,6 +15,7 @@ mod instructions;
 mod masking;
 mod mcp;
 mod mcp_failures;
+mod mcp_npm;
 mod network;
 mod permission_settings;
 mod pipelines;
