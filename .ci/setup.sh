@@ -37,6 +37,10 @@ fi
 
 echo "== npm MCP servers (server-everything and server-filesystem, run by the MCP tests)"
 # Tolerant as the venv step: without npm the tests skip (or fail under CI=true) and say why.
+if ! command -v npm >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null ||
+    echo "warning: cannot install nodejs and npm from Debian's packages"
+fi
 if command -v npm >/dev/null; then
   if [ ! -f target/mcp-npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js ] ||
     [ ! -f target/mcp-npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ]; then
