@@ -107,10 +107,9 @@ pub struct AgentSession {
     /// coordinator (its owner check), which must not be turned off for files an agent
     /// owns.
     git: Option<orch_agents::prompt::GitSnapshot>,
-    /// The sandbox has no network: the tools that need one are withheld.
-    offline: bool,
-    /// The sandbox's network is an allowlist: only what goes through its proxy.
-    allowlisted: bool,
+    /// The sandbox's network (`None`: the tools that need one are withheld; `Proxy`: an
+    /// allowlist, which WebSearch would bypass).
+    network: orch_types::Network,
 }
 
 /// How a session's tool host ended.
@@ -136,7 +135,6 @@ impl AgentSession {
         // Without a network, the tools that need one are absent from the pool (a call
         // says why).
         let offline = spec.sandbox.network == orch_types::Network::None;
-        let allowlisted = spec.sandbox.network == orch_types::Network::Proxy;
         let withheld: Vec<String> =
             spec.tools.iter().filter(|t| offline && orch_types::tools::needs_network(t)).cloned().collect();
         let host_tools: Vec<String> = spec
@@ -182,8 +180,7 @@ impl AgentSession {
             mcp_events: None,
             egress: None,
             git,
-            offline,
-            allowlisted,
+            network: spec.sandbox.network,
         };
         let started = host::spawn_with_mcp(
             &spec.run,
@@ -313,11 +310,11 @@ impl AgentSession {
     /// with the `anthropic` provider (`provider` is the provider's name) and a network
     /// that is not `none`; otherwise a call says why it is absent.
     pub fn offer_web_search(&mut self, tool: WebSearchTool, provider: &str) -> Result<(), PoolError> {
-        if self.offline {
+        if self.network == orch_types::Network::None {
             // Withheld when the pool was built.
             return Ok(());
         }
-        if self.allowlisted {
+        if self.network == orch_types::Network::Proxy {
             let why = "WebSearch runs on the API provider's servers, outside this agent's network allowlist; it is \
                        offered only with `network: full`"
                 .to_string();
