@@ -986,7 +986,10 @@ fn cross_agent_case(backend: Backend) {
         }
         let transcript = run.transcript_text("a");
         assert!(!transcript.contains(secret.as_str()), "b's secret in a's transcript");
-        let patch = std::fs::read_to_string(run.out.join(run.agent("a")["patch"].as_str().unwrap())).unwrap();
+        // Bytes, not text: what `a` stole may be anything (another user's process list, raw
+        // git objects), and the patch carries it as it is.
+        let patch = std::fs::read(run.out.join(run.agent("a")["patch"].as_str().unwrap())).unwrap();
+        let patch = String::from_utf8_lossy(&patch);
         assert!(patch.contains("stolen-show") && !patch.contains(secret.as_str()), "b's secret in a's patch");
         let grep = crate::support::git_cmd(&fx.repo)
             .args(["grep", "-a", "-c", "-F", "-e", secret.as_str(), &fx.branch("a"), "--"])

@@ -409,3 +409,71 @@ agents:
     let files = tree.iter().filter(|e| e.name().unwrap().starts_with("out-fix-f")).count();
     assert_eq!(files, 6);
 }
+
+/// Issue 17's nightly batch at its real size: 50 files, one agent each, from a
+/// newline-separated `--input` (as `git ls-files` prints it), at concurrency 8 in the
+/// default sandbox. Each agent edits its own file. The squash integration branch holds
+/// 50 commits, one per agent in plan order, each titled and explained by the agent's
+/// summary and touching only that agent's file; the 50 agent branches are pruned.
+#[test]
+fn a_fifty_file_batch_squashes_to_fifty_commits_with_summaries() {
+    const N: usize = 50;
+    let sources: Vec<(String, String)> =
+        (1..=N).map(|i| (format!("src/m{i}.rs"), format!("pub fn f{i}() -> u32 {{ manual({i}) }}\n"))).collect();
+    let files: Vec<(&str, &str)> = sources.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let fx = Fixture::new("t-batch50", &files);
+    let workflow = r#"
+version: 1
+name: batch
+concurrency: 8
+inputs:
+  files: { description: "The files to fix, one per line" }
+agents:
+  fix:
+    for_each: "{{ inputs.files }}"
+    prompt: Replace the manual loop in src/{{ item }}.rs.
+    tools: [Bash]
+    expect: { changes: true }
+integrate: { mode: squash, prune: true }
+"#;
+    // The worktree is named after the agent (`fix-m7-<hash>`): the command finds its file from it.
+    let script = r#"
+version: 1
+agents:
+  "fix/*":
+    - tool_calls: [{name: Bash, input: {command: "n=$(basename \"$PWD\"); n=${n#fix-}; sed -i 's/manual/iterator/' \"src/${n%%-*}.rs\""}}]
+    - text: "Replaced the manual loop with an iterator.\nOne file, tests pass."
+  synthesis:
+    - text: all fixed
+"#;
+    let stems: String = (1..=N).map(|i| format!("m{i}\n")).collect();
+    let run = fx.run(workflow, script, &["--input", &format!("files={stems}")]);
+    run.expect_code(0);
+    let agents = run.report["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), N);
+    assert!(agents.iter().all(|a| a["status"] == "succeeded"), "{:#}", run.report["agents"]);
+
+    let integration = fx.branch("integration");
+    let log = history(&fx.repo, &integration);
+    assert_eq!(log.len(), N, "{log:#?}");
+    let repo = Repository::open(&fx.repo).unwrap();
+    let mut walk = repo.revwalk().unwrap();
+    walk.push(repo.refname_to_id(&format!("refs/heads/{integration}")).unwrap()).unwrap();
+    walk.hide(repo.refname_to_id("refs/heads/main").unwrap()).unwrap();
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE).unwrap();
+    let commits: Vec<Oid> = walk.map(Result::unwrap).collect();
+    for (i, ((subject, message, parents), commit)) in log.iter().zip(&commits).enumerate() {
+        let n = i + 1;
+        assert_eq!(subject, &format!("fix/m{n}: Replaced the manual loop with an iterator."));
+        assert!(message.ends_with("One file, tests pass.\n"), "{message}");
+        assert_eq!(*parents, 1);
+        assert_eq!(files_of(&fx.repo, *commit), [format!("src/m{n}.rs")]);
+    }
+    for n in 1..=N {
+        assert_eq!(
+            fx.show(&integration, &format!("src/m{n}.rs")),
+            format!("pub fn f{n}() -> u32 {{ iterator({n}) }}\n")
+        );
+    }
+    assert_eq!(fx.orch_branches(), [integration]);
+}

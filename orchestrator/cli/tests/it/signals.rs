@@ -210,6 +210,8 @@ fn killed(fx: &Fixture) -> Run {
 fn sigkill_then_recover_commits_fetches_and_cleans() {
     let fx = Fixture::new("t-sig-recover", &[("a.txt", "a\n")]);
     killed(&fx);
+    // Whatever page the killed run left is stale: recover writes its own.
+    let _ = std::fs::remove_file(fx.out.join("report.html"));
     // The sleeper in a1's worktree writes after the checkpoint: recover commits it.
     let out = orch().arg("recover").arg(&fx.out).output().unwrap();
     let run = Run::from_output(&fx.out, out);
@@ -219,6 +221,8 @@ fn sigkill_then_recover_commits_fetches_and_cleans() {
     for a in AGENTS {
         assert_eq!(run.agent(a)["status"], "cancelled", "{:#}", run.agent(a));
     }
+    let page = std::fs::read_to_string(fx.out.join("report.html")).expect("recover writes report.html");
+    assert!(page.contains("interrupted") && AGENTS.iter().all(|a| page.contains(a)), "{page}");
     all_work_on_branches(&fx.repo, &fx.run_id);
     for a in AGENTS {
         let pid = git(&fx.repo, &["show", &format!("orch/{}/{a}:sleeper.pid", fx.run_id)]);
