@@ -6,6 +6,7 @@
 #   AGENTS=1000 TURNS=3 LATENCY_MS=200 CONCURRENCY=32 REPORT_KB=2 bash tests/bench/batch.sh
 #   PROFILE=debug AGENTS=64 bash tests/bench/batch.sh   # check the script with debug builds
 #   GROUP_SIZE=8 AGENTS=64 bash tests/bench/batch.sh     # force a tree at a small size
+#   ORCH=/path/to/other/orch bash tests/bench/batch.sh   # the same bench with another build of orch
 #
 # A workflow with one static fan-out of AGENTS agents. The mock model server
 # (`mock-model-server --by-turn --log`) gives every agent TURNS model turns, LATENCY_MS
@@ -17,7 +18,8 @@
 # waves of CONCURRENCY, plus one latency per synthesis level and the final request); the
 # synthesis tree (levels, groups); every synthesis request's size from the mock
 # server's log against the budget (half the model's context window, from report.json);
-# the coordinator's peak RSS (GNU time).
+# the CPU time of the coordinator and everything it waited for (user + system), and the
+# coordinator's peak RSS (GNU time). Set TMPDIR to put the run on another file system.
 #
 # Needs cargo, python3, GNU time (/usr/bin/time).
 set -euo pipefail
@@ -44,7 +46,7 @@ log "building orch and mock-model-server ($profile)"
 if [[ $profile == release ]]; then flag=--release; else flag=; fi
 (cd "$root" && cargo build $flag --quiet -p orch --bin orch -p orch-testkit --bin mock-model-server)
 target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-orch=$target/$profile/orch
+orch=${ORCH:-$target/$profile/orch}
 mock=$target/$profile/mock-model-server
 
 # --- a small repository ------------------------------------------------------------------
@@ -92,7 +94,7 @@ if [[ -n $group_size ]]; then printf 'synthesis: { group_size: %s }\n' "$group_s
 
 log "running $agents agents x $turns turns at ${latency} ms, concurrency $concurrency"
 out=$work/run
-ANTHROPIC_BASE_URL=$url ANTHROPIC_API_KEY=bench /usr/bin/time -f '%e %M' -o "$work/time" \
+ANTHROPIC_BASE_URL=$url ANTHROPIC_API_KEY=bench /usr/bin/time -f '%e %M %U %S' -o "$work/time" \
     "$orch" run "$work/workflow.yaml" --repo "$repo" --out "$out" --concurrency "$concurrency" \
     >"$work/stdout" 2>"$work/stderr" || { log "orch run failed:"; tail -5 "$work/stderr" >&2; exit 1; }
 # The server writes its request log on SIGINT.
@@ -105,15 +107,16 @@ import json, math, sys
 report_path, log_path, time_path = sys.argv[1:4]
 agents, turns, latency, concurrency = map(int, sys.argv[4:8])
 r = json.load(open(report_path))
-wall, rss_kib = open(time_path).read().split()
+wall, rss_kib, user_s, sys_s = open(time_path).read().split()
 s = r.get("synthesis") or {}
 levels = (s.get("tree") or {}).get("levels", [])
 ideal = math.ceil(agents / concurrency) * turns * latency / 1000 + (len(levels) + 1) * latency / 1000
 t = r["timings"]
-print(f"| agents | turns | latency | concurrency | wall | ideal | wall/ideal | agents phase | synthesis | coordinator peak RSS |")
-print(f"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print(f"| agents | turns | latency | concurrency | wall | ideal | wall/ideal | agents phase | synthesis | CPU user + sys | coordinator peak RSS |")
+print(f"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 print(f"| {agents} | {turns} | {latency} ms | {concurrency} | {float(wall):.2f} s | {ideal:.2f} s | "
       f"{float(wall) / ideal:.2f}x | {t['agents_ms'] / 1000:.2f} s | {t['synthesis_ms'] / 1000:.2f} s | "
+      f"{float(user_s):.1f} + {float(sys_s):.1f} s | "
       f"{int(rss_kib) / 1024:.1f} MiB |")
 print()
 print(f"run status: {r['status']}; agents: {r['totals']['succeeded']} succeeded, {r['totals']['failed']} failed; "

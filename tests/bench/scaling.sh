@@ -3,6 +3,7 @@
 #
 #   bash tests/bench/scaling.sh                  # 64 agents at concurrency 64 and 8, 3 runs each
 #   AGENTS=64 TURNS=10 LATENCY_MS=50 RUNS=5 CONCURRENCY="64 8" bash tests/bench/scaling.sh
+#   ORCH=/path/to/other/orch bash tests/bench/scaling.sh   # the same bench with another build of orch
 #
 # A workflow with one static fan-out of AGENTS agents, each given TURNS model turns by
 # the mock model server (`mock-model-server --by-turn`, LATENCY_MS before every
@@ -40,7 +41,7 @@ log() { echo "scaling.sh: $*" >&2; }
 log "building orch and mock-model-server (release)"
 (cd "$root" && cargo build --release --quiet -p orch --bin orch -p orch-testkit --bin mock-model-server)
 target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-orch=$target/release/orch
+orch=${ORCH:-$target/release/orch}
 mock=$target/release/mock-model-server
 
 # --- a small repository ------------------------------------------------------------------

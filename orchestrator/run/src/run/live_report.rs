@@ -1,15 +1,21 @@
 //! The report on disk while agents run. `report.json` and `report.md` are rewritten
-//! (each through a temporary file and a rename) when dispatch starts and each time an
-//! agent ends, with every agent of the plan: finished ones as they ended, running ones
+//! (each through a temporary file and a rename) when dispatch starts and after agents
+//! end, with every agent of the plan: finished ones as they ended, running ones
 //! `running`, the others `pending`; the run's status is `running` and its exit code
 //! 137, what a caller saw if the process was killed. So a run killed at any moment
 //! leaves a report that `orch recover` and `--resume` start from.
+//!
+//! Rewriting the whole report costs in proportion to the number of agents, so it
+//! happens at most once a second; in between, each agent that ends is appended to the
+//! journal (`agents.jsonl`), which [`report::read`] lays over the report. A crash
+//! loses no ended agent either way.
 //!
 //! On the first interrupt the report is written once more, before teardown: status
 //! `interrupted`, the real exit code (130 for SIGINT, 143 for SIGTERM), the `stopped`
 //! reason, running agents `cancelled`, and `partial: true` until the final report
 //! replaces it.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -64,6 +70,16 @@ impl LiveReport {
         }
     }
 
+    /// Appends `report`, an agent's final report, to the run's journal
+    /// ([`report::JOURNAL`]), which [`report::read`] lays over a report still in
+    /// progress: an ended agent is on disk at once, whenever the whole report is next
+    /// rewritten.
+    pub fn finished(&self, run_dir: &Path, report: &AgentReport) {
+        if let Err(e) = report::journal(run_dir, report) {
+            tracing::warn!("cannot add {} to the run's journal: {e}", report.id);
+        }
+    }
+
     /// Writes the report of an interrupted run, once, before teardown.
     pub fn interrupted(&mut self, run_dir: &Path, now: Snapshot<'_>, stop: Option<StopReason>) {
         if std::mem::replace(&mut self.interrupted, true) {
@@ -109,7 +125,7 @@ fn agents(now: Snapshot<'_>, running: AgentStatus, why: &str) -> Vec<AgentReport
         }
         all.push(r);
     }
-    let at = |id: &str| now.order.iter().position(|o| o == id).unwrap_or(usize::MAX);
-    all.sort_by_key(|r| at(&r.id));
+    let at: HashMap<&str, usize> = now.order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    all.sort_by_key(|r| at.get(r.id.as_str()).copied().unwrap_or(usize::MAX));
     all
 }

@@ -438,6 +438,7 @@ pub(crate) fn publish(
 ) -> crate::error::Result<()> {
     let dir = &report.run_dir;
     report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    report::remove_journal(dir);
     if let Err(e) = html::write(dir, report) {
         eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
     }

@@ -577,7 +577,58 @@ pub fn read(dir: &Path) -> Result<RunReport, crate::exit::UsageError> {
             report.schema_version
         )));
     }
+    let mut report = report;
+    if report.status == RunStatus::Running || report.partial {
+        overlay_journal(dir, &mut report);
+    }
     Ok(report)
+}
+
+/// The run directory's journal: one line of JSON per agent that ended (its final
+/// report), appended as it ends, while `report.json` is rewritten at most once a second.
+/// The final report replaces it.
+pub const JOURNAL: &str = "agents.jsonl";
+
+/// Appends `agent`'s final report to the journal of the run in `dir`, as one line
+/// written at once.
+pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?.write_all(&line)
+}
+
+/// Removes the journal once the final report holds everything in it.
+pub fn remove_journal(dir: &Path) {
+    match std::fs::remove_file(dir.join(JOURNAL)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot remove {}: {e}", dir.join(JOURNAL).display()),
+    }
+}
+
+/// Lays the journal's agents over a report in progress: an agent that ended replaces
+/// its `running`, `pending` or interrupted entry. A line cut short by a crash is
+/// skipped.
+fn overlay_journal(dir: &Path, report: &mut RunReport) {
+    let Ok(text) = std::fs::read(dir.join(JOURNAL)) else { return };
+    let mut at: std::collections::HashMap<String, usize> =
+        report.agents.iter().enumerate().map(|(i, a)| (a.id.clone(), i)).collect();
+    let mut changed = false;
+    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(agent) = serde_json::from_slice::<AgentReport>(line) else { continue };
+        changed = true;
+        match at.get(&agent.id) {
+            Some(&i) => report.agents[i] = agent,
+            None => {
+                at.insert(agent.id.clone(), report.agents.len());
+                report.agents.push(agent);
+            }
+        }
+    }
+    if changed {
+        report.totals = Totals::of(&report.agents, report.synthesis.as_ref());
+    }
 }
 
 /// Writes `report.json` and `report.md` into `dir` (each through a temporary file and

@@ -47,8 +47,18 @@ pub trait Executor {
 
 /// Where the dispatcher tells what it knows while agents run.
 pub trait Progress: Send {
-    /// Where the agents stand: when dispatch starts and after each agent ends.
+    /// Where the agents stand: when dispatch starts and after agents end, at most once
+    /// per [`Progress::min_interval`] (a change is told once the interval has passed,
+    /// unless dispatch ended first: the final report follows then).
     fn progress(&mut self, now: Snapshot<'_>);
+    /// The shortest time between two [`Progress::progress`] calls; zero tells every
+    /// change at once.
+    fn min_interval(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    /// `report` is an agent's final report, the moment it ends (before the next
+    /// [`Progress::progress`]).
+    fn finished(&mut self, _report: &AgentReport) {}
     /// The run was interrupted (not stopped by a limit or fail-fast); called once,
     /// before anything is torn down.
     fn interrupted(&mut self, now: Snapshot<'_>);
@@ -63,6 +73,16 @@ pub struct OnDisk {
 impl Progress for OnDisk {
     fn progress(&mut self, now: Snapshot<'_>) {
         self.live.progress(&self.run_dir, now);
+    }
+
+    /// Each rewrite holds every agent (a few MB with a thousand reports): at most one a
+    /// second. The journal keeps each ended agent in the meantime.
+    fn min_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+
+    fn finished(&mut self, report: &AgentReport) {
+        self.live.finished(&self.run_dir, report);
     }
 
     fn interrupted(&mut self, now: Snapshot<'_>) {
@@ -123,8 +143,11 @@ pub async fn run<E: Executor + Sync>(
     let mut running: RunningMap = HashMap::new();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut stopping = false;
-    // The report on disk is rewritten when dispatch starts and after each agent ends.
+    // The report on disk is rewritten when dispatch starts and after agents end, at most
+    // once per `min_interval`.
     let mut changed_on_disk = true;
+    let interval = env.progress.min_interval();
+    let mut last_told: Option<tokio::time::Instant> = None;
     loop {
         loop {
             let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
@@ -204,10 +227,15 @@ pub async fn run<E: Executor + Sync>(
             }
             break;
         }
-        if std::mem::take(&mut changed_on_disk) {
+        let due = last_told.map(|t| t + interval);
+        if changed_on_disk && due.is_none_or(|due| due <= tokio::time::Instant::now()) {
+            changed_on_disk = false;
+            last_told = Some(tokio::time::Instant::now());
             env.progress.progress(snapshot(&done, &running, &pending, &order));
         }
+        let due = last_told.map_or_else(tokio::time::Instant::now, |t| t + interval);
         tokio::select! {
+            () = tokio::time::sleep_until(due), if changed_on_disk => {}
             joined = tasks.join_next_with_id() => {
                 changed_on_disk = true;
                 let Some(joined) = joined else { continue };
@@ -226,6 +254,7 @@ pub async fn run<E: Executor + Sync>(
                     }
                 };
                 let Finished { report, spec } = finished;
+                env.progress.finished(&report);
                 env.reporter.agent_finished(&report);
                 context.record(&spec, &report.text, report.output.as_ref());
                 if spec.fan_out.is_none() && let Some(output) = &report.output {
@@ -434,7 +463,7 @@ fn skipped(node: &PlanNode, why: String) -> AgentReport {
 
 /// `reports` in plan order (ids not in `order` last, as they came).
 fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
-    let at = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
-    reports.sort_by_key(|r| at(&r.id));
+    let at: HashMap<&str, usize> = order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    reports.sort_by_key(|r| at.get(r.id.as_str()).copied().unwrap_or(usize::MAX));
     reports
 }

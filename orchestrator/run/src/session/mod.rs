@@ -146,7 +146,9 @@ impl AgentSession {
             .collect();
         let core = host::select_tools(&host_tools)?;
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
-        let git = crate::git::snapshot(&spec.cwd);
+        // Off the async workers: a status walk of the whole checkout.
+        let cwd = spec.cwd.clone();
+        let git = tokio::task::spawn_blocking(move || crate::git::snapshot(&cwd)).await.ok().flatten();
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {

@@ -177,8 +177,8 @@ impl Reporter for Lines {
     }
 }
 
-/// What the live report was given, one line per call.
-struct Seen(Arc<Mutex<Vec<String>>>);
+/// What the live report was given, one line per call, and its shortest interval.
+struct Seen(Arc<Mutex<Vec<String>>>, Duration);
 
 fn describe(kind: &str, now: Snapshot<'_>) -> String {
     let done: Vec<String> = now.done.iter().map(|r| format!("{}={}", r.id, r.status.as_str())).collect();
@@ -191,6 +191,12 @@ fn describe(kind: &str, now: Snapshot<'_>) -> String {
 impl Progress for Seen {
     fn progress(&mut self, now: Snapshot<'_>) {
         lock(&self.0).push(describe("progress", now));
+    }
+    fn min_interval(&self) -> Duration {
+        self.1
+    }
+    fn finished(&mut self, report: &AgentReport) {
+        lock(&self.0).push(format!("finished {}", report.id));
     }
     fn interrupted(&mut self, now: Snapshot<'_>) {
         lock(&self.0).push(describe("interrupted", now));
@@ -213,6 +219,8 @@ struct Case {
     selection: Selection,
     /// Cancels the run's token (an interrupt) this many ms in.
     interrupt_at: Option<u64>,
+    /// The live report's shortest interval between rewrites.
+    interval: Duration,
 }
 
 fn case(yaml: &str) -> Case {
@@ -223,6 +231,7 @@ fn case(yaml: &str) -> Case {
         max_fail: None,
         selection: Selection::default(),
         interrupt_at: None,
+        interval: Duration::ZERO,
     }
 }
 
@@ -243,6 +252,10 @@ impl Case {
         self.selection = selection;
         self
     }
+    fn interval(mut self, ms: u64) -> Self {
+        self.interval = Duration::from_millis(ms);
+        self
+    }
     fn interrupt_at(mut self, ms: u64) -> Self {
         self.interrupt_at = Some(ms);
         self
@@ -256,7 +269,7 @@ impl Case {
             meter: Arc::new(Meter::new(self.plan.limits)),
             stop: Arc::new(Stop::default()),
             run_cancel: CancellationToken::new(),
-            progress: Box::new(Seen(seen.clone())),
+            progress: Box::new(Seen(seen.clone(), self.interval)),
         };
         let log = Arc::new(Mutex::new(Log::default()));
         let fake = Fake {
@@ -284,8 +297,9 @@ impl Case {
             .expect("the dispatcher hung");
         let log = std::mem::take(&mut *lock(&log));
         let lines = std::mem::take(&mut *lock(&lines.0));
-        let seen = std::mem::take(&mut *lock(&seen));
-        Outcome { reports, log, lines, seen, stop: stop.get() }
+        let told = std::mem::take(&mut *lock(&seen));
+        let seen = told.iter().filter(|l| !l.starts_with("finished ")).cloned().collect();
+        Outcome { reports, log, lines, seen, told, stop: stop.get() }
     }
 }
 
@@ -293,7 +307,10 @@ struct Outcome {
     reports: Vec<AgentReport>,
     log: Log,
     lines: Vec<String>,
+    /// The live report's rewrites and interrupt.
     seen: Vec<String>,
+    /// Those, and each `finished` call.
+    told: Vec<String>,
     stop: Option<StopReason>,
 }
 
@@ -679,11 +696,32 @@ async fn the_live_report_is_rewritten_when_dispatch_starts_and_after_each_end() 
     let yaml = format!("{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ needs: [a], prompt: x }}\n");
     let out = case(&yaml).concurrency(2).script("a", takes(10)).script("b", takes(30)).run().await;
     assert_eq!(
-        out.seen,
+        out.told,
         [
             "progress: done [] running [a b] pending [c]",
+            "finished a",
             "progress: done [a=succeeded] running [b c] pending []",
+            "finished c",
             "progress: done [a=succeeded c=succeeded] running [b] pending []",
+            "finished b",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn rewrites_wait_for_the_interval_and_ends_are_told_at_once() {
+    let yaml = format!("{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ needs: [a], prompt: x }}\n");
+    let out =
+        case(&yaml).concurrency(2).interval(1000).script("a", takes(10)).script("b", takes(1500)).run().await;
+    // `a` and `c` end within the first second: one rewrite tells both, at 1 s.
+    assert_eq!(
+        out.told,
+        [
+            "progress: done [] running [a b] pending [c]",
+            "finished a",
+            "finished c",
+            "progress: done [a=succeeded c=succeeded] running [b] pending []",
+            "finished b",
         ]
     );
 }
@@ -715,11 +753,26 @@ async fn the_report_on_disk_shows_where_the_agents_stand() {
     let dispatch = Dispatch { concurrency: 2, max_fail: None, selection: Selection::default() };
     let reports = run(&fake, env, &plan, dispatch).await;
     assert_eq!(reports.len(), 3);
-    // The last rewrite came after `c` ended, with `b` still running.
+    // All three ended within a second: `report.json` is still the first rewrite ...
+    let raw: super::super::report::RunReport =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).expect("report.json"))
+            .expect("report.json parses");
+    let statuses: Vec<String> = raw.agents.iter().map(|r| format!("{}={}", r.id, r.status.as_str())).collect();
+    assert_eq!(statuses, ["a=running", "b=running", "c=pending"]);
+    // ... and the journal has each ended agent: a reader sees them all.
     let on_disk = super::super::report::read(dir.path()).expect("the report on disk");
     let statuses: Vec<String> = on_disk.agents.iter().map(|r| format!("{}={}", r.id, r.status.as_str())).collect();
-    assert_eq!(statuses, ["a=succeeded", "b=running", "c=succeeded"]);
+    assert_eq!(statuses, ["a=succeeded", "b=succeeded", "c=succeeded"]);
+    assert_eq!(on_disk.totals.succeeded, 3);
     assert_eq!(on_disk.exit_code, crate::run::recover::KILLED);
+    // A line cut short by a crash is skipped.
+    let mut journal = std::fs::read(dir.path().join(super::super::report::JOURNAL)).expect("the journal");
+    journal.extend_from_slice(b"{\"id\": \"d\", \"sta");
+    std::fs::write(dir.path().join(super::super::report::JOURNAL), journal).expect("write the journal");
+    assert_eq!(super::super::report::read(dir.path()).expect("the report on disk").agents.len(), 3);
+    // The final report replaces the journal.
+    super::super::report::remove_journal(dir.path());
+    assert!(!dir.path().join(super::super::report::JOURNAL).exists());
 }
 
 #[tokio::test(start_paused = true)]
