@@ -519,6 +519,7 @@ impl ContainerHost {
         };
         let streams = HostStreams {
             name: format!("container {}", self.name),
+            pid: None,
             input: Box::new(attached.input),
             output: Box::new(stdout_rx),
             stderr: Some(Box::new(stderr_rx)),

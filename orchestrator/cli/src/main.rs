@@ -28,6 +28,11 @@ fn main() -> std::process::ExitCode {
         let cli::SandboxCommand::Run(args) = cli.command;
         return sandbox_cmd::run(args);
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == orch_run::zygote::SUBCOMMAND) {
+        // The tool host zygote: single-threaded, it forks the hosts of `orch run`.
+        logging::init(0);
+        return std::process::ExitCode::from(orch_run::zygote::main());
+    }
     let cli = cli::Cli::parse();
     logging::init(cli.verbose);
     // Still one thread: the keys leave the environment before any child or thread exists.
@@ -39,30 +44,15 @@ fn main() -> std::process::ExitCode {
             tracing::warn!("cannot become a child subreaper; processes of a crashed tool host may survive it: {e}");
         }
     }
-    // Both of these run while the process has a single thread: `sandbox run` never
-    // builds the async runtime, and the tool host confines itself before it does.
+    // These run while the process has a single thread: `sandbox run` never builds the
+    // async runtime, and the tool host confines itself before it builds its own.
     let command = match cli.command {
         cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
+        cli::Command::ToolHost(args) => return std::process::ExitCode::from(host::host_main(args.options())),
         other => other,
     };
-    let command = match command {
-        cli::Command::ToolHost(args) => Command::ToolHost(args.options()),
-        other => Command::Other(other),
-    };
-    if let Command::ToolHost(options) = &command
-        && let Err(e) = host::confine_self(options)
-    {
-        eprintln!("error: the tool host could not confine itself: {e:#}");
-        return exit::Code::Infrastructure.into();
-    }
-    // A tool host serves one agent: one thread is plenty (blocking work such as a search
-    // walk still goes to tokio's blocking pool), and 64 agents mean 64 hosts.
-    let mut builder = match command {
-        Command::ToolHost(_) => tokio::runtime::Builder::new_current_thread(),
-        Command::Other(_) => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -75,20 +65,13 @@ fn main() -> std::process::ExitCode {
             orch_run::reap::spawn_reaper(reaper.clone());
         }
         match command {
-            Command::ToolHost(options) => Ok(host::serve(options).await.map(|()| exit::Code::Success)?),
-            Command::Other(cli::Command::Run(args)) => {
-                Ok(run::run(args.options(Arc::from(progress::for_terminal()))).await?)
-            }
-            Command::Other(cli::Command::Merge(args)) => {
-                Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?)
-            }
-            Command::Other(cli::Command::Recover(args)) => Ok(run::recover::command(&args.dir, args.author).await?),
-            Command::Other(cli::Command::Plan(args)) => plan_cmd::show(&args).or_else(reader_gone),
-            Command::Other(cli::Command::Validate(args)) => Ok(plan_cmd::validate(&args)),
-            Command::Other(cli::Command::Exec(args)) => {
-                Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?)
-            }
-            Command::Other(cli::Command::Sandbox(_) | cli::Command::ToolHost(_)) => Ok(exit::Code::Usage),
+            cli::Command::Run(args) => Ok(run::run(args.options(Arc::from(progress::for_terminal()))).await?),
+            cli::Command::Merge(args) => Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?),
+            cli::Command::Recover(args) => Ok(run::recover::command(&args.dir, args.author).await?),
+            cli::Command::Plan(args) => plan_cmd::show(&args).or_else(reader_gone),
+            cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
+            cli::Command::Exec(args) => Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?),
+            cli::Command::Sandbox(_) | cli::Command::ToolHost(_) => Ok(exit::Code::Usage),
         }
     });
     reaper.cancel();
@@ -107,11 +90,4 @@ fn reader_gone(e: anyhow::Error) -> anyhow::Result<exit::Code> {
         Some(io) if io.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::Code::Success),
         _ => Err(e),
     }
-}
-
-/// A command after the tool host's arguments were converted (it confines itself before
-/// the runtime exists).
-enum Command {
-    ToolHost(orch_run::options::HostOptions),
-    Other(cli::Command),
 }

@@ -51,6 +51,33 @@ pub fn confine_self(args: &HostOptions) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The whole life of a tool host process from its options: confine it (while it has
+/// one thread), serve on stdin and stdout with a current-thread runtime, and return its
+/// exit code. `orch __tool-host` and each host the zygote forks ([`crate::zygote`]) run
+/// this.
+pub fn host_main(options: HostOptions) -> u8 {
+    if let Err(e) = confine_self(&options) {
+        eprintln!("error: the tool host could not confine itself: {e:#}");
+        return crate::exit::Code::Infrastructure as u8;
+    }
+    // A tool host serves one agent: one thread is plenty (blocking work such as a search
+    // walk still goes to tokio's blocking pool), and 64 agents mean 64 hosts.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return crate::exit::Code::Infrastructure as u8;
+        }
+    };
+    match runtime.block_on(serve(options)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            crate::exit::Code::Infrastructure as u8
+        }
+    }
+}
+
 /// One agent's sandbox, on the coordinator side: its policy and what was prepared for
 /// it.
 #[derive(Debug)]
@@ -278,7 +305,10 @@ pub async fn spawn_with_mcp(
         .current_dir(cwd);
     let started = std::time::Instant::now();
     let starting = crate::reap::starting().await;
-    let client = HostClient::spawn(command).await?;
+    let client = match crate::zygote::spawn(cwd, tools, policy, mcp).await? {
+        Some(client) => client,
+        None => HostClient::spawn(command).await?,
+    };
     let registered = crate::reap::register(client.pid());
     drop(starting);
     tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "tool host started");

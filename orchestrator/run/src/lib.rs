@@ -31,3 +31,4 @@ pub mod settings_permissions;
 pub mod signals;
 pub mod workflow;
 pub mod workflow_trust;
+pub mod zygote;

@@ -263,8 +263,9 @@ impl std::fmt::Debug for MergeOptions {
     }
 }
 
-/// The hidden tool-host mode: what one agent's host serves.
-#[derive(Debug)]
+/// The hidden tool-host mode: what one agent's host serves (also what the tool host
+/// zygote is sent for each host, as JSON).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct HostOptions {
     /// The agent's working directory.
     pub cwd: PathBuf,

@@ -98,6 +98,8 @@ pub struct HostExit {
 pub struct HostStreams {
     /// What error messages and logs call the host, e.g. "container orch-3f2a".
     pub name: String,
+    /// The host's pid, when it is a process of this machine's pid namespace.
+    pub pid: Option<u32>,
     /// The host's input (the protocol, coordinator to host). Shut down and dropped when
     /// the client stops writing, which the host must see as end of input.
     pub input: Box<dyn AsyncWrite + Send + Unpin>,
@@ -203,9 +205,8 @@ impl HostClient {
 
     /// [`HostClient::from_streams`] with explicit [`HostOptions`].
     pub async fn from_streams_with(streams: HostStreams, options: HostOptions) -> Result<HostClient, HostError> {
-        let HostStreams { name, input, output, stderr, exited, kill } = streams;
-        let parts =
-            Parts { program: name, pid: None, input, output, stderr, process: Process::Remote { exited, kill } };
+        let HostStreams { name, pid, input, output, stderr, exited, kill } = streams;
+        let parts = Parts { program: name, pid, input, output, stderr, process: Process::Remote { exited, kill } };
         Self::start(parts, options).await
     }
 
@@ -748,6 +749,7 @@ mod tests {
         });
         let streams = HostStreams {
             name: "test remote".into(),
+            pid: None,
             input: Box::new(to_host),
             output: Box::new(from_host),
             stderr: None,
@@ -795,6 +797,7 @@ mod tests {
         let (killed_tx, killed_rx) = oneshot::channel::<()>();
         let streams = HostStreams {
             name: "silent".into(),
+            pid: None,
             input: Box::new(to_host),
             output: Box::new(from_host),
             stderr: None,

@@ -3,7 +3,8 @@
 //!
 //! - [`frame`]: the wire format (newline-delimited JSON) and its size limit;
 //! - [`server`]: the host side, [`serve`] over a [`Handler`];
-//! - [`client`]: the coordinator side, [`HostClient`].
+//! - [`client`]: the coordinator side, [`HostClient`];
+//! - [`zygote`]: a fork server that starts hosts without an `exec` each.
 //!
 //! Payloads are opaque `serde_json::Value`s: the protocol carries work, it does not know
 //! what the work is. How the process is confined is decided by the command that starts
@@ -12,6 +13,7 @@
 pub mod client;
 pub mod frame;
 pub mod server;
+pub mod zygote;
 
 pub use client::{HostClient, HostError, HostExit, HostOptions, HostStreams};
 pub use frame::{FromHost, MAX_FRAME_BYTES, ToHost};

@@ -159,6 +159,8 @@ async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option
 
 /// `orch run`.
 pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
+    // Many agents, many tool hosts: fork them from one zygote (see `crate::zygote`).
+    crate::zygote::prefer();
     let started_at = SystemTime::now();
     let clock_start = Instant::now();
     let github = github::Actions::detect();

@@ -711,8 +711,7 @@ async fn the_live_report_is_rewritten_when_dispatch_starts_and_after_each_end() 
 #[tokio::test(start_paused = true)]
 async fn rewrites_wait_for_the_interval_and_ends_are_told_at_once() {
     let yaml = format!("{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ needs: [a], prompt: x }}\n");
-    let out =
-        case(&yaml).concurrency(2).interval(1000).script("a", takes(10)).script("b", takes(1500)).run().await;
+    let out = case(&yaml).concurrency(2).interval(1000).script("a", takes(10)).script("b", takes(1500)).run().await;
     // `a` and `c` end within the first second: one rewrite tells both, at 1 s.
     assert_eq!(
         out.told,
