@@ -20,6 +20,10 @@
 //! `--max-frame BYTES`, `--linger-ms MS` (stay alive that long after serving ends),
 //! `--subreaper` (become a child subreaper first, and kill every descendant when
 //! serving ends, as orch's tool host does), `--not-dumpable` (as orch's tool host is).
+//!
+//! `--zygote` as the first argument makes it a fork server instead
+//! ([`orch_sandbox::host::zygote::serve`] on fd 3): each request's payload is a forked
+//! host's flags, one per line.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -100,6 +104,17 @@ impl Handler for TestOps {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--zygote") {
+        // A fork server: each request's payload is the host's flags, one per line.
+        let code = orch_sandbox::host::zygote::serve(orch_sandbox::host::zygote::ZYGOTE_FD, |payload| {
+            host(payload.lines().map(str::to_owned).collect())
+        });
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    ExitCode::from(u8::try_from(host(args)).unwrap_or(1))
+}
+
+fn host(args: Vec<String>) -> i32 {
     let flag = |name: &str| args.iter().any(|a| a == name);
     let number = |name: &str| {
         let at = args.iter().position(|a| a == name)?;
@@ -112,7 +127,7 @@ fn main() -> ExitCode {
     }
     if flag("--never-ready") {
         std::thread::sleep(Duration::from_secs(60));
-        return ExitCode::SUCCESS;
+        return 0;
     }
     if flag("--garbage-before-ready") {
         println!("hello, I am not a tool host");
@@ -125,19 +140,19 @@ fn main() -> ExitCode {
     let subreaper = flag("--subreaper");
     if subreaper && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("test host: cannot become a child subreaper: {e}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     if flag("--not-dumpable")
         && let Err(e) = nix::sys::prctl::set_dumpable(false)
     {
         eprintln!("test host: cannot make itself non-dumpable: {e}");
-        return ExitCode::FAILURE;
+        return 1;
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("test host: could not start a runtime: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let served = runtime.block_on(serve_stdio(options, Arc::new(TestOps::default())));

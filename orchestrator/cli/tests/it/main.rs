@@ -33,3 +33,4 @@ mod support;
 mod synthesis_tree;
 mod trust;
 mod web_fetch;
+mod zygote;
