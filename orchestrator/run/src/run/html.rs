@@ -68,16 +68,52 @@ struct Line {
     text: String,
 }
 
-/// Writes `report.html` into `dir` (through a temporary file and a rename).
+/// Writes `report.html` into `dir` (through a temporary file and a rename), rendered
+/// straight into the file: a page of a thousand agents is several MB.
 pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
-    let page = render(report, dir).map_err(std::io::Error::other)?;
+    use std::io::Write as _;
     let tmp = dir.join("report.html.tmp");
-    std::fs::write(&tmp, page)?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+    render_to(report, dir, &mut out).map_err(std::io::Error::other)?;
+    out.flush()?;
+    drop(out);
     std::fs::rename(&tmp, dir.join("report.html"))
 }
 
-/// The page for `report`, reading transcripts from `dir`.
+/// The page for `report`, reading transcripts from `dir` (the tests read it whole).
+#[cfg(test)]
 pub fn render(report: &RunReport, dir: &Path) -> Result<String, minijinja::Error> {
+    let mut out = Vec::new();
+    render_to(report, dir, &mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// What the template is given; it borrows the report rather than copying it.
+#[derive(Serialize)]
+struct Page<'a> {
+    run_id: &'a str,
+    workflow: &'a str,
+    description: Option<&'a str>,
+    status: &'static str,
+    duration: String,
+    totals: Value,
+    stopped: Option<&'a str>,
+    timeline: Timeline<'a>,
+    agents: Vec<Agent<'a>>,
+    synthesis: Option<Value>,
+    nonce: String,
+}
+
+/// The timeline's figures, for the page's script.
+#[derive(Serialize)]
+struct Timeline<'a> {
+    agents: Vec<Bar<'a>>,
+    agents_ms: u64,
+    synthesis_ms: u64,
+}
+
+/// Renders the page for `report` (transcripts read from `dir`) into `out`.
+fn render_to(report: &RunReport, dir: &Path, out: &mut impl std::io::Write) -> Result<(), minijinja::Error> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.add_template("report.html", TEMPLATE)?;
@@ -96,11 +132,8 @@ pub fn render(report: &RunReport, dir: &Path) -> Result<String, minijinja::Error
         .collect();
     let mut budget = ALL_TRANSCRIPTS_BYTES;
     let agents: Vec<Agent> = ordered.iter().map(|a| agent(a, dir, &mut budget)).collect();
-    let timeline = serde_json::json!({
-        "agents": bars,
-        "agents_ms": report.timings.agents_ms,
-        "synthesis_ms": report.timings.synthesis_ms,
-    });
+    let timeline =
+        Timeline { agents: bars, agents_ms: report.timings.agents_ms, synthesis_ms: report.timings.synthesis_ms };
     let synthesis = report.synthesis.as_ref().map(|s| {
         let levels = s.tree.as_ref().map(|t| {
             t.levels
@@ -136,13 +169,13 @@ pub fn render(report: &RunReport, dir: &Path) -> Result<String, minijinja::Error
             "levels": levels,
         })
     });
-    let page = json!({
-        "run_id": report.run_id,
-        "workflow": report.workflow.name,
-        "description": report.workflow.description,
-        "status": super::render::run_status(report.status),
-        "duration": super::render::seconds(report.duration_ms),
-        "totals": {
+    let page = Page {
+        run_id: &report.run_id,
+        workflow: &report.workflow.name,
+        description: report.workflow.description.as_deref(),
+        status: super::render::run_status(report.status),
+        duration: super::render::seconds(report.duration_ms),
+        totals: json!({
             "agents": report.agents.len(),
             "succeeded": report.totals.succeeded,
             "partial": report.totals.partial,
@@ -152,14 +185,14 @@ pub fn render(report: &RunReport, dir: &Path) -> Result<String, minijinja::Error
             "turns": report.totals.turns,
             "tokens": report.totals.usage.total(),
             "cost": super::render::cost(report.totals.cost_usd),
-        },
-        "stopped": report.stopped,
-        "timeline": timeline,
-        "agents": agents,
-        "synthesis": synthesis,
-        "nonce": nonce(),
-    });
-    env.get_template("report.html")?.render(minijinja::value::Serde(&page))
+        }),
+        stopped: report.stopped.as_deref(),
+        timeline,
+        agents,
+        synthesis,
+        nonce: nonce(),
+    };
+    env.get_template("report.html")?.render_captured_to(minijinja::value::Serde(&page), out).map(|_| ())
 }
 
 fn agent<'a>(a: &'a AgentReport, dir: &Path, budget: &mut usize) -> Agent<'a> {
