@@ -10,8 +10,9 @@
 //!
 //! Container hosts are unaffected (they run in their container), and so is `orch
 //! exec`, which starts one host. `ORCH_TOOL_HOST_ZYGOTE=0` turns the zygote off. If it
-//! cannot serve (it died, or the kernel refuses `clone3`), orch warns once and execs
-//! every later host.
+//! cannot serve (it died, or a seccomp profile refuses `clone3`, as Docker's default
+//! one does for orch running in a container), orch says so once under `-v` (it only
+//! costs speed) and execs every later host.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,7 +69,7 @@ fn current() -> Option<Arc<Zygote>> {
                     Some(zygote)
                 }
                 Err(e) => {
-                    eprintln!("warning: cannot start the tool host zygote ({e}); every tool host starts with exec");
+                    tracing::info!("cannot start the tool host zygote ({e}); every tool host starts with exec");
                     *state = State::Off;
                     None
                 }
@@ -81,7 +82,7 @@ fn current() -> Option<Arc<Zygote>> {
 fn give_up(error: &std::io::Error) {
     let mut state = state();
     if matches!(*state, State::Running(_)) {
-        eprintln!("warning: the tool host zygote failed ({error}); every later tool host starts with exec");
+        tracing::info!("the tool host zygote failed ({error}); every later tool host starts with exec");
         *state = State::Off;
     }
 }

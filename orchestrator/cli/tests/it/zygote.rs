@@ -116,3 +116,57 @@ fn orch_tool_host_zygote_0_execs_every_host() {
     run.expect_code(0);
     assert_eq!(zygotes, Vec::<u32>::new());
 }
+
+#[test]
+fn a_zygote_killed_mid_run_leaves_later_hosts_to_exec() {
+    let fx = Fixture::new("t-zygote-dead", &[("a.txt", "a\n")]);
+    let workflow = TWO_AGENTS.replace("name: zygote\n", "name: zygote\nconcurrency: 1\n");
+    let script = r#"
+version: 1
+agents:
+  a:
+    - tool_calls: [{name: Bash, input: {command: "echo $PPID > host.pid; sleep 2"}}]
+    - text: done
+  b:
+    - tool_calls: [{name: Bash, input: {command: "echo $PPID > host.pid; sleep 1"}}]
+    - text: done
+  synthesis:
+    - text: both done
+"#;
+    let mut child = fx.command(&workflow, script).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let orch = child.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let host: u32 = loop {
+        if let Some(pid) =
+            std::fs::read_to_string(fx.out.join("worktrees/a/host.pid")).ok().and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "agent a never started its command");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let zygotes: Vec<u32> = children_running(orch, "__tool-host-zygote").into_iter().filter(|z| *z != host).collect();
+    assert_eq!(zygotes.len(), 1, "{zygotes:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(zygotes[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // `b` starts after the zygote died: its host is exec'd.
+    let b_host: u32 = loop {
+        if let Some(pid) =
+            std::fs::read_to_string(fx.out.join("worktrees/b/host.pid")).ok().and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "agent b never started its command");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (parent, cmdline) = process(b_host).expect("b's host runs");
+    assert_eq!(parent, orch);
+    assert!(cmdline.contains("__tool-host --cwd"), "{cmdline}");
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let run = Run::from_output(&fx.out, std::process::Output { status, stdout: Vec::new(), stderr: stderr.into() });
+    run.expect_code(0);
+    for a in ["a", "b"] {
+        assert_eq!(run.agent(a)["status"], "succeeded", "{:#}", run.agent(a));
+    }
+}
