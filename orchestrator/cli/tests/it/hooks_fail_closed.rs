@@ -7,7 +7,7 @@
 //! default backend with a program that exists nowhere.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use crate::support::{Fixture, Run, git, orch};
+use crate::support::{Fixture, Run, git};
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -42,23 +42,11 @@ fn fixture(run_id: &str) -> Fixture {
 async fn run_against_mock(fx: &Fixture, workflow: &str, steps: Vec<Step>) -> (Run, Vec<Value>) {
     let mock = MockServer::start().await;
     mock.push_all(steps);
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.current_dir(fx.dir.path())
-        .env_remove("GITHUB_EVENT_NAME")
-        .env_remove("GITHUB_ACTIONS")
-        .env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let mut cmd = fx.mock_command(workflow, &mock.url());
+    cmd.env_remove("GITHUB_EVENT_NAME").env_remove("GITHUB_ACTIONS");
+    let run = fx.run_off_runtime(cmd).await;
     let requests = mock.requests().iter().map(|r| r.json.clone()).collect();
-    (Run::from_output(&fx.out, out), requests)
+    (run, requests)
 }
 
 const WORKFLOW: &str = r#"

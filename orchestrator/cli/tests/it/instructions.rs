@@ -7,24 +7,11 @@
 use orch_testkit::mock::{MockServer, Step};
 use serde_json::json;
 
-use crate::support::{Fixture, Run, orch};
+use crate::support::{Fixture, Run};
 
 /// `orch run` of `workflow` against the mock server.
 async fn run_on_mock(fx: &Fixture, mock: &MockServer, workflow: &str) -> Run {
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
-    // The mock server runs on this runtime: wait for the binary off it.
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    Run::from_output(&fx.out, out)
+    fx.run_off_runtime(fx.mock_command(workflow, &mock.url())).await
 }
 
 const WORKFLOW: &str = r#"

@@ -9,7 +9,7 @@
 //! `CI=true` and are skipped with a printed reason otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use crate::support::{Fixture, Run, orch, processes_left};
+use crate::support::{Fixture, Run, processes_left};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -58,24 +58,11 @@ fn server_script(modules: &Path, name: &str) -> String {
 
 /// `orch run` of `workflow` on `fx` against `mock`, waiting in a blocking thread.
 async fn run(fx: &Fixture, workflow: &str, mock: &MockServer) -> (Run, f64) {
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.current_dir(fx.dir.path())
-        .env_remove("GITHUB_EVENT_NAME")
-        .env_remove("ORCH_TEST_NPM_GREETING")
-        .env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
+    let mut cmd = fx.mock_command(workflow, &mock.url());
+    cmd.env_remove("GITHUB_EVENT_NAME").env_remove("ORCH_TEST_NPM_GREETING");
     let started = Instant::now();
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    let seconds = started.elapsed().as_secs_f64();
-    (Run::from_output(&fx.out, out), seconds)
+    let run = fx.run_off_runtime(cmd).await;
+    (run, started.elapsed().as_secs_f64())
 }
 
 /// Every `tool_result` block the model was sent, by tool use id order of arrival:

@@ -286,20 +286,7 @@ fn first_user_text(request: &orch_testkit::RecordedRequest) -> String {
 }
 
 async fn run_with_mock(fx: &Fixture, workflow: &str, mock: &MockServer) -> Run {
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.current_dir(fx.dir.path())
-        .env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    Run::from_output(&fx.out, out)
+    fx.run_off_runtime(fx.mock_command(workflow, &mock.url())).await
 }
 
 const TWO_REVIEWERS: &str = r#"

@@ -42,21 +42,9 @@ fn fixture(run_id: &str) -> Fixture {
 
 /// `orch run` of `workflow` against the mock server.
 async fn run_on_mock(fx: &Fixture, mock: &MockServer, workflow: &str, extra: &[&str]) -> Run {
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id])
-        .args(extra);
-    // The mock server runs on this runtime: wait for the binary off it.
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    Run::from_output(&fx.out, out)
+    let mut cmd = fx.mock_command(workflow, &mock.url());
+    cmd.args(extra);
+    fx.run_off_runtime(cmd).await
 }
 
 /// The text of every `tool_result` block in a request's messages.

@@ -176,20 +176,8 @@ async fn the_definition_body_is_the_system_prompt_and_its_tools_are_offered() {
     let fx = fixture("t-sub-mock");
     let mock = MockServer::start().await;
     mock.push(Step::text("No critical issues."));
-    let path = fx.write("workflow.yaml", "version: 1\nagents:\n  review:\n    uses: code-reviewer\n");
-    let mut cmd = orch();
-    cmd.env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
-    // The mock server runs on this runtime: wait for the binary off it.
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    let run = Run::from_output(&fx.out, out);
+    let workflow = "version: 1\nagents:\n  review:\n    uses: code-reviewer\n";
+    let run = fx.run_off_runtime(fx.mock_command(workflow, &mock.url())).await;
     run.expect_code(0);
     let request = mock.requests().into_iter().next().unwrap();
     let system = request.system().unwrap().to_string();

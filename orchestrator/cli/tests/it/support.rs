@@ -93,23 +93,44 @@ impl Fixture {
         path
     }
 
-    /// `orch run` of `workflow` (YAML text) with the scripted provider and `script`
-    /// (YAML text), on this repository, into `out/`.
-    pub fn command(&self, workflow: &str, script: &str) -> Command {
+    /// `orch run` of `workflow` (YAML text, written as `workflow.yaml`) on this
+    /// repository, into `out/`, with this fixture's run id, from its directory.
+    fn run_command(&self, workflow: &str) -> Command {
         let workflow = self.write("workflow.yaml", workflow);
-        let script = self.write("script.yaml", script);
         let mut cmd = orch();
         cmd.current_dir(self.dir.path())
             .arg("run")
             .arg(&workflow)
-            .args(["--provider", "scripted", "--script"])
-            .arg(&script)
             .arg("--repo")
             .arg(&self.repo)
             .arg("--out")
             .arg(&self.out)
             .args(["--run-id", &self.run_id]);
         cmd
+    }
+
+    /// `orch run` of `workflow` (YAML text) with the scripted provider and `script`
+    /// (YAML text), on this repository, into `out/`.
+    pub fn command(&self, workflow: &str, script: &str) -> Command {
+        let script = self.write("script.yaml", script);
+        let mut cmd = self.run_command(workflow);
+        cmd.args(["--provider", "scripted", "--script"]).arg(&script);
+        cmd
+    }
+
+    /// `orch run` of `workflow` (YAML text) against the Anthropic API at `url` (the
+    /// test kit's mock server), on this repository, into `out/`.
+    pub fn mock_command(&self, workflow: &str, url: &str) -> Command {
+        let mut cmd = self.run_command(workflow);
+        cmd.env("ANTHROPIC_API_KEY", "test").env("ANTHROPIC_BASE_URL", url);
+        cmd
+    }
+
+    /// Runs `cmd` (an `orch run` into `out/`) off the async runtime, where the mock
+    /// server it talks to runs, and reads what it left.
+    pub async fn run_off_runtime(&self, mut cmd: Command) -> Run {
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+        Run::from_output(&self.out, out)
     }
 
     /// Runs `orch run` and reads what it left.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use orch_testkit::mock::{MockServer, Step, Turn};
 use serde_json::{Value, json};
 
-use crate::support::{Fixture, Run, orch};
+use crate::support::{Fixture, Run};
 
 const PAGE: &str = "<html><head><title>t</title><script>SCRIPT-BODY()</script></head>\
 <body><h1>Release notes</h1><p>Version <b>2.1</b> fixes the parser.</p></body></html>";
@@ -60,20 +60,7 @@ fn serve() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 async fn run_on_mock(fx: &Fixture, mock: &MockServer, workflow: &str) -> Run {
-    let path = fx.write("workflow.yaml", workflow);
-    let mut cmd = orch();
-    cmd.env("ANTHROPIC_API_KEY", "test")
-        .env("ANTHROPIC_BASE_URL", mock.url())
-        .arg("run")
-        .arg(&path)
-        .arg("--repo")
-        .arg(&fx.repo)
-        .arg("--out")
-        .arg(&fx.out)
-        .args(["--run-id", &fx.run_id]);
-    // The mock server runs on this runtime: wait for the binary off it.
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
-    Run::from_output(&fx.out, out)
+    fx.run_off_runtime(fx.mock_command(workflow, &mock.url())).await
 }
 
 fn workflow(network: &str) -> String {
