@@ -22,14 +22,12 @@
 //! bind the same port to intercept connections; under Landlock ABI 4+ the sandbox may
 //! also connect to no other TCP port and bind none.
 
-use std::io::{IoSlice, IoSliceMut};
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
@@ -75,10 +73,8 @@ fn hand_over(port: u16, handoff: &Path) -> Result<(), SandboxError> {
     let stream = UnixStream::connect(handoff).map_err(|e| {
         SandboxError::io(format!("cannot reach the coordinator's egress socket {}", handoff.display()), e)
     })?;
-    let fds = [listener.as_raw_fd()];
-    let iov = [IoSlice::new(b"L")];
-    sendmsg::<()>(stream.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-        .map_err(|e| SandboxError::io("cannot hand the egress listener to the coordinator", std::io::Error::from(e)))?;
+    crate::fdpass::send(&stream, b"L", &[listener.as_raw_fd()])
+        .map_err(|e| SandboxError::io("cannot hand the egress listener to the coordinator", e))?;
     Ok(())
 }
 
@@ -196,19 +192,8 @@ impl Handoff {
             .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100))))
             .map_err(|e| SandboxError::io("cannot read the egress socket", e))?;
         let mut byte = [0u8; 1];
-        let mut iov = [IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|e| SandboxError::io("cannot receive the egress listener", std::io::Error::from(e)))?;
-        let mut received: Vec<OwnedFd> = Vec::new();
-        for cmsg in msg.cmsgs().map_err(|e| SandboxError::io("bad egress message", std::io::Error::from(e)))? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                // SAFETY: the kernel just installed these descriptors in this process
-                // for us; nothing else owns them.
-                #[allow(unsafe_code)]
-                received.extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-            }
-        }
+        let (_, received) = crate::fdpass::receive(&stream, &mut byte)
+            .map_err(|e| SandboxError::io("cannot receive the egress listener", e))?;
         let mut received = received.into_iter();
         let (Some(fd), None) = (received.next(), received.next()) else {
             return Err(SandboxError::InvalidPolicy("the sandbox's egress message held no single listener".into()));

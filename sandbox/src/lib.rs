@@ -30,6 +30,7 @@ pub mod confine;
 pub mod container;
 pub mod egress;
 pub mod error;
+mod fdpass;
 pub mod host;
 pub mod identity;
 pub mod landlock;

@@ -33,7 +33,7 @@
 
 #![allow(unsafe_code)] // clone3, dup2, pidfd_send_signal; see the SAFETY notes.
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -41,11 +41,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use serde::{Deserialize, Serialize};
 
 use super::HostStreams;
+use crate::fdpass;
 
 /// The fd on which the zygote finds its socket.
 pub const ZYGOTE_FD: RawFd = 3;
@@ -129,33 +129,13 @@ impl Zygote {
         let mut socket = self.socket.lock().unwrap_or_else(PoisonError::into_inner);
         let header = (body.len() as u64).to_le_bytes();
         let fds = [stdin_read.as_raw_fd(), stdout_write.as_raw_fd(), stderr_write.as_raw_fd()];
-        sendmsg::<()>(
-            socket.as_raw_fd(),
-            &[IoSlice::new(&header)],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
+        fdpass::send(&*socket, &header, &fds)?;
         socket.write_all(&body)?;
         drop((stdin_read, stdout_write, stderr_write));
 
         let mut answer = [0u8; 4];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let (got, pidfd) = {
-            let mut iov = [IoSliceMut::new(&mut answer)];
-            let msg = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
-            let mut pidfd = None;
-            for cmsg in msg.cmsgs()? {
-                if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                    for fd in fds {
-                        // SAFETY: the kernel just installed `fd` in this process for us.
-                        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-                        pidfd.get_or_insert(owned);
-                    }
-                }
-            }
-            (msg.bytes, pidfd)
-        };
+        let (got, fds) = fdpass::receive(&*socket, &mut answer)?;
+        let pidfd = fds.into_iter().next();
         if got == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the tool host zygote exited"));
         }
@@ -264,18 +244,7 @@ pub fn serve(fd: RawFd, host: impl Fn(String) -> i32) -> i32 {
         std::hint::black_box(&body);
         drop(fds);
         let sent = match answer {
-            Ok(pidfd) => {
-                let pid = pidfd.1.to_le_bytes();
-                sendmsg::<()>(
-                    socket.as_raw_fd(),
-                    &[IoSlice::new(&pid)],
-                    &[ControlMessage::ScmRights(&[pidfd.0.as_raw_fd()])],
-                    MsgFlags::MSG_NOSIGNAL,
-                    None,
-                )
-                .map(|_| ())
-                .map_err(io::Error::from)
-            }
+            Ok((pidfd, pid)) => fdpass::send(&socket, &pid.to_le_bytes(), &[pidfd.as_raw_fd()]).map(|_| ()),
             Err(e) => {
                 let message = e.to_string();
                 let mut reply = (-1i32).to_le_bytes().to_vec();
@@ -295,19 +264,7 @@ pub fn serve(fd: RawFd, host: impl Fn(String) -> i32) -> i32 {
 /// `None` at the end of the socket.
 fn receive_header(socket: &UnixStream) -> io::Result<Option<(u64, Vec<OwnedFd>)>> {
     let mut header = [0u8; 8];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
-    let mut fds = Vec::new();
-    let got = {
-        let mut iov = [IoSliceMut::new(&mut header)];
-        let msg = recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
-        for cmsg in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(received) = cmsg {
-                // SAFETY: the kernel just installed these descriptors in this process.
-                fds.extend(received.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-            }
-        }
-        msg.bytes
-    };
+    let (got, fds) = fdpass::receive(socket, &mut header)?;
     if got == 0 {
         return Ok(None);
     }

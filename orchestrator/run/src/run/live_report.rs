@@ -15,7 +15,6 @@
 //! reason, running agents `cancelled`, and `partial: true` until the final report
 //! replaces it.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -125,7 +124,5 @@ fn agents(now: Snapshot<'_>, running: AgentStatus, why: &str) -> Vec<AgentReport
         }
         all.push(r);
     }
-    let at: HashMap<&str, usize> = now.order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
-    all.sort_by_key(|r| at.get(r.id.as_str()).copied().unwrap_or(usize::MAX));
-    all
+    super::schedule::sorted(all, now.order)
 }

@@ -431,6 +431,17 @@ pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
     report.duration_ms = ms(started);
 }
 
+/// Writes a run's final report into `dir`: `report.json` and `report.md` (which replace
+/// the journal), then `report.html` (a warning if it cannot be written).
+pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Result<()> {
+    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    report::remove_journal(dir);
+    if let Err(e) = html::write(dir, report) {
+        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
+    }
+    Ok(())
+}
+
 /// Writes the report into its run directory, the JUnit file, and the GitHub step
 /// summary, outputs and annotations.
 pub(crate) fn publish(
@@ -438,12 +449,7 @@ pub(crate) fn publish(
     junit: Option<&Path>,
     github: Option<&github::Actions>,
 ) -> crate::error::Result<()> {
-    let dir = &report.run_dir;
-    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
-    report::remove_journal(dir);
-    if let Err(e) = html::write(dir, report) {
-        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
-    }
+    write_final(&report.run_dir, report)?;
     if let Some(path) = junit {
         std::fs::write(path, junit::render(report))
             .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;

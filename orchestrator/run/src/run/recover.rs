@@ -200,11 +200,7 @@ pub async fn recover(dir: &Path, author: &Author) -> crate::error::Result<RunRep
     report.stopped = Some(stopped);
     report.totals = Totals::of(&report.agents, report.synthesis.as_ref());
     report.finished_at = crate::clock::rfc3339(SystemTime::now());
-    report::write(&dir, &report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
-    report::remove_journal(&dir);
-    if let Err(e) = super::html::write(&dir, &report) {
-        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
-    }
+    super::write_final(&dir, &report)?;
     Ok(report)
 }
 

@@ -227,8 +227,7 @@ pub async fn run<E: Executor + Sync>(
             }
             break;
         }
-        let due = last_told.map(|t| t + interval);
-        if changed_on_disk && due.is_none_or(|due| due <= tokio::time::Instant::now()) {
+        if changed_on_disk && last_told.is_none_or(|t| t.elapsed() >= interval) {
             changed_on_disk = false;
             last_told = Some(tokio::time::Instant::now());
             env.progress.progress(snapshot(&done, &running, &pending, &order));
@@ -462,7 +461,7 @@ fn skipped(node: &PlanNode, why: String) -> AgentReport {
 }
 
 /// `reports` in plan order (ids not in `order` last, as they came).
-fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
+pub(super) fn sorted(mut reports: Vec<AgentReport>, order: &[String]) -> Vec<AgentReport> {
     let at: HashMap<&str, usize> = order.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
     reports.sort_by_key(|r| at.get(r.id.as_str()).copied().unwrap_or(usize::MAX));
     reports
