@@ -44,7 +44,7 @@ const MAX_DESCRIPTION: usize = 200;
 /// How the client proves who it is.
 enum Credential {
     Secret { var: String, value: String },
-    Key { var: String, key: SigningKey },
+    Key { var: String, key: Box<SigningKey> },
 }
 
 impl Credential {
@@ -169,7 +169,7 @@ impl OAuth {
             (None, Some(var)) => {
                 let key = SigningKey::from_pem(&read(var)?, config.signing_algorithm.as_deref())
                     .map_err(|why| format!("the private key in `${var}` cannot be used: {why}"))?;
-                Credential::Key { var: var.clone(), key }
+                Credential::Key { var: var.clone(), key: Box::new(key) }
             }
             (None, None) => return Err(OAUTH_NEEDS_CREDENTIALS.to_string()),
         };
@@ -186,6 +186,8 @@ impl OAuth {
             }
             None => None,
         };
+        // reqwest's TLS needs a crypto provider (the same one the model clients install).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -542,6 +544,127 @@ mod tests {
         let key = config(r#"{"client_id": "ci", "private_key_env": "SECRET"}"#);
         let err = OAuth::new("t", "https://mcp.example/mcp", &key, &env).unwrap_err();
         assert!(err.contains("`$SECRET` cannot be used") && !err.contains("s3cret"), "{err}");
+    }
+
+    /// An authorization server on 127.0.0.1: its metadata at `/meta`, tokens at
+    /// `/token` (`tok-1`, `tok-2`, ... valid for `lifetime` seconds; `bad` as client
+    /// secret is refused). Returns its base URL and the token requests' bodies.
+    async fn authorization_server(lifetime: u64) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (seen, issuer) = (requests.clone(), base.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { return };
+                let mut buf = vec![0u8; 16384];
+                let mut len = 0;
+                // Headers, then the body its content-length says.
+                let request = loop {
+                    let n = stream.read(&mut buf[len..]).await.unwrap();
+                    len += n;
+                    let text = String::from_utf8_lossy(&buf[..len]).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let want = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= want || n == 0 {
+                            break text;
+                        }
+                    }
+                };
+                let (status, body) = if request.starts_with("GET /meta") {
+                    ("200 OK", format!(r#"{{"issuer": "{issuer}", "token_endpoint": "{issuer}/token"}}"#))
+                } else {
+                    let basic = request
+                        .lines()
+                        .find(|l| l.to_ascii_lowercase().starts_with("authorization: basic "))
+                        .unwrap_or_default();
+                    let pair = base64::engine::general_purpose::STANDARD
+                        .decode(basic.rsplit(' ').next().unwrap())
+                        .unwrap_or_default();
+                    let form = request.split_once("\r\n\r\n").unwrap().1.to_string();
+                    let n = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(form);
+                        seen.len()
+                    };
+                    if pair == b"ci:bad" {
+                        (
+                            "401 Unauthorized",
+                            r#"{"error": "invalid_client", "error_description": "bad secret"}"#.to_string(),
+                        )
+                    } else {
+                        (
+                            "200 OK",
+                            format!(
+                                r#"{{"access_token": "tok-{n}", "token_type": "Bearer", "expires_in": {lifetime}}}"#
+                            ),
+                        )
+                    }
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        (base, requests)
+    }
+
+    fn client(base: &str, secret: &'static str) -> OAuth {
+        let config = config(&format!(
+            r#"{{"client_id": "ci", "client_secret_env": "S", "scopes": "read", "auth_server_metadata_url": "{base}/meta"}}"#
+        ));
+        OAuth::new("t", "http://127.0.0.1:9/mcp", &config, &move |_| Some(secret.to_string())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn tokens_are_renewed_before_they_expire_and_after_a_refusal() {
+        let (base, requests) = authorization_server(1).await;
+        let oauth = client(&base, "s3cret");
+        assert_eq!(oauth.token().await.unwrap(), None, "no token before the server asks for one");
+        let first = oauth.authorize("Bearer scope=\"ignored\"", None, false).await.unwrap();
+        assert_eq!(first, "tok-1");
+        {
+            let seen = requests.lock().unwrap();
+            assert!(seen[0].contains("grant_type=client_credentials") && seen[0].contains("scope=read"), "{}", seen[0]);
+            assert!(seen[0].contains("resource=http%3A%2F%2F127.0.0.1%3A9%2Fmcp"), "{}", seen[0]);
+            assert!(!seen[0].contains("s3cret"), "the secret goes in the Basic header, not the form");
+        }
+        assert_eq!(oauth.token().await.unwrap().as_deref(), Some("tok-1"));
+        // Half of its 1 s lifetime later, it is renewed before being sent.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(oauth.token().await.unwrap().as_deref(), Some("tok-2"));
+        // The server refused tok-2: a fresh one, once; a request that still holds the
+        // refused one after that gets the fresh one without a new grant.
+        assert_eq!(oauth.authorize("", Some("tok-2"), false).await.unwrap(), "tok-3");
+        assert_eq!(oauth.authorize("", Some("tok-2"), false).await.unwrap(), "tok-3");
+        assert_eq!(requests.lock().unwrap().len(), 3);
+        // A step-up adds the scope the 403 names.
+        assert_eq!(
+            oauth.authorize("Bearer error=\"insufficient_scope\", scope=\"write\"", Some("tok-3"), true).await.unwrap(),
+            "tok-4"
+        );
+        assert!(requests.lock().unwrap()[3].contains("scope=read+write"));
+        assert!(oauth.failure().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_refused_grant_says_what_to_check_without_the_secret() {
+        let (base, _) = authorization_server(3600).await;
+        let oauth = client(&base, "bad");
+        let why = oauth.authorize("", None, false).await.unwrap_err();
+        assert!(why.contains("invalid_client (bad secret)") && why.contains("`$S`") && why.contains("`ci`"), "{why}");
+        assert!(!why.contains("tok-"), "{why}");
+        assert_eq!(oauth.failure().as_deref(), Some(why.as_str()));
     }
 
     #[test]
