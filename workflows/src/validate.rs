@@ -644,6 +644,15 @@ impl<'a> Checker<'a> {
             if let Some((message, hint)) = server.problem() {
                 let at = self.at(&server_path);
                 self.error(at, message, hint);
+            } else if server.oauth.as_ref().is_some_and(|o| !o.unattended()) {
+                // `.mcp.json` may hold Claude Code's browser sign-in (that server is
+                // refused when started); a workflow is orch's own, so say it here.
+                let at = self.at(&with(server_path, Seg::Key("oauth".into())));
+                self.error(
+                    at,
+                    "`oauth` names neither `client_secret_env` nor `private_key_env`",
+                    "orch runs unattended and cannot sign in through a browser: add `client_secret_env: <VAR>` (or `private_key_env: <VAR>`) naming the coordinator's variable that holds the client's secret (or key)",
+                );
             }
         }
     }

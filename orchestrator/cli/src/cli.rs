@@ -39,6 +39,10 @@ pub enum Command {
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
+    /// orch's MCP client alone: connect to the HTTP servers of a `.mcp.json`-shaped
+    /// file, list their tools, make calls (what the MCP conformance suite drives).
+    #[command(name = "__mcp-client", hide = true)]
+    McpClient(McpClientArgs),
     /// Run commands in a sandbox by hand.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
@@ -432,6 +436,18 @@ impl MergeArgs {
             repo: self.repo,
         }
     }
+}
+
+/// Arguments of `orch __mcp-client`.
+#[derive(Debug, Args)]
+pub struct McpClientArgs {
+    /// A file of `.mcp.json`'s shape (`mcpServers`) declaring HTTP servers.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// A call to make after connecting: `<server>/<tool>` or `<server>/<tool>=<JSON>`.
+    /// Repeatable.
+    #[arg(long = "call", value_name = "SERVER/TOOL[=JSON]")]
+    pub calls: Vec<String>,
 }
 
 /// Arguments of the hidden tool-host mode (`orch_run::host::SUBCOMMAND`).

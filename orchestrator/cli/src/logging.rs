@@ -12,9 +12,11 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 pub fn init(verbose: u8) {
+    // rmcp logs what orch reports itself (a server that fails, a closed connection) as
+    // its own warnings and errors: off by default, and at most `orch:` lines with `-v`.
     let default = match verbose {
-        0 => "warn",
-        1 => "info,orch=debug,orch_agents=debug",
+        0 => "warn,rmcp=off",
+        1 => "info,orch=debug,orch_agents=debug,rmcp=debug",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -37,7 +39,11 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        let level = *event.metadata().level();
+        let mut level = *event.metadata().level();
+        if is_library(event.metadata().target()) {
+            // Only orch says `error:` or `warning:`; a library's line is detail (`-v`).
+            level = level.max(Level::DEBUG);
+        }
         let (prefix, colour) = match level {
             Level::ERROR => ("error", "1;31"),
             Level::WARN => ("warning", "1;33"),
@@ -54,6 +60,12 @@ where
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
     }
+}
+
+/// Whether `target` is a library's whose warnings orch reports in its own words (rmcp:
+/// MCP servers; a failure reaches the run's output as orch's `warning:` line).
+fn is_library(target: &str) -> bool {
+    target == "rmcp" || target.starts_with("rmcp::")
 }
 
 #[cfg(test)]
@@ -98,5 +110,32 @@ mod tests {
         assert_eq!(lines[1], "warning: the run clone stays kept=2");
         assert_eq!(lines[2], "orch: setup: npm ci");
         assert!(lines[3].starts_with("orch: [") && lines[3].ends_with("] a detail"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn a_library_never_prints_error_lines() {
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new("debug"))
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .event_format(Prefixed)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "rmcp::transport::worker", "worker quit with fatal: Transport channel closed");
+            tracing::warn!(target: "rmcp", "unexpected message");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "orch: [rmcp::transport::worker] worker quit with fatal: Transport channel closed");
+        assert_eq!(lines[1], "orch: [rmcp] unexpected message");
+        // And by default they are not shown at all.
+        let filter = EnvFilter::new("warn,rmcp=off");
+        let subscriber = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::sink).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(!tracing::enabled!(target: "rmcp::transport", tracing::Level::ERROR));
+            assert!(tracing::enabled!(target: "orch", tracing::Level::WARN));
+        });
     }
 }

@@ -71,6 +71,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Plan(args) => plan_cmd::show(&args).or_else(reader_gone),
             cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
             cli::Command::Exec(args) => Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?),
+            cli::Command::McpClient(args) => Ok(orch_run::mcp_probe::probe(&args.config, &args.calls).await?),
             cli::Command::Sandbox(_) | cli::Command::ToolHost(_) => Ok(exit::Code::Usage),
         }
     });

@@ -36,8 +36,9 @@ use orch_agents::message::{ContentBlock, MediaSource};
 use orch_agents::tools::DynTool;
 use orch_agents::tools::host::{HostRequest, ToolExecutor};
 use orch_workflows::extensions::{McpServer, McpTransport};
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
@@ -62,7 +63,19 @@ const REASON_LINES: usize = 5;
 /// ([`ServerStderr`] by server name).
 pub const STDERR_REQUEST: &str = "__mcp_stderr";
 
-type Client = RunningService<RoleClient, ()>;
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// How orch introduces itself to MCP servers: `orch` and its version, no client
+/// capabilities (no sampling, roots or elicitation: nobody is there to answer), and the
+/// newest protocol version that has the `initialize` handshake orch uses (rmcp's
+/// default, its newest version, has none, so a server would be asked to shake hands in
+/// a version that does not).
+pub fn client_info() -> ClientConfig {
+    let mut info =
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("orch", env!("CARGO_PKG_VERSION")));
+    info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+    info
+}
 
 /// What one server wrote to stderr, as the tool host reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -261,7 +274,9 @@ impl McpHub {
                 Ok(value) => render(&value),
                 Err(e) => ToolOutput::error(format!("cannot read the MCP result: {e}")),
             },
-            Err(e) => ToolOutput::error(format!("the MCP server `{server}` failed on {tool}: {e}")),
+            Err(e) => {
+                ToolOutput::error(format!("the MCP server `{server}` failed on {tool}: {}", describe_service(&e)))
+            }
         }
     }
 
@@ -284,16 +299,7 @@ async fn start_one(
     log: &StderrLog,
 ) -> Result<(Client, Vec<McpToolInfo>), String> {
     let client = if spec.is_http() {
-        // The HTTP client's TLS needs a crypto provider; the model clients install the
-        // same one, and installing twice is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let url = spec.url.clone().ok_or("it has no url")?;
-        let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url);
-        if let Some(auth) = spec.headers.get("Authorization").or_else(|| spec.headers.get("authorization")) {
-            config = config.auth_header(auth.trim_start_matches("Bearer ").to_string());
-        }
-        let transport = StreamableHttpClientTransport::from_config(config);
-        ().serve(transport).await.map_err(|e| format!("cannot connect: {e}"))?
+        connect_http(name, spec).await?
     } else {
         let program = spec.command.clone().ok_or("it has no command")?;
         let mut command = tokio::process::Command::new(&program);
@@ -303,7 +309,7 @@ async fn start_one(
             .spawn()
             .map_err(|e| format!("cannot start `{program}`: {e}"))?;
         let reader = stderr.map(|pipe| tokio::spawn(log.clone().read_from(pipe)));
-        match ().serve(transport).await {
+        match client_info().serve(transport).await {
             Ok(client) => client,
             Err(e) => {
                 // It exited (its stdout closed) or spoke something else: its stderr has
@@ -312,11 +318,17 @@ async fn start_one(
                 if let Some(reader) = reader {
                     let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
                 }
-                return Err(with_stderr(format!("`{program}` did not start as an MCP server: {e}"), log));
+                return Err(with_stderr(
+                    format!("`{program}` did not start as an MCP server: {}", describe_init(&e)),
+                    log,
+                ));
             }
         }
     };
-    let tools = client.list_all_tools().await.map_err(|e| with_stderr(format!("cannot list its tools: {e}"), log))?;
+    let tools = client
+        .list_all_tools()
+        .await
+        .map_err(|e| with_stderr(format!("cannot list its tools: {}", describe_service(&e)), log))?;
     let tools = tools
         .into_iter()
         .map(|t| McpToolInfo {
@@ -328,6 +340,119 @@ async fn start_one(
         })
         .collect();
     Ok((client, tools))
+}
+
+/// Connects to an HTTP server from the coordinator: its `headers` on every request
+/// (`Authorization: Bearer ...` as the bearer token), or the tokens its `oauth` client
+/// gets ([`crate::mcp_oauth`]).
+async fn connect_http(name: &str, spec: &McpServer) -> Result<Client, String> {
+    // The HTTP client's TLS needs a crypto provider; the model clients install the
+    // same one, and installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = spec.url.clone().ok_or("it has no url")?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone());
+    let mut headers = std::collections::HashMap::new();
+    for (key, value) in &spec.headers {
+        if key.eq_ignore_ascii_case("authorization") {
+            let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).unwrap_or(value);
+            config = config.auth_header(token.to_string());
+            continue;
+        }
+        let header = reqwest::header::HeaderName::from_bytes(key.as_bytes())
+            .map_err(|_| format!("its header name `{key}` is not a valid HTTP header name"))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of its header `{key}` is not a valid HTTP header value"))?;
+        headers.insert(header, value);
+    }
+    config = config.custom_headers(headers);
+    let oauth = match &spec.oauth {
+        Some(oauth) => Some(crate::mcp_oauth::OAuth::new(name, &url, oauth, &|var| crate::secrets::var(var))?),
+        None => None,
+    };
+    let connected = match &oauth {
+        Some(oauth) => {
+            let http = crate::mcp_oauth_http::OAuthHttp { http: reqwest::Client::new(), oauth: oauth.clone() };
+            client_info().serve(StreamableHttpClientTransport::with_client(http, config)).await
+        }
+        None => client_info().serve(StreamableHttpClientTransport::from_config(config)).await,
+    };
+    connected.map_err(|e| {
+        if let Some(why) = oauth.as_ref().and_then(|o| o.failure()) {
+            return format!("cannot get an OAuth token: {why}");
+        }
+        if e.auth_challenge().is_some() {
+            return match &oauth {
+                Some(_) => "it refused orch's OAuth token; check the scopes the client may have (`oauth.scopes`)".into(),
+                None => format!(
+                    "it requires authorization (HTTP 401 from {url}); declare its OAuth client (`oauth: {{ client_id: ..., client_secret_env: VAR }}`) or send a token in `headers: {{ Authorization: \"Bearer ${{VAR}}\" }}`"
+                ),
+            };
+        }
+        format!("cannot connect to {url}: {}", describe_init(&e))
+    })
+}
+
+/// An rmcp start-up failure in plain words (no Rust type names).
+fn describe_init(error: &ClientInitializeError) -> String {
+    match error {
+        ClientInitializeError::TransportError { error, .. } => describe_chain(error.error.as_ref()),
+        ClientInitializeError::JsonRpcError(e) => {
+            format!("it answered the handshake with error {}: {}", e.code.0, e.message)
+        }
+        ClientInitializeError::ConnectionClosed(_) => "the connection closed during the handshake".into(),
+        other => describe_chain(other),
+    }
+}
+
+/// A failed request in plain words (no Rust type names).
+fn describe_service(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(e) => format!("it answered error {}: {}", e.code.0, e.message),
+        ServiceError::TransportSend(e) => describe_chain(e.error.as_ref()),
+        ServiceError::TransportClosed => "the connection to it is closed".into(),
+        ServiceError::Timeout { timeout } => format!("it did not answer within {}s", timeout.as_secs()),
+        other => describe_chain(other),
+    }
+}
+
+/// An error and its causes on one line, each said once, without the bracketed Rust
+/// type names some of rmcp's messages carry.
+fn describe_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = next {
+        let text = match cause.downcast_ref::<reqwest::Error>() {
+            Some(e) => crate::mcp_oauth::describe_reqwest(e),
+            None => without_type_names(&cause.to_string()),
+        };
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.retain(|p| !text.contains(p.as_str()));
+            parts.push(text);
+        }
+        if cause.downcast_ref::<reqwest::Error>().is_some() {
+            break;
+        }
+        next = cause.source();
+    }
+    let text = parts.join(": ");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `text` without `[a::b::C<..>]`-like spans (rmcp names its transports that way).
+fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else { break };
+        let inside = &rest[open + 1..close];
+        out.push_str(&rest[..open]);
+        if !inside.contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out.replace("Transport  error", "transport error").replace("Transport error", "transport error")
 }
 
 /// Image types the model accepts as image blocks.

@@ -42,7 +42,8 @@ pub const ALLOWED: &[&str] = &[
     "RUNNER_TEMP",
 ];
 
-/// Expands every `${..}` of `spec` (command, args, env values, url, headers) with
+/// Expands every `${..}` of `spec` (command, args, env values, url, headers, and the
+/// `oauth` client id, scopes and metadata URL) with
 /// `lookup`, which reads the coordinator's environment. `Err` says which reference
 /// failed and what to do.
 pub fn expand(spec: &McpServer, lookup: &dyn Fn(&str) -> Option<String>) -> Result<McpServer, String> {
@@ -67,6 +68,12 @@ pub fn expand(spec: &McpServer, lookup: &dyn Fn(&str) -> Option<String>) -> Resu
     out.url = spec.url.as_deref().map(one).transpose()?;
     out.headers =
         spec.headers.iter().map(|(k, v)| Ok((k.clone(), one(v)?))).collect::<Result<BTreeMap<_, _>, String>>()?;
+    if let (Some(oauth), Some(from)) = (out.oauth.as_mut(), spec.oauth.as_ref()) {
+        // The secret's and key's variables are names, not text: never expanded.
+        oauth.client_id = one(&from.client_id)?;
+        oauth.scopes = from.scopes.as_deref().map(one).transpose()?;
+        oauth.auth_server_metadata_url = from.auth_server_metadata_url.as_deref().map(one).transpose()?;
+    }
     Ok(out)
 }
 

@@ -14,6 +14,7 @@ mod hooks_fail_closed;
 mod instructions;
 mod masking;
 mod mcp;
+mod mcp_conformance;
 mod mcp_failures;
 mod mcp_npm;
 mod network;

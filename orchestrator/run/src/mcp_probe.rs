@@ -1,0 +1,79 @@
+//! `orch __mcp-client` (hidden): the coordinator's MCP client on its own, which the
+//! official conformance suite drives (`tests/conformance/client.py`). It reads HTTP
+//! servers from a file of `.mcp.json`'s shape, checks and expands them as `orch run`
+//! does, connects with [`McpHub`] (OAuth included), lists their tools, makes the calls
+//! asked for, and prints one JSON line per tool and per call on stdout.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use orch_workflows::extensions::{McpServer, is_server_name};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::exit::Code;
+use crate::mcp::McpHub;
+
+/// Connects to the servers of `config`, then calls each of `calls`
+/// (`<server>/<tool>=<JSON arguments>`, the arguments optional). `Failed` when a server
+/// is not available or a call fails; each failure is a `warning:` line on stderr.
+pub async fn probe(config: &Path, calls: &[String]) -> Result<Code, Error> {
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| Error::Message(format!("cannot read {}: {e}", config.display())))?;
+    let file: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Message(format!("{} is not valid JSON: {e}", config.display())))?;
+    let servers: BTreeMap<String, McpServer> =
+        serde_json::from_value(file.get("mcpServers").cloned().unwrap_or_else(|| json!({}))).map_err(|e| {
+            Error::Message(format!("{}: `mcpServers` does not hold valid server entries: {e}", config.display()))
+        })?;
+    for (name, spec) in &servers {
+        if !is_server_name(name) {
+            return Err(Error::Message(format!(
+                "`{name}` cannot name an MCP server (letters, digits, `-`, single `_`)"
+            )));
+        }
+        if let Some((message, hint)) = spec.problem() {
+            return Err(Error::Message(format!("server `{name}`: {message}; {hint}")));
+        }
+        if !spec.is_http() {
+            return Err(Error::Message(format!(
+                "server `{name}`: only HTTP servers are probed (stdio ones run in an agent's sandbox)"
+            )));
+        }
+    }
+    let (servers, unexpanded) = crate::mcp_env::expand_all(servers, &crate::mcp_env::process_env);
+    let mut ok = true;
+    for (server, why) in unexpanded {
+        tracing::warn!("the MCP server `{server}` is not available: {why}");
+        ok = false;
+    }
+    let cwd = std::env::current_dir()?;
+    let (hub, listing) = McpHub::start(&servers, &cwd).await;
+    for (server, why) in &listing.failed {
+        tracing::warn!("the MCP server `{server}` is not available: {why}");
+        ok = false;
+    }
+    for tool in &listing.tools {
+        println!("{}", json!({"server": tool.server, "tool": tool.tool}));
+    }
+    for call in calls {
+        let (target, input) = call.split_once('=').unwrap_or((call, "{}"));
+        let Some((server, tool)) = target.split_once('/') else {
+            return Err(Error::Message(format!(
+                "`--call {call}`: write `<server>/<tool>` or `<server>/<tool>=<JSON>`"
+            )));
+        };
+        let input: Value = serde_json::from_str(input)
+            .map_err(|e| Error::Message(format!("`--call {call}`: the arguments are not JSON: {e}")))?;
+        let name = format!("mcp__{server}__{tool}");
+        let out = hub.call(&name, input, CancellationToken::new()).await;
+        println!("{}", json!({"tool": name, "is_error": out.is_error, "content": out.content}));
+        if out.is_error {
+            tracing::warn!("`{name}` failed: {}", out.content);
+            ok = false;
+        }
+    }
+    hub.shutdown().await;
+    Ok(if ok { Code::Success } else { Code::Failed })
+}
