@@ -1,5 +1,7 @@
 //! [`confine`]: the tool host confining itself at start, before any thread exists.
 //!
+//! First, in every backend, the host closes every descriptor above 2 ([`crate::fds`]).
+//!
 //! Landlock backend, in this order:
 //! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
 //!    at once, and the private mount namespace that keeps the roots reachable for the
@@ -59,6 +61,9 @@ pub struct Confinement {
 /// single thread (Landlock and seccomp bind the calling thread and what it starts);
 /// fails with [`SandboxError::Threads`] otherwise.
 pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+    // The host needs only 0-2: nothing its parent left open may reach it or what it
+    // starts (see `fds.rs`).
+    crate::fds::close_all_but(&[]).map_err(|e| SandboxError::io("cannot close inherited descriptors", e))?;
     confine_with(policy, true)
 }
 

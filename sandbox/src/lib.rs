@@ -23,7 +23,7 @@
 //! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
 //! drop), [`mask`] (hiding denied paths from commands), [`egress`] (the sandbox's one way out under a network allowlist: a listener in its own network namespace, served by the coordinator's proxy), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
 //! a nested Landlock domain, so it cannot signal its tool host), [`spawn`]
-//! (confine-on-exec), [`host`].
+//! (confine-on-exec), [`fds`] (no inherited descriptor crosses into a sandbox), [`host`].
 
 pub mod cgroup;
 pub mod confine;
@@ -31,6 +31,7 @@ pub mod container;
 pub mod egress;
 pub mod error;
 mod fdpass;
+pub mod fds;
 pub mod host;
 pub mod identity;
 pub mod landlock;

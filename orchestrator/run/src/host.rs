@@ -219,7 +219,8 @@ pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
     orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
     // Every command enters its own Landlock domain that scopes signals and abstract
     // sockets, so nothing it starts can signal, ptrace or read /proc of this host.
-    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command_domain);
+    // Nothing but 0-2 crosses its `exec` (see `orch_sandbox::fds`).
+    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command);
     let served = serve_stdio(ServeOptions::default(), handler.clone()).await;
     if let Some(mcp) = Arc::into_inner(handler).and_then(|h| h.1) {
         mcp.shutdown().await;

@@ -5,6 +5,7 @@
 mod ci;
 mod cli_output;
 mod containment;
+mod descriptors;
 mod examples;
 mod exec;
 mod exec_session;
