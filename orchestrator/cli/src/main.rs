@@ -82,6 +82,9 @@ fn main() -> std::process::ExitCode {
         }
     });
     reaper.cancel();
+    if coordinator {
+        orch_run::reap::at_exit();
+    }
     match code {
         Ok(code) => code.into(),
         Err(e) => {
