@@ -15,6 +15,9 @@
 #     `ORCH_AS_USER_FILTER` overrides the nextest filter.
 #
 # ORCH_SKIP_DOCKER_TESTS=1 skips the container half, as in the other suites.
+# ORCH_AS_USER_SUDO=1 gives the user passwordless sudo for the run, as GitHub's hosted
+# runners have it (installing sudo if it is missing); otherwise the user has none (any
+# sudoers entry of an earlier run is removed), the case of a self-hosted runner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,10 +49,31 @@ else
 fi
 say "$USER_NAME is $(id "$USER_NAME")"
 
+# Passwordless sudo, or none.
+SUDOERS=/etc/sudoers.d/orch-as-user
+if [ "${ORCH_AS_USER_SUDO:-0}" = 1 ]; then
+    if ! command -v sudo >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null; } ||
+            die "cannot install sudo"
+    fi
+    echo "$USER_NAME ALL=(ALL) NOPASSWD:ALL" > "$SUDOERS"
+    chmod 0440 "$SUDOERS"
+    say "$USER_NAME has passwordless sudo for this run"
+else
+    rm -f "$SUDOERS"
+    # Nor the cgroup an earlier run's sudo delegated to it (empty directories only).
+    uid=$(id -u "$USER_NAME")
+    find /sys/fs/cgroup -depth -type d -name "orch-u$uid" -exec sh -c \
+        'find "$1" -depth -type d -exec rmdir {} + 2>/dev/null' _ {} \; 2>/dev/null || true
+    say "$USER_NAME has no sudo"
+fi
+
 # 2. The built tree, the user's for the run.
 owner=$(stat -c %u:%g "$TREE")
 target_owner=$(stat -c %u:%g "$TARGET" 2>/dev/null || echo "$owner")
 give_back() {
+    rm -f "$SUDOERS"
     chown -R "$owner" "$TREE" 2>/dev/null || true
     [ -d "$TARGET" ] && chown -R "$target_owner" "$TARGET" 2>/dev/null || true
 }

@@ -302,11 +302,7 @@ struct CloneArgs {
 
 /// Forks the host of one request; in the parent, returns its pidfd and pid. The child
 /// never returns.
-fn fork_host(
-    fds: &[OwnedFd],
-    body: &[u8],
-    host: &impl Fn(String) -> i32,
-) -> io::Result<(OwnedFd, i32)> {
+fn fork_host(fds: &[OwnedFd], body: &[u8], host: &impl Fn(String) -> i32) -> io::Result<(OwnedFd, i32)> {
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: (libc::CLONE_PARENT | libc::CLONE_PIDFD) as u64,

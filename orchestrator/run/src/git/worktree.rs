@@ -342,8 +342,7 @@ impl Worktree {
         let under = |path: &[u8], root: &[u8]| {
             path == root || (path.len() > root.len() && path.starts_with(root) && path[root.len()] == b'/')
         };
-        let stale: Vec<Vec<u8>> =
-            index.iter().map(|e| e.path).filter(|p| masked.iter().any(|m| under(p, m))).collect();
+        let stale: Vec<Vec<u8>> = index.iter().map(|e| e.path).filter(|p| masked.iter().any(|m| under(p, m))).collect();
         for path in stale {
             index
                 .remove_path(Path::new(std::ffi::OsStr::from_bytes(&path)))
