@@ -439,9 +439,9 @@ mod tests {
         };
         let (dirs, v2) = dirs_for("a", &layout);
         assert!(!v2);
-        assert_eq!(dirs[1].1, Path::new("/sys/fs/cgroup/memory/job/1/orch/a"));
+        assert_eq!(dirs[1].1, Path::new(&format!("/sys/fs/cgroup/memory/job/1/{}/a", base_name())));
         let layout = Layout { v2: Some("/sys/fs/cgroup".into()), v1: vec![] };
-        assert_eq!(dirs_for("a", &layout).0[0].1, Path::new("/sys/fs/cgroup/orch/a"));
+        assert_eq!(dirs_for("a", &layout).0[0].1, Path::new(&format!("/sys/fs/cgroup/{}/a", base_name())));
     }
 
     /// A fake cgroup2 mount in a tempdir: `cgroup.controllers` listing `controllers`,
@@ -450,9 +450,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::fs::write(root.path().join("cgroup.controllers"), controllers).unwrap();
         std::fs::write(root.path().join("cgroup.subtree_control"), "").unwrap();
-        let dir = root.path().join("orch").join(name);
+        let dir = root.path().join(base_name()).join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(root.path().join("orch/cgroup.subtree_control"), "").unwrap();
+        std::fs::write(root.path().join(base_name()).join("cgroup.subtree_control"), "").unwrap();
         for file in ["pids.max", "memory.max", "memory.swap.max", "cgroup.procs", "cgroup.kill"] {
             std::fs::write(dir.join(file), "").unwrap();
         }
@@ -472,7 +472,7 @@ mod tests {
         let (dirs, v2) = dirs_for("a", &layout);
         assert!(v2);
         // At the top of the hierarchy, not under orch's own cgroup (init.scope).
-        assert_eq!(dirs, vec![("v2", root.path().join("orch/a"))]);
+        assert_eq!(dirs, vec![("v2", root.path().join(base_name()).join("a"))]);
     }
 
     #[test]
@@ -501,12 +501,15 @@ mod tests {
         let layout = layout_at(root.path(), "0::/\n", String::new);
         let limits = Limits { processes: Some(64), memory_bytes: Some(1 << 30), ..Limits::default() };
         let cgroup = Cgroup::create_in(&layout, "agent-1", &limits).expect("a v2 cgroup");
-        let dir = root.path().join("orch/agent-1");
+        let dir = root.path().join(base_name()).join("agent-1");
         assert_eq!(cgroup.dirs(), std::slice::from_ref(&dir));
         assert!(cgroup.v2 && cgroup.limits_memory());
-        // The controllers are delegated down to orch/ and to its children.
-        assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+pids +memory");
-        assert_eq!(read(&root.path().join("orch/cgroup.subtree_control")), "+pids +memory");
+        // As root, the controllers are delegated down to orch/ and to its children (a
+        // normal user's base was delegated to it already, see `delegate`).
+        if nix::unistd::getuid().is_root() {
+            assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+pids +memory");
+            assert_eq!(read(&root.path().join(base_name()).join("cgroup.subtree_control")), "+pids +memory");
+        }
         assert_eq!(read(&dir.join("pids.max")), "64");
         assert_eq!(read(&dir.join("memory.max")), (1u64 << 30).to_string());
         assert_eq!(read(&dir.join("memory.swap.max")), "0");
@@ -527,7 +530,7 @@ mod tests {
     #[test]
     fn v2_without_the_memory_files_does_not_claim_a_memory_limit() {
         let root = fake_v2("pids", "a");
-        let dir = root.path().join("orch/a");
+        let dir = root.path().join(base_name()).join("a");
         std::fs::remove_file(dir.join("memory.max")).unwrap();
         std::fs::remove_file(dir.join("memory.swap.max")).unwrap();
         let layout = layout_at(root.path(), "0::/\n", String::new);
@@ -550,11 +553,14 @@ mod tests {
         assert!(!v2);
         assert_eq!(
             dirs,
-            vec![("pids", sys.path().join("pids/job/1/orch/a")), ("memory", sys.path().join("memory/job/1/orch/a"))]
+            vec![
+                ("pids", sys.path().join("pids/job/1").join(base_name()).join("a")),
+                ("memory", sys.path().join("memory/job/1").join(base_name()).join("a"))
+            ]
         );
         // Each controller's directory gets its own limit files only.
-        let pids = sys.path().join("pids/job/1/orch/a");
-        let memory = sys.path().join("memory/job/1/orch/a");
+        let pids = sys.path().join("pids/job/1").join(base_name()).join("a");
+        let memory = sys.path().join("memory/job/1").join(base_name()).join("a");
         std::fs::create_dir_all(&pids).unwrap();
         std::fs::create_dir_all(&memory).unwrap();
         std::fs::write(pids.join("pids.max"), "").unwrap();
