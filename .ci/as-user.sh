@@ -15,6 +15,10 @@
 #     `ORCH_AS_USER_FILTER` overrides the nextest filter.
 #
 # ORCH_SKIP_DOCKER_TESTS=1 skips the container half, as in the other suites.
+# ORCH_AS_USER_SUDO=1 gives the user passwordless sudo for the run, as GitHub's hosted
+# runners have it (installing sudo if it is missing); otherwise the user has none (any
+# sudoers entry or delegated cgroup of an earlier run is removed), the case of a
+# self-hosted runner, and the default run ends with the memory cases again with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,10 +50,35 @@ else
 fi
 say "$USER_NAME is $(id "$USER_NAME")"
 
+# Passwordless sudo, or none (`sudo_for_user on|off`).
+SUDOERS=/etc/sudoers.d/orch-as-user
+sudo_for_user() {
+    if [ "$1" = on ]; then
+        if ! command -v sudo >/dev/null; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null 2>&1 ||
+                { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q sudo >/dev/null; } ||
+                die "cannot install sudo"
+        fi
+        echo "$USER_NAME ALL=(ALL) NOPASSWD:ALL" > "$SUDOERS"
+        chmod 0440 "$SUDOERS"
+        say "$USER_NAME has passwordless sudo"
+    else
+        rm -f "$SUDOERS"
+        # Nor the cgroup an earlier run's sudo delegated to it (empty directories only).
+        local uid
+        uid=$(id -u "$USER_NAME")
+        find /sys/fs/cgroup -depth -type d -name "orch-u$uid" -exec sh -c \
+            'find "$1" -depth -type d -exec rmdir {} + 2>/dev/null' _ {} \; 2>/dev/null || true
+        say "$USER_NAME has no sudo"
+    fi
+}
+if [ "${ORCH_AS_USER_SUDO:-0}" = 1 ]; then sudo_for_user on; else sudo_for_user off; fi
+
 # 2. The built tree, the user's for the run.
 owner=$(stat -c %u:%g "$TREE")
 target_owner=$(stat -c %u:%g "$TARGET" 2>/dev/null || echo "$owner")
 give_back() {
+    sudo_for_user off >/dev/null
     chown -R "$owner" "$TREE" 2>/dev/null || true
     [ -d "$TARGET" ] && chown -R "$target_owner" "$TARGET" 2>/dev/null || true
 }
@@ -109,7 +138,20 @@ ENV=(HOME="$USER_HOME" USER="$USER_NAME" LOGNAME="$USER_NAME"
 for var in ORCH_SKIP_DOCKER_TESTS ORCH_TEST_IMAGE RUST_BACKTRACE; do
     [ -n "${!var:-}" ] && ENV+=("$var=${!var}")
 done
-say "running as $USER_NAME: nextest over the archive, filter: $FILTER"
-runuser -u "$USER_NAME" -- env -i "${ENV[@]}" \
-    "$USER_HOME/cargo-nextest" nextest run --archive-file "$ARCHIVE" --workspace-remap "$TREE" \
-    --no-fail-fast -E "$FILTER"
+suite() { # suite FILTER
+    say "running as $USER_NAME: nextest over the archive, filter: $1"
+    runuser -u "$USER_NAME" -- env -i "${ENV[@]}" \
+        "$USER_HOME/cargo-nextest" nextest run --archive-file "$ARCHIVE" --workspace-remap "$TREE" \
+        --no-fail-fast -E "$1"
+}
+status=0
+suite "$FILTER" || status=$?
+# 5. The default run (no sudo) again with passwordless sudo, as GitHub's hosted runners
+#    have it, for the cases that differ: the per-agent memory limit through a cgroup
+#    that sudo delegates, and the cgroup unit tests.
+if [ -z "${ORCH_AS_USER_FILTER:-}" ] && [ "${ORCH_AS_USER_SUDO:-0}" != 1 ]; then
+    sudo_for_user on
+    suite 'test(memory_limit) | test(cgroup::)' || status=$?
+    sudo_for_user off
+fi
+exit "$status"

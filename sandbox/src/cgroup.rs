@@ -1,15 +1,23 @@
-//! The per-agent cgroup, when orch runs as root and a cgroup hierarchy is writable:
-//! it caps processes (`pids.max`) and memory (`memory.max` with no swap, or the v1
+//! The per-agent cgroup, when orch runs as root or has a delegated cgroup: it caps
+//! processes (`pids.max`) and memory (`memory.max` with no swap, or the v1
 //! equivalents) of the whole sandbox, and lets the coordinator kill the whole tree at
 //! once, `setsid` escapees included.
 //!
-//! Where it lives, for a sandbox named `<name>`:
-//! - cgroup v2 with the `pids` or `memory` controller: `<v2 mount>/orch/<name>`, at the
-//!   top of the hierarchy (a v2 cgroup holding processes cannot have children with
+//! Where it lives, for a sandbox named `<name>`, under `<base>` (`orch` as root,
+//! `orch-u<uid>` for a normal user, see [`delegate`]):
+//! - cgroup v2 with the `pids` or `memory` controller: `<v2 mount>/<base>/<name>`, at
+//!   the top of the hierarchy (a v2 cgroup holding processes cannot have children with
 //!   controllers, so it cannot go under orch's own cgroup);
-//! - otherwise cgroup v1: `<controller mount><orch's own cgroup>/orch/<name>` in each of
-//!   the `pids` and `memory` hierarchies, nested under orch's own cgroups so the limits
-//!   orch runs under still apply.
+//! - otherwise cgroup v1: `<controller mount><orch's own cgroup>/<base>/<name>` in each
+//!   of the `pids` and `memory` hierarchies, nested under orch's own cgroups so the
+//!   limits orch runs under still apply.
+//!
+//! A normal user gets `<base>` from root once: [`delegate`] finds it already made and
+//! writable, or makes it through passwordless `sudo -n` (as GitHub's hosted runners
+//! allow) and hands it to the user (`chown`); on v2 it also moves the coordinator into
+//! a leaf of it, since moving a process between two cgroups needs write access to
+//! their common ancestor. Without it, memory is limited per process (rlimits) and the
+//! tool host watches its agent's total ([`crate::memwatch`]).
 //!
 //! Anything not writable is skipped (debug log): the sandbox then relies on rlimits.
 //! The path is a function of the name and of orch's own cgroup, so the coordinator finds
@@ -116,9 +124,96 @@ fn layout_from(mounts: &str, own: &str) -> Layout {
 }
 
 fn dirs_for(name: &str, layout: &Layout) -> (Vec<(&'static str, PathBuf)>, bool) {
+    let (bases, v2) = bases(layout);
+    (bases.into_iter().map(|(c, dir)| (c, dir.join(name))).collect(), v2)
+}
+
+/// The directory of this user's sandbox cgroups in each hierarchy, and whether it is v2.
+fn bases(layout: &Layout) -> (Vec<(&'static str, PathBuf)>, bool) {
+    let base = base_name();
     match &layout.v2 {
-        Some(root) => (vec![("v2", root.join("orch").join(name))], true),
-        None => (layout.v1.iter().map(|(c, dir)| (*c, dir.join("orch").join(name))).collect(), false),
+        Some(root) => (vec![("v2", root.join(&base))], true),
+        None => (layout.v1.iter().map(|(c, dir)| (*c, dir.join(&base))).collect(), false),
+    }
+}
+
+/// `orch` as root, `orch-u<uid>` for a normal user.
+fn base_name() -> String {
+    let uid = nix::unistd::getuid();
+    if uid.is_root() { "orch".into() } else { format!("orch-u{uid}") }
+}
+
+/// Makes sure a normal user has a delegated cgroup for its agents (see the module
+/// doc). `Ok` when the base exists and is the user's (made now or earlier); `Err` says
+/// what is missing. As root: `Ok` (root makes its own). Blocking (it may run `sudo`).
+pub fn delegate() -> Result<(), String> {
+    if nix::unistd::getuid().is_root() {
+        return Ok(());
+    }
+    let layout = layout();
+    let (bases, v2) = bases(layout);
+    if bases.is_empty() {
+        return Err("no cgroup hierarchy with the memory or pids controller is mounted".into());
+    }
+    let coordinator_inside = || {
+        !v2 || std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|own| {
+            own.lines().any(|l| l.starts_with("0::/") && l[3..].starts_with(&format!("/{}/", base_name())))
+        })
+    };
+    let writable = |dir: &Path| nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok();
+    if bases.iter().all(|(_, dir)| writable(dir)) && coordinator_inside() {
+        return Ok(());
+    }
+    let dirs: Vec<String> = bases.iter().map(|(_, d)| d.display().to_string()).collect();
+    let sudo_works = std::process::Command::new("sudo")
+        .args(["-n", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !sudo_works {
+        return Err(format!(
+            "no delegated cgroup ({} is not writable by this user) and no passwordless sudo (`sudo -n true` failed) \
+             to make one",
+            dirs.join(", ")
+        ));
+    }
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    // v2: controllers on down to the base, the base and its control files the user's,
+    // and this process moved into a leaf of it. v1: each base the user's.
+    let script = if v2 {
+        "set -e; d=$1; u=$2; p=$3; r=$(dirname \"$d\"); echo '+pids +memory' > \"$r/cgroup.subtree_control\" || true; \
+         mkdir -p \"$d/coordinator-$p\"; echo '+pids +memory' > \"$d/cgroup.subtree_control\"; \
+         chown \"$u\" \"$d\" \"$d/cgroup.procs\" \"$d/cgroup.subtree_control\" \"$d/cgroup.threads\"; \
+         chown -R \"$u\" \"$d/coordinator-$p\"; echo \"$p\" > \"$d/coordinator-$p/cgroup.procs\""
+    } else {
+        "set -e; u=$2; shift 3; for d in \"$@\"; do mkdir -p \"$d\"; chown -R \"$u\" \"$d\"; done"
+    };
+    let mut args: Vec<String> = vec!["-n".into(), "sh".into(), "-c".into(), script.into(), "orch-cgroup".into()];
+    if v2 {
+        args.extend([dirs[0].clone(), format!("{uid}:{gid}"), std::process::id().to_string()]);
+    } else {
+        args.extend(["".into(), format!("{uid}:{gid}"), std::process::id().to_string()]);
+        args.extend(dirs.iter().cloned());
+    }
+    let out = std::process::Command::new("sudo")
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sudo to make a delegated cgroup: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`sudo -n` could not make a delegated cgroup at {}: {}",
+            dirs.join(", "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    if bases.iter().all(|(_, dir)| writable(dir)) && coordinator_inside() {
+        tracing::debug!(dirs = ?dirs, "cgroup: delegated to this user through sudo");
+        Ok(())
+    } else {
+        Err(format!("sudo made {} but it is still not this user's to use", dirs.join(", ")))
     }
 }
 
@@ -143,7 +238,10 @@ impl Cgroup {
 
     fn create_in(layout: &Layout, name: &str, limits: &Limits) -> Option<Cgroup> {
         let (dirs, v2) = dirs_for(name, layout);
-        if v2 && let Some(root) = &layout.v2 {
+        if v2
+            && nix::unistd::getuid().is_root()
+            && let Some(root) = &layout.v2
+        {
             // Delegate the controllers down to orch/ (errors: already on, or not allowed).
             let _ = std::fs::write(root.join("cgroup.subtree_control"), "+pids +memory");
             let _ = std::fs::create_dir(root.join("orch"));
@@ -280,6 +378,24 @@ impl Cgroup {
     }
 }
 
+/// The names of the sandbox cgroups that start with `prefix`.
+pub fn names_with_prefix(prefix: &str) -> Vec<String> {
+    let layout = layout();
+    let roots: Vec<PathBuf> = bases(layout).0.into_iter().map(|(_, dir)| dir).collect();
+    let mut names: Vec<String> = roots
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Kills and removes the cgroup of sandbox `name`, if there is one.
 pub fn kill_and_remove(name: &str) {
     if let Some(cgroup) = Cgroup::find(name) {
@@ -323,9 +439,9 @@ mod tests {
         };
         let (dirs, v2) = dirs_for("a", &layout);
         assert!(!v2);
-        assert_eq!(dirs[1].1, Path::new("/sys/fs/cgroup/memory/job/1/orch/a"));
+        assert_eq!(dirs[1].1, Path::new(&format!("/sys/fs/cgroup/memory/job/1/{}/a", base_name())));
         let layout = Layout { v2: Some("/sys/fs/cgroup".into()), v1: vec![] };
-        assert_eq!(dirs_for("a", &layout).0[0].1, Path::new("/sys/fs/cgroup/orch/a"));
+        assert_eq!(dirs_for("a", &layout).0[0].1, Path::new(&format!("/sys/fs/cgroup/{}/a", base_name())));
     }
 
     /// A fake cgroup2 mount in a tempdir: `cgroup.controllers` listing `controllers`,
@@ -334,9 +450,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::fs::write(root.path().join("cgroup.controllers"), controllers).unwrap();
         std::fs::write(root.path().join("cgroup.subtree_control"), "").unwrap();
-        let dir = root.path().join("orch").join(name);
+        let dir = root.path().join(base_name()).join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(root.path().join("orch/cgroup.subtree_control"), "").unwrap();
+        std::fs::write(root.path().join(base_name()).join("cgroup.subtree_control"), "").unwrap();
         for file in ["pids.max", "memory.max", "memory.swap.max", "cgroup.procs", "cgroup.kill"] {
             std::fs::write(dir.join(file), "").unwrap();
         }
@@ -356,7 +472,7 @@ mod tests {
         let (dirs, v2) = dirs_for("a", &layout);
         assert!(v2);
         // At the top of the hierarchy, not under orch's own cgroup (init.scope).
-        assert_eq!(dirs, vec![("v2", root.path().join("orch/a"))]);
+        assert_eq!(dirs, vec![("v2", root.path().join(base_name()).join("a"))]);
     }
 
     #[test]
@@ -385,12 +501,15 @@ mod tests {
         let layout = layout_at(root.path(), "0::/\n", String::new);
         let limits = Limits { processes: Some(64), memory_bytes: Some(1 << 30), ..Limits::default() };
         let cgroup = Cgroup::create_in(&layout, "agent-1", &limits).expect("a v2 cgroup");
-        let dir = root.path().join("orch/agent-1");
+        let dir = root.path().join(base_name()).join("agent-1");
         assert_eq!(cgroup.dirs(), std::slice::from_ref(&dir));
         assert!(cgroup.v2 && cgroup.limits_memory());
-        // The controllers are delegated down to orch/ and to its children.
-        assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+pids +memory");
-        assert_eq!(read(&root.path().join("orch/cgroup.subtree_control")), "+pids +memory");
+        // As root, the controllers are delegated down to orch/ and to its children (a
+        // normal user's base was delegated to it already, see `delegate`).
+        if nix::unistd::getuid().is_root() {
+            assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+pids +memory");
+            assert_eq!(read(&root.path().join(base_name()).join("cgroup.subtree_control")), "+pids +memory");
+        }
         assert_eq!(read(&dir.join("pids.max")), "64");
         assert_eq!(read(&dir.join("memory.max")), (1u64 << 30).to_string());
         assert_eq!(read(&dir.join("memory.swap.max")), "0");
@@ -411,7 +530,7 @@ mod tests {
     #[test]
     fn v2_without_the_memory_files_does_not_claim_a_memory_limit() {
         let root = fake_v2("pids", "a");
-        let dir = root.path().join("orch/a");
+        let dir = root.path().join(base_name()).join("a");
         std::fs::remove_file(dir.join("memory.max")).unwrap();
         std::fs::remove_file(dir.join("memory.swap.max")).unwrap();
         let layout = layout_at(root.path(), "0::/\n", String::new);
@@ -434,11 +553,14 @@ mod tests {
         assert!(!v2);
         assert_eq!(
             dirs,
-            vec![("pids", sys.path().join("pids/job/1/orch/a")), ("memory", sys.path().join("memory/job/1/orch/a"))]
+            vec![
+                ("pids", sys.path().join("pids/job/1").join(base_name()).join("a")),
+                ("memory", sys.path().join("memory/job/1").join(base_name()).join("a"))
+            ]
         );
         // Each controller's directory gets its own limit files only.
-        let pids = sys.path().join("pids/job/1/orch/a");
-        let memory = sys.path().join("memory/job/1/orch/a");
+        let pids = sys.path().join("pids/job/1").join(base_name()).join("a");
+        let memory = sys.path().join("memory/job/1").join(base_name()).join("a");
         std::fs::create_dir_all(&pids).unwrap();
         std::fs::create_dir_all(&memory).unwrap();
         std::fs::write(pids.join("pids.max"), "").unwrap();

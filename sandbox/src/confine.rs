@@ -1,8 +1,10 @@
 //! [`confine`]: the tool host confining itself at start, before any thread exists.
 //!
+//! First, in every backend, the host closes every descriptor above 2 ([`crate::fds`]).
+//!
 //! Landlock backend, in this order:
-//! 1. root only: the per-agent cgroup (pids and memory; see [`crate::cgroup`]), entered
-//!    at once, and the private mount namespace that keeps the roots reachable for the
+//! 1. the per-agent cgroup (pids and memory; see [`crate::cgroup`]; a normal user's
+//!    only where one was delegated to it), entered at once; root only: the private mount namespace that keeps the roots reachable for the
 //!    sandbox uid, holds the policy's private tmpfs (see [`crate::traverse`]) and
 //!    covers the masked paths with empty mounts (see [`crate::mask`]); then a `/proc`
 //!    that shows only the sandbox uid's processes ([`crate::procfs`]);
@@ -53,12 +55,18 @@ pub struct Confinement {
     pub seccomp: bool,
     /// Whether `/proc` shows only the sandbox uid's processes (root; see `procfs.rs`).
     pub proc_hidden: bool,
+    /// Whether a cgroup limits the memory of the whole sandbox (else only rlimits do,
+    /// per process).
+    pub memory_in_cgroup: bool,
 }
 
 /// Confines the calling process according to `policy`. Must run while the process has a
 /// single thread (Landlock and seccomp bind the calling thread and what it starts);
 /// fails with [`SandboxError::Threads`] otherwise.
 pub fn confine(policy: &Policy) -> Result<Confinement, SandboxError> {
+    // The host needs only 0-2: nothing its parent left open may reach it or what it
+    // starts (see `fds.rs`).
+    crate::fds::close_all_but(&[]).map_err(|e| SandboxError::io("cannot close inherited descriptors", e))?;
     confine_with(policy, true)
 }
 
@@ -97,12 +105,32 @@ pub(crate) fn confine_with(policy: &Policy, check_threads: bool) -> Result<Confi
     let uid = if root { Some(policy.uid.ok_or(SandboxError::NoSandboxUid)?) } else { None };
 
     let mut memory_in_cgroup = false;
+    // As root, or as a normal user's tool host with a delegated cgroup (see
+    // `cgroup::delegate`; `orch sandbox run`, which confines a fork child, keeps its
+    // one command to rlimits and skips the lookup).
+    let name = policy.name.clone().unwrap_or_else(|| format!("host-{}", std::process::id()));
+    if uid.is_none()
+        && check_threads
+        && let Some(cgroup) = Cgroup::create(&name, &policy.limits)
+    {
+        match cgroup.enter_self() {
+            Ok(()) => {
+                memory_in_cgroup = cgroup.limits_memory();
+                done.cgroup = cgroup.dirs().to_vec();
+            }
+            Err(e) => {
+                tracing::debug!("cgroup: cannot move in ({e}); relying on rlimits");
+                cgroup.remove();
+            }
+        }
+    }
+    done.memory_in_cgroup = memory_in_cgroup;
     if let Some(uid) = uid {
-        let name = policy.name.clone().unwrap_or_else(|| format!("host-{}", std::process::id()));
         if let Some(cgroup) = Cgroup::create(&name, &policy.limits) {
             match cgroup.enter_self() {
                 Ok(()) => {
                     memory_in_cgroup = cgroup.limits_memory();
+                    done.memory_in_cgroup = memory_in_cgroup;
                     done.cgroup = cgroup.dirs().to_vec();
                 }
                 Err(e) => {

@@ -1052,7 +1052,9 @@ fn remove_in_background(id: String, handed: Vec<Owner>) {
     }
 }
 
-/// `orch-<run>-<agent>-<pid>-<n>`, in the characters Docker allows.
+/// `orch-<run>-<agent>-<pid>s<start>-<n>`, in the characters Docker allows: the
+/// instance tag ([`crate::instance`]) keeps two runs' names apart even when they share
+/// a run id.
 fn container_name(options: &ContainerOptions) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let clean = |s: &str| -> String {
@@ -1066,7 +1068,7 @@ fn container_name(options: &ContainerOptions) -> String {
         "orch-{}-{}-{}-{}",
         clean(&options.run),
         clean(&options.agent),
-        std::process::id(),
+        crate::instance::tag(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -1077,10 +1079,7 @@ fn boot_id() -> Option<String> {
 
 /// Field 22 (start time) of `/proc/<pid>/stat`, or `None` if no such process.
 fn process_start(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces.
-    let after = stat.get(stat.rfind(')')? + 1..)?;
-    after.split_whitespace().nth(19).map(str::to_string)
+    crate::instance::start_time(pid)
 }
 
 fn status_code(e: &bollard::errors::Error) -> Option<u16> {

@@ -21,9 +21,11 @@
 //! Modules: [`policy`] (the data), [`confine`](mod@confine) (the order of steps),
 //! [`landlock`](mod@landlock), [`seccomp`], [`rlimits`], [`identity`] (uid choice,
 //! handover, drop), [`cgroup`], [`traverse`] (keeping roots reachable after the uid
-//! drop), [`mask`] (hiding denied paths from commands), [`egress`] (the sandbox's one way out under a network allowlist: a listener in its own network namespace, served by the coordinator's proxy), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
+//! drop), [`mask`] (hiding denied paths from commands), [`memwatch`] (an agent's total memory where
+//! no cgroup bounds it), [`egress`] (the sandbox's one way out under a network allowlist: a listener in its own network namespace, served by the coordinator's proxy), [`reaper`] (killing escaped processes, reaping adopted ones), [`scope`] (each command in
 //! a nested Landlock domain, so it cannot signal its tool host), [`spawn`]
-//! (confine-on-exec), [`host`].
+//! (confine-on-exec), [`fds`] (no inherited descriptor crosses into a sandbox), [`instance`] (names no other run can
+//! share), [`host`].
 
 pub mod cgroup;
 pub mod confine;
@@ -31,10 +33,13 @@ pub mod container;
 pub mod egress;
 pub mod error;
 mod fdpass;
+pub mod fds;
 pub mod host;
 pub mod identity;
+pub mod instance;
 pub mod landlock;
 pub mod mask;
+pub mod memwatch;
 pub mod policy;
 pub mod procfs;
 pub mod reaper;

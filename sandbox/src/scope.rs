@@ -103,6 +103,14 @@ pub fn enter_command_domain() -> io::Result<()> {
     Ok(())
 }
 
+/// The tool host's spawn hook for every command: only 0-2 survive its `exec`
+/// ([`crate::fds::cloexec_all_but`]), and it enters its own domain
+/// ([`enter_command_domain`]). Async-signal-safe, like both.
+pub fn enter_command() -> io::Result<()> {
+    crate::fds::cloexec_all_but(&[])?;
+    enter_command_domain()
+}
+
 /// Whether the running kernel's Landlock can scope signals (ABI 6 or later).
 #[allow(unsafe_code)] // one raw system call with a null attribute, as the UAPI documents.
 pub fn scoping_available() -> bool {

@@ -37,6 +37,8 @@ pub fn confine_on_exec(command: &mut Command, policy: Policy) -> Result<(), Sand
             Some(&nix::sys::signal::SigSet::empty()),
             None,
         )?;
+        // Only 0-2 reach the command; std's own error pipe is close-on-exec already.
+        crate::fds::cloexec_all_but(&[])?;
         confine_child(&policy, parent)
     };
     // SAFETY: the hook runs in the child between fork and exec. The parent has one

@@ -15,6 +15,13 @@ use clap::Parser;
 use orch_run::{exec, host, run};
 
 fn main() -> std::process::ExitCode {
+    // Before anything else: descriptors our parent left open never cross an `exec` of
+    // ours (the zygote, tool hosts, hooks, commands; see `orch_sandbox::fds`).
+    if let Err(e) = orch_sandbox::fds::cloexec_all_but(&[]) {
+        // Fail closed: a sandbox could use what they open.
+        eprintln!("error: cannot mark inherited file descriptors close-on-exec: {e}");
+        return exit::Code::Infrastructure.into();
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "sandbox") {
         // Like `env`, usage errors exit 125, so they never look like CMD's own status.
         let cli = match cli::SandboxCli::try_parse_from(std::env::args_os().skip(1)) {
@@ -76,6 +83,9 @@ fn main() -> std::process::ExitCode {
         }
     });
     reaper.cancel();
+    if coordinator {
+        orch_run::reap::at_exit();
+    }
     match code {
         Ok(code) => code.into(),
         Err(e) => {

@@ -14,7 +14,7 @@
 //! the run, so orch does not take the current directory unasked), plus one private
 //! directory that is both `HOME` and `TMPDIR`: as root under landlock, a fresh tmpfs the
 //! command's mount namespace has on `$TMPDIR/orch-sandbox` (see [`PrivateDirs::tmpfs`]);
-//! otherwise `$TMPDIR/orch-sandbox-<pid>`, removed afterwards.
+//! otherwise `$TMPDIR/orch-sandbox-<pid>s<start>` (see `orch_sandbox::instance`), removed afterwards.
 //!
 //! Exit codes: the command's status; 128+N when a signal N killed it; 124 on timeout;
 //! 125 when the sandbox failed; 126 when the command cannot be executed; 127 when it
@@ -96,24 +96,25 @@ fn run_inner(args: SandboxRunArgs) -> Result<u8, SandboxError> {
     let cwd = std::env::current_dir()
         .and_then(std::fs::canonicalize)
         .map_err(|e| SandboxError::io("cannot read the current directory", e))?;
-    let pid = std::process::id();
     let tmpfs = (args.sandbox.backend == Backend::Landlock && identity::is_root())
         .then(|| PrivateDirs::tmpfs(std::env::temp_dir().join(TMPFS_MOUNT_POINT)))
         .flatten();
     let dirs = match tmpfs {
         Some(dirs) => dirs,
-        None => PrivateDirs::single(std::env::temp_dir().join(format!("orch-sandbox-{pid}")))
-            .map_err(|e| SandboxError::io("cannot create the sandbox's private tmp and home", e))?,
+        None => {
+            PrivateDirs::single(std::env::temp_dir().join(format!("orch-sandbox-{}", orch_sandbox::instance::tag())))
+                .map_err(|e| SandboxError::io("cannot create the sandbox's private tmp and home", e))?
+        }
     };
-    let result = supervise(&args, &cwd, &dirs, pid);
+    let result = supervise(&args, &cwd, &dirs);
     dirs.remove();
     result
 }
 
-fn supervise(args: &SandboxRunArgs, cwd: &Path, dirs: &PrivateDirs, pid: u32) -> Result<u8, SandboxError> {
+fn supervise(args: &SandboxRunArgs, cwd: &Path, dirs: &PrivateDirs) -> Result<u8, SandboxError> {
     let root = identity::is_root();
     let default_write = if args.sandbox.write.is_empty() && !root { vec![cwd.to_path_buf()] } else { vec![] };
-    let name = format!("sandbox-{pid}");
+    let name = format!("sandbox-{}", orch_sandbox::instance::tag());
     let policy = build_policy(
         &args.sandbox.spec(),
         PolicyInput {

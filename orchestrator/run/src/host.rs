@@ -48,7 +48,38 @@ pub fn confine_self(args: &HostOptions) -> crate::error::Result<()> {
     }
     let done = orch_sandbox::confine(&policy)?;
     tracing::debug!(?done, "tool host confined");
+    if policy.backend == Backend::Landlock
+        && !done.memory_in_cgroup
+        && let Some(limit) = policy.limits.memory_bytes
+    {
+        // rlimits cap each process only: bound the agent's total here.
+        let _ = MEMORY_WATCH.set(limit);
+    }
     Ok(())
+}
+
+/// The memory limit this host enforces on the sum of its processes (no cgroup does).
+static MEMORY_WATCH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Kills every process of this host once their resident memory adds up past `limit`
+/// (`orch_sandbox::memwatch`), as a cgroup's OOM killer would; runs for the host's life.
+fn watch_memory(limit: u64) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(orch_sandbox::memwatch::INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Ok(Some(total)) = tokio::task::spawn_blocking(move || orch_sandbox::memwatch::over(limit)).await else {
+                continue;
+            };
+            let killed = orch_sandbox::reaper::kill_descendants();
+            eprintln!(
+                "orch: tool host: the agent's processes held {} MiB, over its memory limit of {} MiB; killed {killed}",
+                total >> 20,
+                limit >> 20
+            );
+        }
+    });
 }
 
 /// The whole life of a tool host process from its options: confine it (while it has
@@ -130,6 +161,9 @@ impl AgentSandbox {
                 };
                 Ok((handover, policy))
             });
+        if let Ok((_, policy)) = &prepared {
+            per_agent_memory(policy);
+        }
         match prepared {
             Ok((handover, policy)) => Ok(AgentSandbox { policy, dirs, handover, done: false }),
             Err(e) => {
@@ -151,9 +185,8 @@ impl AgentSandbox {
             return;
         }
         if let Some(handover) = self.handover.take() {
-            if let Some(name) = &self.policy.name
-                && orch_sandbox::identity::is_root()
-            {
+            // Root's cgroup, or a normal user's delegated one (none: nothing found).
+            if let Some(name) = &self.policy.name {
                 orch_sandbox::cgroup::kill_and_remove(name);
             }
             handover.restore();
@@ -166,6 +199,27 @@ impl Drop for AgentSandbox {
     fn drop(&mut self) {
         self.tear_down();
     }
+}
+
+/// A normal user's per-agent memory limit needs a delegated cgroup: made (or found)
+/// once per coordinator, before its first landlock sandbox with a memory limit; where
+/// none can be had, one warning says what is missing and how the limit holds instead.
+fn per_agent_memory(policy: &Policy) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if policy.backend != Backend::Landlock || policy.limits.memory_bytes.is_none() || orch_sandbox::identity::is_root()
+    {
+        return;
+    }
+    ONCE.call_once(|| {
+        if let Err(missing) = orch_sandbox::cgroup::delegate() {
+            eprintln!(
+                "orch: warning: agents' memory limits hold per process, not per agent: {missing}; each tool host \
+                 kills its agent's processes when together they pass the limit instead (checked every {} ms). \
+                 Run orch as root or give it passwordless sudo for a per-agent cgroup",
+                orch_sandbox::memwatch::INTERVAL.as_millis()
+            );
+        }
+    });
 }
 
 struct Serve(HostTools, Option<crate::mcp::HostMcp>);
@@ -216,10 +270,14 @@ pub async fn serve(args: HostOptions) -> crate::error::Result<()> {
         None => None,
     };
     let handler = Arc::new(Serve(HostTools::new(tools, session), mcp));
+    if let Some(limit) = MEMORY_WATCH.get() {
+        watch_memory(*limit);
+    }
     orch_agents::tools::bash::set_orphan_hook(orch_sandbox::reaper::kill_orphans);
     // Every command enters its own Landlock domain that scopes signals and abstract
     // sockets, so nothing it starts can signal, ptrace or read /proc of this host.
-    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command_domain);
+    // Nothing but 0-2 crosses its `exec` (see `orch_sandbox::fds`).
+    orch_agents::tools::bash::set_spawn_hook(orch_sandbox::scope::enter_command);
     let served = serve_stdio(ServeOptions::default(), handler.clone()).await;
     if let Some(mcp) = Arc::into_inner(handler).and_then(|h| h.1) {
         mcp.shutdown().await;
@@ -241,9 +299,36 @@ pub struct Started {
     pub registered: crate::reap::Registered,
 }
 
-/// `id` as a name for a sandbox (cgroup, container): letters, digits, `-`, `_` and `.`.
+/// `id` as a name for a sandbox (its cgroup, and the seed of its uid): letters, digits,
+/// `-`, `_` and `.`, then `.` and this coordinator's instance tag
+/// (`orch_sandbox::instance`), so no other run's sandbox has the same name, even with
+/// the same run id.
 pub fn sandbox_name(id: &str) -> String {
-    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    format!("{}{}", name_prefix(id), orch_sandbox::instance::tag())
+}
+
+/// What every sandbox name of `id` starts with, whichever coordinator made it.
+fn name_prefix(id: &str) -> String {
+    let mut name: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    name.push('.');
+    name
+}
+
+/// Kills and removes the cgroups of `id`'s sandboxes whose coordinator is gone (as
+/// root; for `orch recover`). A live run's, even one with the same run id, are left
+/// alone.
+pub fn kill_dead_sandboxes(id: &str) {
+    if !orch_sandbox::identity::is_root() {
+        return;
+    }
+    let prefix = name_prefix(id);
+    for name in orch_sandbox::cgroup::names_with_prefix(&prefix) {
+        let tag = &name[prefix.len()..];
+        if !tag.contains('.') && !orch_sandbox::instance::alive(tag) {
+            orch_sandbox::cgroup::kill_and_remove(&name);
+        }
+    }
 }
 
 /// Starts a tool host for an agent `agent` of the run `run` working in `cwd` with
@@ -375,5 +460,44 @@ impl ToolExecutor for HostExecutor {
             }
             Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_names_carry_the_coordinators_instance() {
+        let name = sandbox_name("run 1-agent/x");
+        assert_eq!(name, format!("run_1-agent_x.{}", orch_sandbox::instance::tag()));
+        assert!(name.starts_with(&name_prefix("run 1-agent/x")));
+    }
+
+    #[test]
+    fn recovery_removes_a_dead_coordinators_cgroups_and_keeps_a_live_ones() {
+        if !orch_sandbox::identity::is_root() {
+            eprintln!("needs root: cgroups are root's");
+            return;
+        }
+        let id = format!("t-names-{}", std::process::id());
+        // A coordinator that is gone: a child that exited.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let start = orch_sandbox::instance::start_time(child.id()).unwrap_or_default();
+        let dead = format!("{}{}s{start}", name_prefix(&id), child.id());
+        child.wait().unwrap();
+        let live = sandbox_name(&id);
+        let limits = orch_sandbox::policy::Limits::default();
+        let (Some(dead_cg), Some(live_cg)) = (
+            orch_sandbox::cgroup::Cgroup::create(&dead, &limits),
+            orch_sandbox::cgroup::Cgroup::create(&live, &limits),
+        ) else {
+            eprintln!("no writable cgroup hierarchy here");
+            return;
+        };
+        kill_dead_sandboxes(&id);
+        assert!(dead_cg.dirs().iter().all(|d| !d.exists()), "the dead run's cgroup is left");
+        assert!(live_cg.dirs().iter().all(|d| d.exists()), "the live run's cgroup was removed");
+        live_cg.remove();
     }
 }

@@ -158,6 +158,15 @@ fn kill_orphans_now() -> usize {
     killed
 }
 
+/// The coordinator's last step before it exits: stops the tool host zygote and waits
+/// for it, then kills and reaps whatever a dead tool host left. No process of orch's
+/// outlives it, so none is re-parented out of its tree (to a subreaper above it, or
+/// init).
+pub fn at_exit() {
+    crate::zygote::stop();
+    kill_orphans_now();
+}
+
 /// Runs kill passes on every `SIGCHLD` and every second until `stop` is cancelled.
 pub fn spawn_reaper(stop: CancellationToken) {
     let mut child = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();

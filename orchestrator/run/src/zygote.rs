@@ -78,6 +78,20 @@ fn current() -> Option<Arc<Zygote>> {
     }
 }
 
+/// Stops the zygote, if one runs, and waits for it: called once the coordinator's last
+/// tool host has stopped (see [`crate::reap::at_exit`]), so the zygote never outlives
+/// the coordinator and leaves its tree. Later hosts would start with `exec`.
+pub fn stop() {
+    let running = std::mem::replace(&mut *state(), State::Off);
+    if let State::Running(zygote) = running {
+        let pid = zygote.pid();
+        // The last reference: dropping it kills the zygote and reaps it. A host still
+        // starting holds another, and drops it when it is done.
+        drop(zygote);
+        tracing::debug!(pid, "tool host zygote stopped");
+    }
+}
+
 /// Stops using the zygote after it failed.
 fn give_up(error: &std::io::Error) {
     let mut state = state();

@@ -95,7 +95,11 @@ impl Zygote {
             command.pre_exec(move || {
                 let result =
                     if fd == ZYGOTE_FD { libc::fcntl(fd, libc::F_SETFD, 0) } else { libc::dup2(fd, ZYGOTE_FD) };
-                if result < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+                if result < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // Only 0-2 and its socket reach the zygote.
+                crate::fds::cloexec_all_but(&[ZYGOTE_FD])
             });
         }
         let process = command.spawn()?;
@@ -239,7 +243,7 @@ pub fn serve(fd: RawFd, host: impl Fn(String) -> i32) -> i32 {
             eprintln!("error: the tool host zygote lost its socket: {e}");
             return 1;
         }
-        let answer = fork_host(&socket, &fds, &body, &host);
+        let answer = fork_host(&fds, &body, &host);
         body.fill(0);
         std::hint::black_box(&body);
         drop(fds);
@@ -298,12 +302,7 @@ struct CloneArgs {
 
 /// Forks the host of one request; in the parent, returns its pidfd and pid. The child
 /// never returns.
-fn fork_host(
-    socket: &UnixStream,
-    fds: &[OwnedFd],
-    body: &[u8],
-    host: &impl Fn(String) -> i32,
-) -> io::Result<(OwnedFd, i32)> {
+fn fork_host(fds: &[OwnedFd], body: &[u8], host: &impl Fn(String) -> i32) -> io::Result<(OwnedFd, i32)> {
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: (libc::CLONE_PARENT | libc::CLONE_PIDFD) as u64,
@@ -325,7 +324,7 @@ fn fork_host(
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
-        let code = child(socket, fds, body, host);
+        let code = child(fds, body, host);
         std::process::exit(code);
     }
     // SAFETY: clone3 wrote a new descriptor of this process into `pidfd`.
@@ -335,21 +334,20 @@ fn fork_host(
 
 /// In the forked child: the pipes on 0, 1 and 2, the request's environment and
 /// directory, then `host`.
-fn child(socket: &UnixStream, fds: &[OwnedFd], body: &[u8], host: &impl Fn(String) -> i32) -> i32 {
-    // SAFETY: closing the zygote's socket, which the child must not keep, and putting
-    // the pipes it was sent on the standard descriptors; the child has one thread.
+fn child(fds: &[OwnedFd], body: &[u8], host: &impl Fn(String) -> i32) -> i32 {
+    // SAFETY: putting the pipes it was sent on the standard descriptors; the child has
+    // one thread.
     unsafe {
-        libc::close(socket.as_raw_fd());
         for (target, fd) in fds.iter().enumerate() {
             if libc::dup2(fd.as_raw_fd(), target as RawFd) < 0 {
                 return 126;
             }
         }
-        for fd in fds {
-            if fd.as_raw_fd() > 2 {
-                libc::close(fd.as_raw_fd());
-            }
-        }
+    }
+    // The host keeps 0-2 only: the request's pipes (now duplicated), the zygote's
+    // socket and anything else the zygote held are closed (see `crate::fds`).
+    if crate::fds::close_all_but(&[]).is_err() {
+        return 126;
     }
     let request: Request = match serde_json::from_slice(body) {
         Ok(r) => r,

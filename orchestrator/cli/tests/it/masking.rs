@@ -139,3 +139,69 @@ fn containers_hide_denied_paths_from_bash() {
     let image = std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:tools".into());
     masked_run("t-mask-ct", &format!("{{ backend: container, image: \"{image}\" }}"));
 }
+
+/// Git inside the sandbox sees the masked paths as unchanged (not deleted), and no
+/// commit, patch, branch or integration deletes or changes them: the agent runs `git
+/// status`, `git add -A && git commit` (its git cannot commit: its repository is
+/// read-only) and deletes what it can reach; orch's own commit takes the masked paths
+/// from the base.
+fn masked_git_run(run_id: &str, sandbox: &str) {
+    let env = format!("TOKEN={SECRET}\n");
+    let fx = Fixture::new(
+        run_id,
+        &[
+            (".claude/settings.json", SETTINGS),
+            ("secrets/k", &env),
+            ("secrets/deep/k2", &env),
+            ("README.md", "hello readme\n"),
+        ],
+    );
+    let workflow = WORKFLOW.replace("{sandbox}", sandbox) + "integrate: squash\n";
+    let script = r#"
+version: 1
+agents:
+  a:
+    - tool_calls: [{ name: Bash, input: { command: "echo status-begin; git status --porcelain; echo status-end" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo made > new.txt; git add -A && git -c user.name=a -c user.email=a@a commit -q -m x; echo commit=$?; rm -rf secre?s; true" } }]
+    - tool_calls: [{ name: Bash, input: { command: "echo status2-begin; git status --porcelain; echo status2-end" } }]
+    - text: Done.
+  synthesis:
+    - text: Summary.
+"#;
+    let run = fx.run(&workflow, script, &[]);
+    run.expect_code(0);
+    let results = run.tool_results("a");
+    for (begin, end) in [("status-begin", "status-end"), ("status2-begin", "status2-end")] {
+        let out = &results.iter().find(|(_, _, o)| o.contains(begin)).unwrap().2;
+        let status = &out[out.find(begin).unwrap() + begin.len()..out.find(end).unwrap()];
+        assert!(!status.contains("secrets"), "git in the sandbox sees the masked paths changed:\n{out}");
+    }
+    assert!(results[1].2.contains("commit="), "{results:#?}");
+    // The branch, the patch and the integration keep the masked files as the base has
+    // them, and hold the agent's own work.
+    for branch in [fx.branch("a"), fx.branch("integration")] {
+        assert_eq!(fx.show(&branch, "secrets/k"), env, "{branch}");
+        assert_eq!(fx.show(&branch, "secrets/deep/k2"), env, "{branch}");
+        assert_eq!(fx.show(&branch, "new.txt"), "made\n", "{branch}");
+    }
+    let patch = std::fs::read_to_string(run.out.join(run.agent("a")["patch"].as_str().unwrap())).unwrap();
+    assert!(!patch.contains("secrets"), "{patch}");
+    let changed = run.agent("a")["changed_files"].to_string();
+    assert!(!changed.contains("secrets"), "{changed}");
+    assert_eq!(std::fs::read_to_string(fx.repo.join("secrets/k")).unwrap(), env);
+}
+
+#[test]
+fn landlock_masks_stay_intact_in_git() {
+    masked_git_run("t-mask-git-ll", "{ backend: landlock }");
+}
+
+#[test]
+fn container_masks_stay_intact_in_git() {
+    if std::env::var("ORCH_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("ORCH_SKIP_DOCKER_TESTS=1: skipping the container masking test");
+        return;
+    }
+    let image = std::env::var("ORCH_TEST_IMAGE").unwrap_or_else(|_| "orch-test:tools".into());
+    masked_git_run("t-mask-git-ct", &format!("{{ backend: container, image: \"{image}\" }}"));
+}

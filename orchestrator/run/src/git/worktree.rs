@@ -14,6 +14,7 @@
 //! directory and uses the index in the worktree's admin dir, all from its own records.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
@@ -39,6 +40,28 @@ pub struct Worktree {
     /// What its changes are measured against: the run's base, or with `base: needs`
     /// the merge of what it needs (then its patch holds only its own work).
     start: Oid,
+}
+
+/// The file of an agent's admin dir that lists its masked paths (NUL-separated,
+/// relative to the checkout); see [`Worktree::keep_masked`].
+const MASKED_FILE: &str = "orch-masked";
+
+/// `GIT_INDEX_ENTRY_SKIP_WORKTREE`, in an index entry's extended flags.
+const SKIP_WORKTREE: u16 = 1 << 14;
+
+/// The mode of a gitlink (a submodule's commit) in a tree or an index.
+const MODE_GITLINK: i32 = 0o160000;
+
+/// `path` with the characters libgit2's pathspec treats as a pattern escaped.
+fn escape_glob(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    for &b in path {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
 }
 
 /// The ref of an agent's repository that records its start when it is not the run's
@@ -236,6 +259,12 @@ impl Worktree {
         let filters = self.clone.base_has_attributes(&repo)?;
         let before: Vec<IndexEntry> = index.iter().collect();
         let left = capture::capture(&repo, &mut index, &self.checkout, max_file_size, filters)?;
+        // Whatever the checkout shows there (a mask's empty mount, a change), the masked
+        // paths are committed as the start has them.
+        let masked = self.masked()?;
+        if !masked.is_empty() {
+            self.masked_from_start(&repo, &mut index, &masked)?;
+        }
         let skipped = left.nested;
         if !skipped.is_empty() {
             tracing::warn!(worktree = %self.checkout.display(), ?skipped, "left nested repositories out of the commit");
@@ -269,6 +298,96 @@ impl Worktree {
         self.publish(&repo)?;
         let files = self.changes(&self.clone.inner.open()?)?;
         Ok(Some(CommitInfo { commit: commit.to_string(), branch: self.branch.clone(), files, skipped, too_large }))
+    }
+
+    /// Keeps `masked` (paths in the checkout that the agent's sandbox hides, see
+    /// `crate::masks`) as the start has them: recorded in the admin dir, where every
+    /// later commit reads them (recovery's too), and marked skip-worktree in the
+    /// worktree's index, so the agent's git shows them unchanged, not deleted, and
+    /// `git add -A` leaves them alone. The agent cannot write either file.
+    pub async fn keep_masked(&self, masked: &[PathBuf]) -> Result<()> {
+        let rel: Vec<Vec<u8>> = masked
+            .iter()
+            .filter_map(|p| p.strip_prefix(&self.checkout).ok())
+            .map(|p| p.as_os_str().as_bytes().to_vec())
+            .filter(|p| !p.is_empty())
+            .collect();
+        if rel.is_empty() {
+            return Ok(());
+        }
+        let this = self.clone();
+        blocking("mark the masked paths", move || {
+            let list = this.admin.join(MASKED_FILE);
+            fs::write(&list, rel.join(&0u8)).map_err(io_err("write", &list))?;
+            let (repo, mut index) = this.open()?;
+            this.masked_from_start(&repo, &mut index, &rel)?;
+            index.write().git(|| format!("write the index of {}", this.checkout.display()))
+        })
+        .await
+    }
+
+    /// The masked paths recorded by [`Worktree::keep_masked`] (none if there are none).
+    fn masked(&self) -> Result<Vec<Vec<u8>>> {
+        let list = self.admin.join(MASKED_FILE);
+        match fs::read(&list) {
+            Ok(bytes) => Ok(bytes.split(|b| *b == 0).filter(|p| !p.is_empty()).map(<[u8]>::to_vec).collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io_err("read", list)(e)),
+        }
+    }
+
+    /// Replaces whatever `index` holds at or under each of `masked` with the start's
+    /// entries there, marked skip-worktree.
+    fn masked_from_start(&self, repo: &Repository, index: &mut Index, masked: &[Vec<u8>]) -> Result<()> {
+        let under = |path: &[u8], root: &[u8]| {
+            path == root || (path.len() > root.len() && path.starts_with(root) && path[root.len()] == b'/')
+        };
+        let stale: Vec<Vec<u8>> = index.iter().map(|e| e.path).filter(|p| masked.iter().any(|m| under(p, m))).collect();
+        for path in stale {
+            index
+                .remove_path(Path::new(std::ffi::OsStr::from_bytes(&path)))
+                .git(|| "drop a masked path from the index".into())?;
+        }
+        let start = repo.find_commit(self.start).and_then(|c| c.tree()).git(|| "read the start tree".into())?;
+        let mut entries = Vec::new();
+        for root in masked {
+            let Ok(found) = start.get_path(Path::new(std::ffi::OsStr::from_bytes(root))) else { continue };
+            if found.kind() == Some(git2::ObjectType::Tree) {
+                let subtree = repo.find_tree(found.id()).git(|| "read a masked directory".into())?;
+                subtree
+                    .walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+                        if entry.kind() != Some(git2::ObjectType::Tree) {
+                            let mut path = root.clone();
+                            path.push(b'/');
+                            path.extend_from_slice(dir.as_bytes());
+                            path.extend_from_slice(entry.name_bytes());
+                            entries.push((path, entry.filemode(), entry.id()));
+                        }
+                        git2::TreeWalkResult::Ok
+                    })
+                    .git(|| "list a masked directory".into())?;
+            } else {
+                entries.push((root.clone(), found.filemode(), found.id()));
+            }
+        }
+        for (path, mode, id) in entries {
+            let entry = IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: mode as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: SKIP_WORKTREE,
+                path,
+            };
+            index.add(&entry).git(|| "keep a masked path as the start has it".into())?;
+        }
+        Ok(())
     }
 
     /// Files that differ between the base and the branch (what was committed).
@@ -404,9 +523,71 @@ impl Worktree {
         // `core.autocrlf` is pinned off and the run clone has no `info/attributes`. Without
         // such a file, skip them: looking up the attributes of each file costs two
         // `realpath`s of its whole path, a third of the checkout (see BENCHMARKS.md).
-        checkout.disable_filters(!self.clone.base_has_attributes(repo)?);
+        let filters = self.clone.base_has_attributes(repo)?;
+        checkout.disable_filters(!filters);
+        match repo.checkout_tree(tree.as_object(), Some(&mut checkout)) {
+            // A `.gitmodules` libgit2 refuses (an `update = !command`, which it never
+            // runs, or any other value it cannot parse) fails the checkout of every
+            // submodule: check out the rest, and record the submodules as git does
+            // for one not initialised (its commit in the index, an empty directory).
+            // Data in the repository never stops an agent from starting.
+            Err(e) if e.class() == git2::ErrorClass::Submodule => {
+                tracing::debug!(checkout = %self.checkout.display(), "checking out around the submodules: {e}");
+                self.checkout_around_submodules(repo, &tree, &mut index, filters)
+            }
+            other => other.git(|| format!("check out the base into {}", self.checkout.display())),
+        }
+    }
+
+    /// The checkout of `tree` without looking its submodules up: every other path
+    /// through libgit2, then each gitlink as an empty directory and an index entry.
+    fn checkout_around_submodules(
+        &self,
+        repo: &Repository,
+        tree: &git2::Tree<'_>,
+        index: &mut Index,
+        filters: bool,
+    ) -> Result<()> {
+        let mut gitlinks = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.filemode() == MODE_GITLINK {
+                gitlinks.push((format!("{dir}{}", entry.name().unwrap_or_default()).into_bytes(), entry.id()));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .git(|| "list the submodules of the base".into())?;
+        let mut checkout = CheckoutBuilder::new();
+        checkout.force().disable_filters(!filters);
+        // Negative patterns first: libgit2 takes the first pattern that matches.
+        for (path, _) in &gitlinks {
+            let mut spec = b"!".to_vec();
+            spec.extend(escape_glob(path));
+            checkout.path(spec);
+        }
+        checkout.path("*");
         repo.checkout_tree(tree.as_object(), Some(&mut checkout))
-            .git(|| format!("check out the base into {}", self.checkout.display()))
+            .git(|| format!("check out the base into {}", self.checkout.display()))?;
+        index.read(true).git(|| "read the index back".into())?;
+        for (path, id) in gitlinks {
+            let dir = self.checkout.join(std::ffi::OsStr::from_bytes(&path));
+            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            let entry = IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: MODE_GITLINK as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path,
+            };
+            index.add(&entry).git(|| "record a submodule in the index".into())?;
+        }
+        index.write().git(|| format!("write the index of {}", self.checkout.display()))
     }
 
     fn refname(&self) -> String {

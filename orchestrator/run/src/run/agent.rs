@@ -372,6 +372,9 @@ async fn drive(
         egress,
     };
     let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
+    // What the sandbox hides stays as the base has it, for the agent's git and in
+    // every commit (see `Worktree::keep_masked`).
+    worktree.keep_masked(session.masked()).await?;
     report.mcp_failures = session.mcp_failures().to_vec();
     report.timings.host_ms = ms(at);
 

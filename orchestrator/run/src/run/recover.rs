@@ -243,9 +243,7 @@ async fn record_branch(clone: &RunClone, worktree: &Worktree, dir: &Path, entry:
 /// made one). A normal user's tool host stops by itself when its pipe to the dead
 /// coordinator closes, and kills its commands.
 fn kill_leftovers(run_id: &str, agent_id: &str) {
-    if orch_sandbox::identity::is_root() {
-        orch_sandbox::cgroup::kill_and_remove(&crate::host::sandbox_name(&format!("{run_id}-{agent_id}")));
-    }
+    crate::host::kill_dead_sandboxes(&format!("{run_id}-{agent_id}"));
 }
 
 /// Removes orch's containers whose coordinator is gone, when a Docker daemon answers

@@ -289,6 +289,11 @@ impl AgentSession {
         self.sandbox.as_ref().and_then(|s| s.policy.uid)
     }
 
+    /// The paths its sandbox masks (its `Read` denies, see `crate::masks`).
+    pub fn masked(&self) -> &[PathBuf] {
+        self.sandbox.as_ref().map_or(&[], |s| s.policy.masked.as_slice())
+    }
+
     /// The MCP servers the agent could not use (for its report).
     pub fn mcp_failures(&self) -> &[crate::mcp::McpFailure] {
         &self.mcp_failures
