@@ -30,6 +30,7 @@ mod repo_data;
 mod rough_edges;
 mod run;
 mod sandbox_run;
+mod sarif_validator;
 mod signals;
 mod skills;
 mod subagents;
