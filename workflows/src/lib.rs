@@ -24,6 +24,7 @@ mod de;
 mod diagnostic;
 mod duration;
 pub mod extensions;
+mod file_schema;
 pub mod frontmatter;
 mod input;
 mod load;
@@ -39,6 +40,7 @@ pub mod yaml;
 
 pub use diagnostic::{Diagnostic, Location, render_diagnostics};
 pub use duration::{Duration, DurationError};
+pub use file_schema::{WORKFLOW_SCHEMA_ID, workflow_schema};
 pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with};
 pub use plan::{
     AgentSpec, BUILTIN_ROOTS, Builtins, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs,

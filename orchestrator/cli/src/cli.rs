@@ -36,6 +36,10 @@ pub enum Command {
     Exec(Box<ExecArgs>),
     /// Finish a run that was killed: commit its agents' work, fetch it, clean up, report.
     Recover(RecoverArgs),
+    /// Print a JSON Schema: workflow files, report.json, event lines or findings.
+    Schema(SchemaArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -628,6 +632,47 @@ pub struct RecoverArgs {
     /// Author of the commits, `Name <email>` (default: orch).
     #[arg(long, env = "ORCH_AUTHOR", value_parser = parse_author)]
     pub author: Option<(String, String)>,
+}
+
+/// `orch schema NAME`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Which schema.
+    #[arg(value_enum)]
+    pub name: SchemaName,
+}
+
+/// The schemas `orch schema` prints (see `orch_run::schemas`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaName {
+    /// Workflow files (`orch run FILE`).
+    Workflow,
+    /// report.json of a run directory.
+    Report,
+    /// One line of `--json` output.
+    Events,
+    /// One finding of an agent's structured output (`publish:`).
+    Finding,
+}
+
+impl SchemaName {
+    pub fn schema(self) -> orch_run::schemas::Schema {
+        use orch_run::schemas::Schema;
+        match self {
+            SchemaName::Workflow => Schema::Workflow,
+            SchemaName::Report => Schema::Report,
+            SchemaName::Events => Schema::Events,
+            SchemaName::Finding => Schema::Finding,
+        }
+    }
+}
+
+/// `orch completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `orch validate WORKFLOW`.

@@ -29,6 +29,7 @@ pub mod repo_config;
 pub mod run;
 pub mod run_event;
 pub mod sandbox;
+pub mod schemas;
 pub mod secrets;
 pub mod session;
 pub mod settings_permissions;

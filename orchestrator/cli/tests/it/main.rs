@@ -32,6 +32,7 @@ mod rough_edges;
 mod run;
 mod sandbox_run;
 mod sarif_validator;
+mod schemas;
 mod signals;
 mod skills;
 mod subagents;
