@@ -6,8 +6,8 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use orch_run::exit::UsageError;
 use orch_run::options::{
-    ExecOptions, ExecOutput, HostOptions, MergeOptions, ModelSpec, Provider, RunOptions, SandboxSpec,
-    SettingSource, WorkflowModelSpec,
+    ExecOptions, ExecOutput, HostOptions, MergeOptions, ModelSpec, Provider, RunOptions, SandboxSpec, SettingSource,
+    WorkflowModelSpec,
 };
 use orch_run::run::Reporter;
 use orch_sandbox::policy::{Backend, Network};

@@ -178,12 +178,13 @@ pub async fn start(
     if spec.tools.iter().any(|t| t == SKILL_TOOL) && !skill_entries(sources, spec).is_empty() {
         read.extend(sources.skills.root.iter().cloned());
     }
+    let orch_workflows::SandboxSpec { backend, network, image, read: _, write } = &spec.sandbox;
     let sandbox = SandboxSpec {
-        backend: spec.sandbox.backend,
-        network: spec.sandbox.network.mode(),
+        backend: *backend,
+        network: network.mode(),
         read,
-        write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
-        image: spec.sandbox.image.clone(),
+        write: write.iter().map(PathBuf::from).collect(),
+        image: image.clone(),
         source,
     };
     let orch_workflows::PermissionsSpec { mode, allow, deny, ask } = &spec.permissions;
@@ -282,7 +283,8 @@ pub async fn equip(
     }
     if spec.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
         let provider = models.provider.clone();
-        let tool = WebSearchTool::new(provider, &config.agent_id, &config.model, config.timeouts, config.prices.clone());
+        let tool =
+            WebSearchTool::new(provider, &config.agent_id, &config.model, config.timeouts, config.prices.clone());
         session.offer_web_search(tool, models.provider.name()).map_err(usage)?;
     }
     Ok(Equipped { config, subagents: records })

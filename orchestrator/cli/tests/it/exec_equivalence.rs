@@ -101,11 +101,26 @@ fn tool_results(requests: &[RecordedRequest], cwd: &Path) -> Vec<Vec<(bool, Stri
                         }
                         other => other.to_string(),
                     };
-                    (b["is_error"].as_bool().unwrap_or(false), content.replace(&cwd, "<cwd>"))
+                    (b["is_error"].as_bool().unwrap_or(false), skills_dir(&content.replace(&cwd, "<cwd>")))
                 })
                 .collect()
         })
         .collect()
+}
+
+/// `text` with every directory of copied skills (exec's private directory, the run
+/// directory) written as `<skills>`.
+fn skills_dir(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("/skills/") {
+        let start = rest[..at].rfind(|c: char| c.is_whitespace() || c == '"').map_or(0, |i| i + 1);
+        out.push_str(&rest[..start]);
+        out.push_str("<skills>/");
+        rest = &rest[at + "/skills/".len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn leaked(requests: &[RecordedRequest]) -> bool {
@@ -328,7 +343,10 @@ async fn an_agent_file_serves_subagent_type() {
             assert!(o.at(2)[0].1.contains("alpha"), "the helper's Read failed: {o:#?}");
         },
     )
-    .file(".claude/agents/helper.md", "---\nname: helper\ndescription: Reads files.\ntools: Read\n---\nYou read files.\n");
+    .file(
+        ".claude/agents/helper.md",
+        "---\nname: helper\ndescription: Reads files.\ntools: Read\n---\nYou read files.\n",
+    );
     check(case).await;
 }
 
@@ -343,7 +361,10 @@ async fn a_repository_skill_loads_alike() {
             assert!(!is_error && content.contains("WAVE-TWICE"), "the skill did not load: {o:#?}");
         },
     )
-    .file(".claude/skills/greet/SKILL.md", "---\nname: greet\ndescription: Greets people.\n---\nWAVE-TWICE, then say hi.\n");
+    .file(
+        ".claude/skills/greet/SKILL.md",
+        "---\nname: greet\ndescription: Greets people.\n---\nWAVE-TWICE, then say hi.\n",
+    );
     check(case).await;
 }
 
