@@ -231,6 +231,13 @@ pub async fn start(
     Ok(Started { session, permissions: listing })
 }
 
+/// What the caller decides of an agent's loop: its `limits` (its own, or what the run
+/// has left of them) and the `setting` its system prompt names (`None`: unattended).
+pub struct LoopOptions {
+    pub limits: Limits,
+    pub setting: Option<Setting>,
+}
+
 /// What [`equip`] made: the loop's configuration, and where the `Agent` tool records
 /// the sub-agents it ran.
 pub struct Equipped {
@@ -239,20 +246,19 @@ pub struct Equipped {
 }
 
 /// The loop configuration of `spec` in its started `session`: model, system prompt
-/// (instructions through the tool host, the `uses:` definition's prompt, the `setting`
-/// it runs in, the skills it is offered), `limits` (its own, or what the run has left of
-/// them), model settings; and the coordinator's tools installed in its pool. The caller
-/// stops the session when this fails.
+/// (instructions through the tool host, the `uses:` definition's prompt, the setting it
+/// runs in, the skills it is offered), limits, model settings; and the coordinator's
+/// tools installed in its pool. The caller stops the session when this fails.
 pub async fn equip(
     sources: &Sources,
     spec: &AgentSpec,
     models: &Models,
-    limits: Limits,
-    setting: Option<Setting>,
+    options: LoopOptions,
     session: &mut AgentSession,
     sink: Arc<dyn EventSink>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<Equipped> {
+    let LoopOptions { limits, setting } = options;
     let model = spec.model.clone().unwrap_or_else(|| models.default_model.clone());
     let mut config = QueryConfig::new(&spec.id, &model);
     config.fallback_model = models.fallback_model.clone();

@@ -20,7 +20,7 @@ use orch_agents::{Event, EventSink, Terminal};
 use orch_workflows::extensions::HookSettings;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Models, Place, Sources};
+use crate::agent::{LoopOptions, Models, Place, Sources};
 use crate::exit::{Code, UsageError};
 use crate::options::{ExecOptions, ExecOutput, SettingSource};
 use crate::repo_config::{RepoConfig, Trust};
@@ -110,9 +110,8 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     if let Some(uid) = session.sandbox_uid() {
         share_results(results_dir.path(), &big_results, uid)?;
     }
-    let setting = args.attended.then_some(Setting::Terminal);
-    let equipped =
-        crate::agent::equip(&sources, &spec, &models, spec.limits, setting, &mut session, sink.clone(), &cancel).await;
+    let options = LoopOptions { limits: spec.limits, setting: args.attended.then_some(Setting::Terminal) };
+    let equipped = crate::agent::equip(&sources, &spec, &models, options, &mut session, sink.clone(), &cancel).await;
     let equipped = match equipped {
         Ok(equipped) => equipped,
         Err(e) => {

@@ -16,7 +16,7 @@ use super::events::{AgentSink, Transcript};
 use super::output::OutputSchema;
 use super::report::{AgentReport, AgentStatus, ChangedFile, TooLargeFile};
 use super::{Shared, StopReason};
-use crate::agent::{Models, Place, max_disk};
+use crate::agent::{LoopOptions, Models, Place, max_disk};
 use crate::git::{CommitInfo, Worktree, safe_name};
 use crate::options::SettingSource;
 use crate::run_event::{RunEvent, RunStep};
@@ -306,10 +306,9 @@ async fn drive(
             prices: shared.prices.clone(),
         };
         // Its own limits, capped by what the run has left.
-        let limits = shared.meter.cap(spec.limits);
+        let options = LoopOptions { limits: shared.meter.cap(spec.limits), setting: None };
         let equipped =
-            crate::agent::equip(&shared.sources, spec, &models, limits, None, &mut session, sink.clone(), cancel)
-                .await?;
+            crate::agent::equip(&shared.sources, spec, &models, options, &mut session, sink.clone(), cancel).await?;
         let Some(pool) = session.pool() else {
             return Err(crate::error::Error::Message(format!("the tool pool of `{}` is missing", spec.id)));
         };
