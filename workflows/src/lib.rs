@@ -51,7 +51,7 @@ pub use plan::{
 pub use schema::{
     Agent, Allowlist, Backend, Base, DEFAULT_TOOLS, Defaults, Expect, ForEach, Input, Integrate, IntegrateMode,
     KNOWN_TOOLS, Limits, ModelSettings, Network, NetworkSetting, Output, PermissionMode, Permissions, SandboxConfig,
-    Synthesis, SynthesisStrategy, WORKFLOW_KEYS, Workflow, is_known_tool,
+    Synthesis, SynthesisStrategy, Thinking, WORKFLOW_KEYS, Workflow, is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

@@ -2,6 +2,7 @@
 //! [`options`]) from the binary and runs workflows (`run`), ad-hoc agents (`exec`) and
 //! the tool host; it knows nothing of the command-line syntax or of terminals.
 
+pub mod agent;
 pub mod agent_prompt;
 pub mod changes;
 pub mod clock;

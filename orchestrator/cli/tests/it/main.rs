@@ -8,6 +8,7 @@ mod containment;
 mod descriptors;
 mod examples;
 mod exec;
+mod exec_equivalence;
 mod exec_session;
 mod exec_skills;
 mod github_workflows;

@@ -316,6 +316,19 @@ pub struct ChangedFile {
     pub kind: String,
 }
 
+impl ChangedFile {
+    /// A file that differs between two trees, as the report lists it.
+    pub fn of(change: &crate::git::FileChange) -> ChangedFile {
+        let kind = match change.kind {
+            crate::git::ChangeKind::Added => "added",
+            crate::git::ChangeKind::Modified => "modified",
+            crate::git::ChangeKind::Deleted => "deleted",
+            crate::git::ChangeKind::TypeChanged => "type_changed",
+        };
+        ChangedFile { path: change.path.clone(), kind: kind.into() }
+    }
+}
+
 /// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
 /// and the hosts it was denied. Host names come from the sandbox: code spans.
 fn network_lines(md: &mut String, r: &RunReport) {
