@@ -58,7 +58,12 @@ fn main() -> std::process::ExitCode {
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
         cli::Command::Schema(args) => return print_data(&args.name.schema().json()),
         cli::Command::Completions(args) => {
-            let mut command = <cli::Cli as clap::CommandFactory>::command();
+            let full = <cli::Cli as clap::CommandFactory>::command();
+            // clap_complete offers hidden subcommands too: orch's internal ones stay out.
+            let mut command = clap::Command::new("orch")
+                .version(env!("CARGO_PKG_VERSION"))
+                .args(full.get_arguments().cloned())
+                .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
             let mut script = Vec::new();
             clap_complete::generate(args.shell, &mut command, "orch", &mut script);
             return write_stdout(&script);

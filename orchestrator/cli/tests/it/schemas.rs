@@ -1,6 +1,6 @@
 //! `orch schema NAME` prints the committed schemas of `workflows/schemas/`, and what
 //! orch writes follows them: a run's report.json and every `--json` line (a run with
-//! tool calls, an edit, a denied call and synthesis), and a failed run's report.
+//! tool calls, an edit, a denied call and synthesis), and a failed run's report. `orch completions SHELL` too.
 
 use std::path::Path;
 
@@ -74,4 +74,19 @@ agents:
     let mut wrong = run.report.clone();
     wrong["status"] = Value::from("exploded");
     assert!(!errors(&report, &wrong).is_empty());
+}
+
+#[test]
+fn completions_name_the_subcommands_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = orch().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
+        let script = String::from_utf8_lossy(&out.stdout);
+        for word in ["run", "exec", "recover", "schema"] {
+            assert!(script.contains(word), "{shell}: no `{word}` in the script");
+        }
+        assert!(!script.contains("__tool-host"), "{shell}: a hidden command is offered");
+    }
+    let out = orch().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
