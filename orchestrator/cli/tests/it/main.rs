@@ -5,6 +5,7 @@
 mod ci;
 mod cli_output;
 mod containment;
+mod crash_points;
 mod descriptors;
 mod examples;
 mod exec;

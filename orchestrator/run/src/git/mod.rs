@@ -64,7 +64,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use capture::DEFAULT_MAX_FILE_SIZE;
-pub use clone::{CLONE_DIR, Removal, RunClone};
+pub use clone::{CHECKOUTS_DIR, CLONE_DIR, REPOS_DIR, Removal, RunClone, remove_partial_clone};
 pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
 pub use merge::{Integrand, IntegrationMode, MergeOutcome, NeedsConflict};
 pub use names::{safe_name, validate_run_id};

@@ -208,6 +208,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
+    // The run id, for `orch recover` when the run is killed before it has a report.
+    if let Err(e) = std::io::Write::write_all(&mut &*run_lock, run_id.as_bytes()) {
+        tracing::warn!("cannot write the run id into {}: {e}", run_dir.join(recover::LOCK_FILE).display());
+    }
     let at = Instant::now();
     let base = resolve_base(&repo, &args.base)?;
     let clone = RunClone::create(&repo, &run_dir, &base, &run_id).await.map_err(|e| match e {
@@ -217,6 +221,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
     })?;
     let clone_ms = ms(at);
+    crate::fail_point::hit("clone-created");
     let resume_from = selection.carry_into(&clone);
     // The trust rule: in a pull-request run, the base ref's definitions, skills and
     // commands; otherwise the run's base commit.
@@ -312,6 +317,13 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         publish: None,
     };
 
+    // What `orch recover` starts from if the run is killed before dispatch.
+    let mut first = report.clone();
+    (first.status, first.exit_code, first.partial) = (RunStatus::Running, recover::KILLED, true);
+    if let Err(e) = report::write(&run_dir, &first) {
+        tracing::warn!("cannot write the first report: {e}");
+    }
+
     let mut setup_failed = None;
     let at = Instant::now();
     if !plan.setup.is_empty() {
@@ -370,6 +382,11 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let at = Instant::now();
     integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
+    crate::fail_point::hit("integrated");
+    // Killed from here on, the run is finished by `orch recover` from this record.
+    if let Err(e) = recover::begin_teardown(&run_dir, &report) {
+        tracing::warn!("cannot write the teardown record: {e}");
+    }
     match clone.remove().await {
         Ok(crate::git::Removal::Removed) => {}
         Ok(crate::git::Removal::Kept { worktrees }) => {
@@ -380,8 +397,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
 
     // Emptied as each sandbox was torn down.
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
-    drop(run_lock);
-    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    crate::fail_point::hit("removed-clone");
     shared.reporter.finish();
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
@@ -394,6 +410,9 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         code
     };
     publish(&report, args.junit.as_deref(), github.as_ref())?;
+    // The final report is written: nothing is left to recover.
+    drop(run_lock);
+    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
     finish_output(&args, &report)?;
     Ok(code)
 }
@@ -436,6 +455,7 @@ pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
 pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Result<()> {
     report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
     report::remove_journal(dir);
+    recover::end_teardown(dir);
     if let Err(e) = html::write(dir, report) {
         eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
     }

@@ -595,7 +595,9 @@ pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
     use std::io::Write;
     let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?.write_all(&line)
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?;
+    file.write_all(&line)?;
+    file.sync_data()
 }
 
 /// Removes the journal once the final report holds everything in it.
@@ -610,7 +612,7 @@ pub fn remove_journal(dir: &Path) {
 /// Lays the journal's agents over a report in progress: an agent that ended replaces
 /// its `running`, `pending` or interrupted entry. A line cut short by a crash is
 /// skipped.
-fn overlay_journal(dir: &Path, report: &mut RunReport) {
+pub(crate) fn overlay_journal(dir: &Path, report: &mut RunReport) {
     let Ok(text) = std::fs::read(dir.join(JOURNAL)) else { return };
     let mut at: std::collections::HashMap<String, usize> =
         report.agents.iter().enumerate().map(|(i, a)| (a.id.clone(), i)).collect();
@@ -639,10 +641,29 @@ pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
     write_atomic(&dir.join("report.md"), markdown(report).as_bytes())
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+/// Writes `bytes` to `path` through `<path>.tmp`: written, flushed to disk (`fsync`),
+/// renamed over `path`, and the directory flushed, so after a crash or a power cut
+/// `path` holds the old bytes or the new ones, never part of either. A write that fails
+/// (a full disk) leaves `path` as it was and removes the temporary file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
 
 /// The columns of `report.md`'s agent table.
