@@ -30,6 +30,7 @@ mod reliability;
 mod repo_data;
 mod rough_edges;
 mod run;
+mod run_id_lock;
 mod sandbox_run;
 mod signals;
 mod skills;

@@ -198,6 +198,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let prices = provider::prices(&model_args)?;
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
+    // One run per run id, as one run per run directory (`run.lock` below).
+    let run_id_lock = recover::hold_run_id(&run_id)?;
     let repo = match &args.repo {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -413,6 +415,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // The final report is written: nothing is left to recover.
     drop(run_lock);
     let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    drop(run_id_lock);
     finish_output(&args, &report)?;
     Ok(code)
 }

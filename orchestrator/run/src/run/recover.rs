@@ -75,6 +75,79 @@ pub fn hold_lock(run_dir: &Path) -> crate::error::Result<Flock<File>> {
     }
 }
 
+/// The lock of a run id, held for the life of the run that uses it (see
+/// [`hold_run_id`]); removed when dropped.
+pub struct RunIdLock {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Drop for RunIdLock {
+    fn drop(&mut self) {
+        // Still locked here: a run that opens the file now finds it gone and retries.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Where run id locks live: `$XDG_STATE_HOME/orch/run-ids`, else
+/// `~/.local/state/orch/run-ids`, else a directory of this user under the temporary
+/// directory.
+fn run_id_dir() -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    env("XDG_STATE_HOME")
+        .map(|d| d.join("orch"))
+        .or_else(|| env("HOME").map(|h| h.join(".local/state/orch")))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("orch-{}", nix::unistd::getuid())))
+        .join("run-ids")
+}
+
+/// Takes the lock of `run_id` (`flock` on `run-ids/<run_id>.lock` in orch's state
+/// directory, released by the kernel if the process dies): one run per run id, so
+/// branch, cgroup and container names of two runs cannot collide and one run's end
+/// cannot clean up another's. Fails when another run holds it.
+pub fn hold_run_id(run_id: &str) -> crate::error::Result<RunIdLock> {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    crate::git::validate_run_id(run_id).map_err(|e| UsageError(e.to_string()))?;
+    let dir = run_id_dir();
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the directory of run id locks {}", dir.display()))?;
+    let path = dir.join(format!("{run_id}.lock"));
+    loop {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+        let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = std::fs::read_to_string(&path).ok().filter(|p| !p.trim().is_empty());
+                let holder = holder.map(|p| format!(" (process {})", p.trim())).unwrap_or_default();
+                return Err(UsageError(format!(
+                    "the run id `{run_id}` is in use by another orch run{holder}, which holds {}; pass another \
+                     --run-id, or wait for that run to end",
+                    path.display()
+                ))
+                .into());
+            }
+            Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.display())),
+        };
+        // The run that held it may have removed the file between our open and our lock.
+        let same = match (lock.metadata(), std::fs::metadata(&path)) {
+            (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let _ = lock.set_len(0);
+        let _ = (&*lock).write_all(std::process::id().to_string().as_bytes());
+        return Ok(RunIdLock { path, _lock: lock });
+    }
+}
+
 /// Whether the run in `dir` ended without its final report: no report (or one cut
 /// short) next to a run clone, a lock file or a teardown record, a report still
 /// `running`, or the partial report of an interrupt.
