@@ -11,6 +11,7 @@ mod examples;
 mod exec;
 mod exec_session;
 mod exec_skills;
+mod full_disk;
 mod hooks;
 mod hooks_fail_closed;
 mod instructions;

@@ -104,6 +104,9 @@ pub enum GitError {
     /// A libgit2 operation failed.
     #[error("git: cannot {action}: {source}")]
     Git { action: String, source: git2::Error },
+    /// A libgit2 write failed on a full disk (libgit2 itself may say only "no error").
+    #[error("git: cannot {action}: {note}")]
+    Full { action: String, note: String },
     /// The blocking task running a git operation did not finish.
     #[error("a git task did not finish ({0}); this is a bug in orch, please report it")]
     Task(String),

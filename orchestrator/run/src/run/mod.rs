@@ -36,6 +36,7 @@ mod render;
 mod render_snapshots;
 pub mod report;
 mod reporter;
+pub(crate) mod reserve;
 mod schedule;
 mod select;
 mod setup;
@@ -210,6 +211,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
+    let reserve = reserve::Reserve::take(&run_dir);
     // The run id, for `orch recover` when the run is killed before it has a report.
     if let Err(e) = std::io::Write::write_all(&mut &*run_lock, run_id.as_bytes()) {
         tracing::warn!("cannot write the run id into {}: {e}", run_dir.join(recover::LOCK_FILE).display());
@@ -385,16 +387,23 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
     crate::fail_point::hit("integrated");
-    // Killed from here on, the run is finished by `orch recover` from this record.
-    if let Err(e) = recover::begin_teardown(&run_dir, &report) {
-        tracing::warn!("cannot write the teardown record: {e}");
-    }
-    match clone.remove().await {
-        Ok(crate::git::Removal::Removed) => {}
-        Ok(crate::git::Removal::Kept { worktrees }) => {
-            tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
-        }
-        Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+    // Room for the teardown record and the final report, even on a full disk.
+    reserve.release();
+    // Killed from here on, the run is finished by `orch recover` from this record;
+    // without it, the run clone stays for recovery to start from.
+    match recover::begin_teardown(&run_dir, &report) {
+        Ok(()) => match clone.remove().await {
+            Ok(crate::git::Removal::Removed) => {}
+            Ok(crate::git::Removal::Kept { worktrees }) => {
+                tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
+            }
+            Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+        },
+        Err(e) => tracing::warn!(
+            "cannot write {} ({e}); the run clone stays in {} so that `orch recover` can finish the run",
+            recover::TEARDOWN,
+            run_dir.display()
+        ),
     }
 
     // Emptied as each sandbox was torn down.
@@ -456,7 +465,15 @@ pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
 /// Writes a run's final report into `dir`: `report.json` and `report.md` (which replace
 /// the journal), then `report.html` (a warning if it cannot be written).
 pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Result<()> {
-    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    report::write(dir, report).map_err(|e| {
+        let full = reserve::full_note(dir).map(|n| format!("; {n}")).unwrap_or_default();
+        crate::error::Error::Message(format!(
+            "cannot write the final report into {}: {e}{full}; report.json still holds the report written \
+             before (`running` or `partial`); once the problem is fixed, `orch recover {}` completes it",
+            dir.display(),
+            dir.display()
+        ))
+    })?;
     report::remove_journal(dir);
     recover::end_teardown(dir);
     if let Err(e) = html::write(dir, report) {

@@ -219,6 +219,8 @@ fn run_id_in_lock(dir: &Path) -> Option<String> {
 pub async fn recover(dir: &Path, author: &Author) -> crate::error::Result<RunReport> {
     let dir = std::fs::canonicalize(dir).with_context(|| format!("cannot find the run directory {}", dir.display()))?;
     let _lock = hold_lock(&dir)?;
+    // The killed run's room for its last writes is ours now.
+    super::reserve::release(&dir);
     let prior = read_prior(&dir)?;
     let teardown = read_teardown(&dir);
     if let Prior::Read(r) = &prior

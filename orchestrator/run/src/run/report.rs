@@ -656,7 +656,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+        return Err(std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())));
     }
     if let Some(dir) = path.parent()
         && let Ok(dir) = std::fs::File::open(dir)
