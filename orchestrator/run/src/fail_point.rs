@@ -8,8 +8,9 @@
 //!
 //! - `creating-clone`: the run directory and its lock exist, the run clone does not.
 //! - `clone-created`: the run clone is made, no report is written yet.
-//! - `integrated`: every agent ended, their branches are integrated and fetched, and the
-//!   teardown record is not written yet.
+//! - `integrated`: every agent ended and their branches are integrated and fetched; a
+//!   resumed run's superseded branches are not pruned and the teardown record is not
+//!   written yet.
 //! - `removing-clone`: the teardown record is written and the run clone's repository is
 //!   half removed (`repo.git` gone, the agents' repositories and checkouts still there).
 //! - `removed-clone`: the run clone is gone, the final report is not written yet.

@@ -206,3 +206,76 @@ fn a_torn_report_is_rebuilt_or_recovery_fails_naming_it() {
     assert!(stderr.contains("cut short"), "{stderr}");
     assert_eq!(std::fs::read(fx.out.join("report.json")).unwrap(), torn);
 }
+
+/// Crash-and-resume cycles leave one branch per agent: after a resumed run fetched its
+/// branches, the earlier attempts' branches it holds are pruned from the repository
+/// (through a killed run in the middle of the chain), and those its report points to
+/// stay.
+#[test]
+fn a_resumed_run_prunes_the_branches_it_superseded() {
+    const WORKFLOW: &str = r#"
+version: 1
+name: prune
+defaults:
+  tools: [Bash]
+agents:
+  a: { prompt: Work. }
+  b: { prompt: Work., limits: { max_turns: 1 } }
+"#;
+    // `b` stops at its turn limit every time: partial, so every resume reruns it.
+    const SCRIPT: &str = r#"
+version: 1
+agents:
+  a:
+    - tool_calls: [{name: Bash, input: {command: "echo a > a.txt"}}]
+    - text: a done
+  b:
+    - tool_calls: [{name: Bash, input: {command: "echo b >> b.txt"}}]
+    - text: never
+  synthesis:
+    - text: combined
+"#;
+    let fx = Fixture::new("t-prune-1", &[("x.txt", "x\n")]);
+    let workflow = fx.write("workflow.yaml", WORKFLOW);
+    let script = fx.write("script.yaml", SCRIPT);
+    let run = |id: &str, resume: Option<&Path>, fail: Option<&str>| {
+        let out = fx.dir.path().join(id);
+        let mut cmd = orch();
+        cmd.current_dir(fx.dir.path())
+            .arg("run")
+            .arg(&workflow)
+            .args(["--provider", "scripted", "--script"])
+            .arg(&script)
+            .arg("--repo")
+            .arg(&fx.repo)
+            .arg("--out")
+            .arg(&out)
+            .args(["--run-id", id]);
+        if let Some(dir) = resume {
+            cmd.arg("--resume").arg(dir);
+        }
+        if let Some(point) = fail {
+            cmd.env("ORCH_FAIL_POINT", point);
+        }
+        let output = cmd.output().unwrap();
+        (out.clone(), output)
+    };
+    let (first, out) = run("t-prune-1", None, None);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let (second, out) = run("t-prune-2", Some(&first), Some("integrated"));
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(9));
+    let (third, out) = run("t-prune-3", Some(&second), None);
+    let last = Run::from_output(&third, out);
+    last.expect_code(4);
+
+    let mut branches = fx.orch_branches();
+    branches.sort();
+    assert_eq!(branches, ["orch/t-prune-1/a", "orch/t-prune-3/b"], "{:#}", last.report);
+    assert_eq!(fx.show("orch/t-prune-3/b", "b.txt"), "b\nb\nb\n", "the last attempt holds the earlier ones");
+    assert_eq!(last.agent("a")["branch"], "orch/t-prune-1/a");
+    let mut pruned: Vec<&str> =
+        last.report["integration"]["pruned"].as_array().unwrap().iter().filter_map(|b| b.as_str()).collect();
+    pruned.sort();
+    assert_eq!(pruned, ["orch/t-prune-1/b", "orch/t-prune-2/b"]);
+    assert_eq!(report(&second)["status"], "interrupted");
+}

@@ -40,6 +40,7 @@ pub(crate) mod reserve;
 mod schedule;
 mod select;
 mod setup;
+mod supersede;
 mod synthesis;
 
 pub(crate) use events::{Transcript, print_answer, print_json_line};
@@ -319,6 +320,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         totals: Totals::default(),
         timings: report::RunTimings { clone_ms, ..Default::default() },
         publish: None,
+        resume_of: args.resume.as_deref().map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())),
     };
 
     // What `orch recover` starts from if the run is killed before dispatch.
@@ -387,6 +389,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
     crate::fail_point::hit("integrated");
+    if let Some(resumed) = report.resume_of.clone() {
+        let pruned = supersede::prune(clone.user_git_dir().to_path_buf(), resumed, &report).await;
+        report.integration.pruned.extend(pruned);
+    }
     // Room for the teardown record and the final report, even on a full disk.
     reserve.release();
     // Killed from here on, the run is finished by `orch recover` from this record;

@@ -618,6 +618,7 @@ fn blank(dir: &Path, run_id: &str, repo: PathBuf, base: String) -> RunReport {
         agents: Vec::new(),
         synthesis: None,
         publish: None,
+        resume_of: None,
         overlaps: Vec::new(),
         integration: report::IntegrationReport { mode: "branches".into(), ..Default::default() },
         totals: Totals::default(),

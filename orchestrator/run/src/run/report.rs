@@ -56,6 +56,9 @@ pub struct RunReport {
     /// What `publish:` posted to GitHub, or would post (dry run): see `crate::publish`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<Value>,
+    /// The run directory this run resumed (`--resume DIR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_of: Option<PathBuf>,
 }
 
 /// Wall-clock phases of the run, in milliseconds.
@@ -485,7 +488,9 @@ pub struct IntegrationReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `--prune-branches`/`integrate.prune`: agents' branches deleted because the
-    /// integration branch holds their work (never fetched into the repository).
+    /// integration branch holds their work (never fetched into the repository); and
+    /// after `--resume`, earlier runs' branches deleted from the repository because a
+    /// branch of this run holds them (see `supersede.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pruned: Vec<String>,
 }
