@@ -163,7 +163,7 @@ enum Prior {
     Missing,
     /// There, but not a whole report (cut short by a crash or a full disk): why.
     Torn(String),
-    Read(RunReport),
+    Read(Box<RunReport>),
 }
 
 fn read_prior(dir: &Path) -> crate::error::Result<Prior> {
@@ -176,7 +176,7 @@ fn read_prior(dir: &Path) -> crate::error::Result<Prior> {
     if let Err(e) = serde_json::from_slice::<RunReport>(&text) {
         return Ok(Prior::Torn(e.to_string()));
     }
-    Ok(Prior::Read(report::read(dir)?))
+    Ok(Prior::Read(Box::new(report::read(dir)?)))
 }
 
 /// The teardown record of the run in `dir`, if it got that far.
@@ -262,7 +262,7 @@ pub async fn recover(dir: &Path, author: &Author) -> crate::error::Result<RunRep
             }
             if !dir.join(crate::git::REPOS_DIR).exists() && !dir.join(crate::git::CHECKOUTS_DIR).exists() {
                 let prior = match prior {
-                    Prior::Read(r) => Some(r),
+                    Prior::Read(r) => Some(*r),
                     _ => None,
                 };
                 return never_started(&dir, &run_id, prior).await;
@@ -276,7 +276,7 @@ pub async fn recover(dir: &Path, author: &Author) -> crate::error::Result<RunRep
     };
     let mut rebuilt = None;
     let mut report = match prior {
-        Prior::Read(r) => r,
+        Prior::Read(r) => *r,
         Prior::Missing => blank_report(&dir, &run_id, &clone),
         Prior::Torn(why) => {
             let mut r = blank_report(&dir, &run_id, &clone);
