@@ -9,6 +9,7 @@ pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod exit;
+pub mod fail_point;
 pub mod fence;
 pub mod git;
 pub mod hooks_config;

@@ -264,8 +264,15 @@ fn sigkill_then_resume_carries_finished_agents_and_restarts_from_checkpoints() {
         .unwrap();
     let run = Run::from_output(&resumed, out);
     run.expect_code(0);
-    // The first run was recovered: its branches are in the repository.
-    all_work_on_branches(&fx.repo, &fx.run_id);
+    // The first run was recovered: its work is in the repository, `quick` on its own
+    // branch, the others' in the branches of the rerun, which superseded theirs.
+    assert_eq!(git(&fx.repo, &["show", &format!("orch/{}/quick:quick.txt", fx.run_id)]), "q\n");
+    let pruned = run.report["integration"]["pruned"].as_array().cloned().unwrap_or_default();
+    for a in AGENTS {
+        let old = format!("orch/{}/{a}", fx.run_id);
+        assert!(git(&fx.repo, &["branch", "--list", &old]).trim().is_empty(), "{old} was not pruned");
+        assert!(pruned.iter().any(|b| *b == old), "{old} is not in integration.pruned: {pruned:?}");
+    }
     // `quick` had finished: carried over with its branch, not run again.
     let quick = run.agent("quick");
     assert_eq!(quick["status"], "succeeded");

@@ -265,6 +265,7 @@ mod tests {
             timings: Default::default(),
             partial: false,
             publish: None,
+            resume_of: None,
         };
         let md = summary(&report, None);
         let row = md.lines().find(|l| l.starts_with("| `a`")).unwrap();
@@ -304,6 +305,7 @@ mod tests {
             timings: Default::default(),
             partial: false,
             publish: None,
+            resume_of: None,
         }
     }
 

@@ -36,9 +36,11 @@ mod render;
 mod render_snapshots;
 pub mod report;
 mod reporter;
+pub(crate) mod reserve;
 mod schedule;
 mod select;
 mod setup;
+mod supersede;
 mod synthesis;
 
 pub(crate) use events::{Transcript, print_answer, print_json_line};
@@ -192,6 +194,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let prices = provider::prices(&model_args)?;
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
+    // One run per run id, as one run per run directory (`run.lock` below).
+    let run_id_lock = recover::hold_run_id(&run_id)?;
     let repo = match &args.repo {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -201,6 +205,11 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
+    let reserve = reserve::Reserve::take(&run_dir);
+    // The run id, for `orch recover` when the run is killed before it has a report.
+    if let Err(e) = std::io::Write::write_all(&mut &*run_lock, run_id.as_bytes()) {
+        tracing::warn!("cannot write the run id into {}: {e}", run_dir.join(recover::LOCK_FILE).display());
+    }
     let at = Instant::now();
     let base = resolve_base(&repo, &args.base)?;
     let clone = RunClone::create(&repo, &run_dir, &base, &run_id).await.map_err(|e| match e {
@@ -210,6 +219,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
     })?;
     let clone_ms = ms(at);
+    crate::fail_point::hit("clone-created");
     let resume_from = selection.carry_into(&clone);
     // The trust rule: in a pull-request run, the base ref's definitions, skills and
     // commands; otherwise the run's base commit.
@@ -298,7 +308,15 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         totals: Totals::default(),
         timings: report::RunTimings { clone_ms, ..Default::default() },
         publish: None,
+        resume_of: args.resume.as_deref().map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())),
     };
+
+    // What `orch recover` starts from if the run is killed before dispatch.
+    let mut first = report.clone();
+    (first.status, first.exit_code, first.partial) = (RunStatus::Running, recover::KILLED, true);
+    if let Err(e) = report::write(&run_dir, &first) {
+        tracing::warn!("cannot write the first report: {e}");
+    }
 
     let mut setup_failed = None;
     let at = Instant::now();
@@ -358,18 +376,33 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let at = Instant::now();
     integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
-    match clone.remove().await {
-        Ok(crate::git::Removal::Removed) => {}
-        Ok(crate::git::Removal::Kept { worktrees }) => {
-            tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
-        }
-        Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+    crate::fail_point::hit("integrated");
+    if let Some(resumed) = report.resume_of.clone() {
+        let pruned = supersede::prune(clone.user_git_dir().to_path_buf(), resumed, &report).await;
+        report.integration.pruned.extend(pruned);
+    }
+    // Room for the teardown record and the final report, even on a full disk.
+    reserve.release();
+    // Killed from here on, the run is finished by `orch recover` from this record;
+    // without it, the run clone stays for recovery to start from.
+    match recover::begin_teardown(&run_dir, &report) {
+        Ok(()) => match clone.remove().await {
+            Ok(crate::git::Removal::Removed) => {}
+            Ok(crate::git::Removal::Kept { worktrees }) => {
+                tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
+            }
+            Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+        },
+        Err(e) => tracing::warn!(
+            "cannot write {} ({e}); the run clone stays in {} so that `orch recover` can finish the run",
+            recover::TEARDOWN,
+            run_dir.display()
+        ),
     }
 
     // Emptied as each sandbox was torn down.
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
-    drop(run_lock);
-    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    crate::fail_point::hit("removed-clone");
     shared.reporter.finish();
     let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
@@ -382,6 +415,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         code
     };
     publish(&report, args.junit.as_deref(), github.as_ref())?;
+    // The final report is written: nothing is left to recover.
+    drop(run_lock);
+    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    drop(run_id_lock);
     finish_output(&args, &report)?;
     Ok(code)
 }
@@ -422,8 +459,17 @@ pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
 /// Writes a run's final report into `dir`: `report.json` and `report.md` (which replace
 /// the journal), then `report.html` (a warning if it cannot be written).
 pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Result<()> {
-    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    report::write(dir, report).map_err(|e| {
+        let full = reserve::full_note(dir).map(|n| format!("; {n}")).unwrap_or_default();
+        crate::error::Error::Message(format!(
+            "cannot write the final report into {}: {e}{full}; report.json still holds the report written \
+             before (`running` or `partial`); once the problem is fixed, `orch recover {}` completes it",
+            dir.display(),
+            dir.display()
+        ))
+    })?;
     report::remove_journal(dir);
+    recover::end_teardown(dir);
     if let Err(e) = html::write(dir, report) {
         eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
     }

@@ -57,6 +57,9 @@ pub struct RunReport {
     /// What `publish:` posted to GitHub, or would post (dry run): see `crate::publish`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<Value>,
+    /// The run directory this run resumed (`--resume DIR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_of: Option<PathBuf>,
 }
 
 /// Wall-clock phases of the run, in milliseconds.
@@ -499,7 +502,9 @@ pub struct IntegrationReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `--prune-branches`/`integrate.prune`: agents' branches deleted because the
-    /// integration branch holds their work (never fetched into the repository).
+    /// integration branch holds their work (never fetched into the repository); and
+    /// after `--resume`, earlier runs' branches deleted from the repository because a
+    /// branch of this run holds them (see `supersede.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pruned: Vec<String>,
 }
@@ -609,7 +614,9 @@ pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
     use std::io::Write;
     let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?.write_all(&line)
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?;
+    file.write_all(&line)?;
+    file.sync_data()
 }
 
 /// Removes the journal once the final report holds everything in it.
@@ -624,7 +631,7 @@ pub fn remove_journal(dir: &Path) {
 /// Lays the journal's agents over a report in progress: an agent that ended replaces
 /// its `running`, `pending` or interrupted entry. A line cut short by a crash is
 /// skipped.
-fn overlay_journal(dir: &Path, report: &mut RunReport) {
+pub(crate) fn overlay_journal(dir: &Path, report: &mut RunReport) {
     let Ok(text) = std::fs::read(dir.join(JOURNAL)) else { return };
     let mut at: std::collections::HashMap<String, usize> =
         report.agents.iter().enumerate().map(|(i, a)| (a.id.clone(), i)).collect();
@@ -653,10 +660,29 @@ pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
     write_atomic(&dir.join("report.md"), markdown(report).as_bytes())
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+/// Writes `bytes` to `path` through `<path>.tmp`: written, flushed to disk (`fsync`),
+/// renamed over `path`, and the directory flushed, so after a crash or a power cut
+/// `path` holds the old bytes or the new ones, never part of either. A write that fails
+/// (a full disk) leaves `path` as it was and removes the temporary file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())));
+    }
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
 
 /// The columns of `report.md`'s agent table.
