@@ -74,7 +74,7 @@ pub enum StopReason {
     RunLimit(String),
     /// `fail_fast` and this agent failed.
     FailFast(String),
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM or SIGHUP.
     Interrupted(&'static str),
 }
 
@@ -356,8 +356,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         };
         report.agents = schedule::run(&agent::Runner(shared.clone()), env, &plan, dispatch).await;
         report.timings.agents_ms = ms(at);
-        if let Some(code) = interrupts.code() {
-            stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
+        if let Some(reason) = interrupts.reason() {
+            stop.set(reason);
         }
         // A share of the workflow (`--shard`, `--only`) leaves synthesis to `orch merge`.
         let whole = args.shard.is_none() && args.only.is_empty();
