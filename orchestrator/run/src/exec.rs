@@ -213,13 +213,13 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
 
     match args.output_format {
         ExecOutput::Text if !report.text.trim().is_empty() => {
-            crate::run::print_answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
+            args.reporter.answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
         }
-        ExecOutput::Json => print_result(&report, &answer, &run, interrupts.code()),
+        ExecOutput::Json => args.reporter.json_line(&result_line(&report, &answer, &run, interrupts.code())),
         ExecOutput::Text | ExecOutput::StreamJson => {}
     }
     if let Some(reason) = &report.reason {
-        eprintln!("orch: agent {reason}");
+        crate::notice::note(format_args!("agent {reason}"));
     }
     let code = match (&report.status, interrupts.code()) {
         (_, Some(code)) => code,
@@ -269,7 +269,7 @@ fn share_results(parent: &Path, results: &Path, uid: u32) -> crate::error::Resul
 /// `--output-format json`: one object on stdout, in the manner of `claude -p
 /// --output-format json`. One JSON line, as `--json` writes its events: a line that
 /// starts with `{` cannot act as a workflow command, so it needs no fence.
-fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) {
+fn result_line(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) -> serde_json::Value {
     let mut result = serde_json::json!({
         "type": "result",
         "status": report.status.as_str(),
@@ -293,7 +293,7 @@ fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: O
         result["interrupted"] = true.into();
         result["exit_code"] = (code as u8).into();
     }
-    crate::run::print_json_line(&result);
+    result
 }
 
 /// The hooks and MCP servers of the repository around `cwd` (from the base ref in a
@@ -305,7 +305,7 @@ fn extensions(cwd: &std::path::Path, tools: &[String]) -> crate::error::Result<E
         Ok(config) => crate::hooks_config::load(&config, &HookSettings::default(), &BTreeMap::new())
             .map_err(|e| UsageError(format!("{e:#}")))?,
         Err(e) => {
-            eprintln!("orch: no repository hooks or MCP servers: {e}");
+            crate::notice::note(format_args!("no repository hooks or MCP servers: {e}"));
             Extensions::default()
         }
     };
@@ -331,7 +331,7 @@ fn skills(cwd: &Path, dest: &Path) -> crate::error::Result<RunSkills> {
     let config = match RepoConfig::resolve(cwd, &trust) {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("orch: no repository skills: {e}");
+            crate::notice::note(format_args!("no repository skills: {e}"));
             return Ok(RunSkills::default());
         }
     };
@@ -362,7 +362,7 @@ impl EventSink for Tee {
             t.record(&line);
         }
         if self.stream {
-            crate::run::print_json_line(&line);
+            self.reporter.json_line(&line);
         }
     }
 }

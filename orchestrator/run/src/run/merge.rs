@@ -168,17 +168,17 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         None => code,
     };
     publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;
-    eprintln!(
-        "orch: merged {} run directories, {} agents: {}; report: {}",
+    crate::notice::note(format_args!(
+        "merged {} run directories, {} agents: {}; report: {}",
         reports.len(),
         merged.agents.len(),
         super::status_word(merged.status),
         out.join("report.md").display()
-    );
+    ));
     if args.json {
-        events::print_json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
+        args.reporter.json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
     } else if let Some(s) = &merged.synthesis {
-        events::print_answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
+        args.reporter.answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(code)
 }

@@ -41,7 +41,7 @@ mod select;
 mod setup;
 mod synthesis;
 
-pub(crate) use events::{Transcript, print_answer, print_json_line};
+pub(crate) use events::Transcript;
 pub use merge::run as merge;
 pub use reporter::Reporter;
 pub use select::{Shard, assign_shards};
@@ -188,7 +188,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(dir) = args.resume.as_deref()
         && recover::needs_recovery(dir)
     {
-        eprintln!("orch: the run in {} did not finish; recovering it first (as `orch recover` does)", dir.display());
+        crate::notice::note(format_args!(
+            "the run in {} did not finish; recovering it first (as `orch recover` does)",
+            dir.display()
+        ));
         recover::recover(dir, &author).await?;
     }
     let mut selection =
@@ -227,11 +230,11 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let repo_files = agent_defs::load(&config_commit)?;
     let named = repo_files.check(&workflow);
     if !named.is_empty() {
-        eprint!("{}", orch_workflows::render_diagnostics(&named));
-        eprintln!(
-            "orch: the workflow names skills or commands the repository does not have (read from {})",
+        crate::notice::text(orch_workflows::render_diagnostics(&named));
+        crate::notice::note(format_args!(
+            "the workflow names skills or commands the repository does not have (read from {})",
             config_commit.describe()
-        );
+        ));
         return Ok(Code::Usage);
     }
     let agent_files = &repo_files.agents;
@@ -245,7 +248,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
     let skills = agent_defs::RunSkills::copy(&config_commit, repo_files.skills.clone(), &run_dir.join("skills"))?;
-    eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
+    crate::notice::note(format_args!("run {run_id} of `{}`: {}", plan.name, run_dir.display()));
 
     let run_cancel = CancellationToken::new();
     let interrupts = signals::watch(run_cancel.clone())?;
@@ -333,7 +336,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     report.timings.setup_ms = ms(at);
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
-        eprintln!("orch: {why}");
+        crate::notice::note(format_args!("{why}"));
         let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
         report.stopped = Some(why.into());
         report.agents =
@@ -437,7 +440,7 @@ pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Resul
     report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
     report::remove_journal(dir);
     if let Err(e) = html::write(dir, report) {
-        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
+        tracing::warn!("cannot write report.html into {}: {e}", dir.display());
     }
     Ok(())
 }
@@ -505,10 +508,10 @@ fn load_extensions(
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
     if config.is_base_ref() {
-        eprintln!(
-            "orch: pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+        crate::notice::note(format_args!(
+            "pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
             config.describe()
-        );
+        ));
     }
     let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
         .map_err(|e| UsageError(format!("{e:#}")))?;
@@ -529,7 +532,7 @@ fn load_extensions(
     if !bash_agents.is_empty()
         && let Some(note) = crate::settings_permissions::bash_gap_note(denies)
     {
-        eprintln!("orch: {note}");
+        crate::notice::note(format_args!("{note}"));
     }
     Ok((extensions, config))
 }
@@ -568,7 +571,9 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     if base == crate::git::WORKTREE_BASE {
         let commit = crate::git::snapshot_worktree(repo)
             .map_err(|e| UsageError(format!("--base WORKTREE: cannot snapshot the working tree: {e}")))?;
-        eprintln!("orch: agents start from the working tree as it is (commit {commit}, not on any branch)");
+        crate::notice::note(format_args!(
+            "agents start from the working tree as it is (commit {commit}, not on any branch)"
+        ));
         return Ok(commit.to_string());
     }
     if base == "HEAD"
@@ -577,8 +582,8 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     {
         let shown: Vec<&str> = paths.iter().take(3).map(String::as_str).collect();
         let more = if paths.len() > 3 { format!(" and {} more", paths.len() - 3) } else { String::new() };
-        eprintln!(
-            "warning: the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
+        tracing::warn!(
+            "the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
              them; pass --base WORKTREE to start from the working tree as it is",
             paths.len(),
             if paths.len() == 1 { "" } else { "s" },
@@ -758,8 +763,8 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
 /// line with the report. A summary line goes to stderr.
 fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<()> {
     let t = &report.totals;
-    eprintln!(
-        "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
+    crate::notice::note(format_args!(
+        "run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
          report: {}",
         report.run_id,
         status_word(report.status),
@@ -771,9 +776,9 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
         t.turns,
         t.cost_usd,
         report.run_dir.join("report.md").display()
-    );
+    ));
     if args.json {
-        events::print_json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
+        args.reporter.json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
         return Ok(());
     }
     let answer = match (&report.synthesis, report.agents.as_slice()) {
@@ -783,7 +788,7 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
     };
     if !answer.trim().is_empty() {
         // Model text: fenced in GitHub mode, so it cannot act as a workflow command.
-        events::print_answer(answer.trim_end()).context("cannot write the answer to stdout")?;
+        args.reporter.answer(answer.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(())
 }
