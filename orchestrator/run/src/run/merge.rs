@@ -15,7 +15,7 @@ use crate::error::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
-use super::{conclude, events, exit_code, github, publish, synthesis};
+use super::{conclude, events, github, publish, synthesis};
 use crate::exit::{Code, UsageError};
 use crate::options::MergeOptions;
 use crate::{clock, provider, signals, workflow};
@@ -159,7 +159,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         interrupted = interrupts.code();
     }
     merged.agents = agents;
-    let code = exit_code(&merged, false, interrupted);
+    let code = Code::for_run(&merged, false, interrupted);
     conclude(&mut merged, code, clock_start);
     // The merged result is published as `orch run` publishes a whole run.
     merged.publish = None;

@@ -386,7 +386,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     drop(run_lock);
     let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
     shared.reporter.finish();
-    let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    let code = Code::for_run(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     conclude(&mut report, code, clock_start);
     // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
@@ -722,30 +722,6 @@ fn integrate_name(i: IntegrateMode) -> &'static str {
         IntegrateMode::Merge => "merge",
         IntegrateMode::Squash => "squash",
     }
-}
-
-/// The exit code of a finished run (DESIGN.md, "CLI").
-pub(crate) fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
-    if let Some(code) = interrupted {
-        return code;
-    }
-    let counted = || report.agents.iter().filter(|a| !a.continue_on_failure);
-    let synthesis_failed = report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Failed);
-    if counted().any(|a| a.status == AgentStatus::Failed && a.infrastructure) || report.integration.error.is_some() {
-        return Code::Infrastructure;
-    }
-    if setup_failed || synthesis_failed || counted().any(|a| a.status == AgentStatus::Failed) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Cancelled)) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Partial | AgentStatus::Skipped))
-        || report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Partial)
-    {
-        return Code::Partial;
-    }
-    Code::Success
 }
 
 /// The run's status in a few words.
