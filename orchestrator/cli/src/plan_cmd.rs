@@ -30,7 +30,7 @@ fn load(path: &Path) -> Result<Workflow, Code> {
     match config.and_then(|config| orch_run::workflow::load_checked(path, &config)) {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             Err(Code::Usage)
         }
     }
@@ -45,7 +45,7 @@ fn repo_files() -> Option<(RepoFiles, String)> {
     match read {
         Ok(found) => Some(found),
         Err(e) => {
-            eprintln!("warning: the repository's agent files, skills and commands were not read: {e}");
+            say!("warning: the repository's agent files, skills and commands were not read: {e}");
             None
         }
     }
@@ -59,9 +59,9 @@ fn check_names(workflow: &Workflow, files: Option<&(RepoFiles, String)>) -> Opti
     if diagnostics.is_empty() {
         return None;
     }
-    eprint!("{}", orch_workflows::render_diagnostics(&diagnostics));
+    say_raw!("{}", orch_workflows::render_diagnostics(&diagnostics));
     let n = diagnostics.len();
-    eprintln!(
+    say!(
         "orch: the workflow is invalid ({n} error{}; the repository was read from {from})",
         if n == 1 { "" } else { "s" }
     );
@@ -77,10 +77,10 @@ pub fn validate(args: &ValidateArgs) -> Code {
                 return code;
             }
             for warning in orch_workflows::publish::findings_warnings(&workflow) {
-                eprintln!("warning: {}: {warning}", args.workflow.display());
+                say!("warning: {}: {warning}", args.workflow.display());
             }
             let agents = workflow.agents.len();
-            eprintln!(
+            say!(
                 "orch: {} is valid: workflow `{}`, {agents} agent{}",
                 args.workflow.display(),
                 workflow.name,
@@ -89,7 +89,7 @@ pub fn validate(args: &ValidateArgs) -> Code {
             let denies = workflow.agents.iter().flat_map(|a| a.permissions.deny.iter());
             let denies = workflow.defaults.permissions.deny.iter().chain(denies).map(String::as_str);
             if let Some(note) = orch_run::settings_permissions::bash_gap_note(denies) {
-                eprintln!("orch: {note}");
+                say!("orch: {note}");
             }
             Code::Success
         }
@@ -148,10 +148,10 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
     };
     if let Some((files, _)) = &files {
         for id in files.agents.apply_to_plan(&workflow, &mut plan) {
-            eprintln!("warning: agent `{id}` says `uses:`, but no agent definition has that name");
+            say!("warning: agent `{id}` says `uses:`, but no agent definition has that name");
         }
         for e in orch_workflows::commands::apply_to_plan(&files.commands, &mut plan) {
-            eprintln!("warning: {e}");
+            say!("warning: {e}");
         }
         files.skills.apply_to_plan(&mut plan);
     }

@@ -165,13 +165,13 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
 
     match args.output_format {
         ExecOutput::Text if !report.text.trim().is_empty() => {
-            crate::run::print_answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
+            args.reporter.answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
         }
-        ExecOutput::Json => print_result(&report, &answer, &run, interrupts.code()),
+        ExecOutput::Json => args.reporter.json_line(&result_line(&report, &answer, &run, interrupts.code())),
         ExecOutput::Text | ExecOutput::StreamJson => {}
     }
     if let Some(reason) = &report.reason {
-        eprintln!("orch: agent {reason}");
+        crate::notice::note(format_args!("agent {reason}"));
     }
     let code = match (&report.status, interrupts.code()) {
         (_, Some(code)) => code,
@@ -240,7 +240,7 @@ fn share_results(parent: &Path, results: &Path, uid: u32) -> crate::error::Resul
 /// `--output-format json`: one object on stdout, in the manner of `claude -p
 /// --output-format json`. One JSON line, as `--json` writes its events: a line that
 /// starts with `{` cannot act as a workflow command, so it needs no fence.
-fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) {
+fn result_line(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) -> serde_json::Value {
     let mut result = serde_json::json!({
         "type": "result",
         "status": report.status.as_str(),
@@ -264,7 +264,7 @@ fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: O
         result["interrupted"] = true.into();
         result["exit_code"] = (code as u8).into();
     }
-    crate::run::print_json_line(&result);
+    result
 }
 
 /// What the repository around `cwd` configures for its agents, read as `orch run` reads
@@ -275,7 +275,9 @@ fn sources(cwd: &Path, skills_dir: &Path) -> crate::error::Result<Sources> {
     let config = match RepoConfig::resolve(cwd, &trust) {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("orch: no repository settings, hooks, MCP servers, agent files, skills or commands: {e}");
+            crate::notice::note(format_args!(
+                "no repository settings, hooks, MCP servers, agent files, skills or commands: {e}"
+            ));
             return Ok(Sources::none());
         }
     };
@@ -325,7 +327,7 @@ impl EventSink for Tee {
             t.record(&line);
         }
         if self.stream {
-            crate::run::print_json_line(&line);
+            self.reporter.json_line(&line);
         }
     }
 }

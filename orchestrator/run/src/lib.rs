@@ -21,6 +21,7 @@ pub mod mcp_oauth;
 pub mod mcp_oauth_http;
 pub mod mcp_oauth_jwt;
 pub mod mcp_probe;
+pub mod notice;
 pub mod options;
 pub mod provider;
 pub mod proxy;
@@ -39,3 +40,6 @@ pub mod signals;
 pub mod workflow;
 pub mod workflow_trust;
 pub mod zygote;
+
+#[cfg(test)]
+mod tidy;

@@ -102,10 +102,10 @@ pub fn warn_unconfined(source: SettingSource) {
         SettingSource::Flags => "--backend none",
         SettingSource::Workflow => "sandbox.backend: none (in the workflow)",
     };
-    eprintln!(
-        "orch: WARNING: {key}: commands run UNCONFINED, with orch's own user and privileges \
+    crate::notice::note(format_args!(
+        "WARNING: {key}: commands run UNCONFINED, with orch's own user and privileges \
          (no landlock, seccomp, uid drop or limits)"
-    );
+    ));
 }
 
 /// What goes into a policy besides the flags.

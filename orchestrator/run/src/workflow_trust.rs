@@ -34,10 +34,10 @@ pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Lo
         return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
     }
     let Some(rel) = inside(path, config.root()) else {
-        eprintln!(
-            "orch: pull-request run: the workflow {} is outside the repository, so it is used as it is",
+        crate::notice::note(format_args!(
+            "pull-request run: the workflow {} is outside the repository, so it is used as it is",
             path.display()
-        );
+        ));
         return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
     };
     let rel = rel.to_string_lossy().into_owned();
@@ -49,7 +49,7 @@ pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Lo
             config.describe()
         ))
     })?;
-    eprintln!("orch: pull-request run: the workflow `{rel}` comes from {}", config.describe());
+    crate::notice::note(format_args!("pull-request run: the workflow `{rel}` comes from {}", config.describe()));
     let name = format!("{rel} (from {})", config.describe());
     Ok(crate::workflow::load_str_checked(&text, &name, &config)?.map(loaded))
 }

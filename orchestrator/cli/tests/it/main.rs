@@ -26,6 +26,7 @@ mod memory;
 mod network;
 mod permission_settings;
 mod pipelines;
+mod pipes;
 mod publish;
 mod reap;
 mod recipes;

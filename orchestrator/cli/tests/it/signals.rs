@@ -1,7 +1,7 @@
 //! The signal suite (issue 18): whatever signals come, every agent's work ends up
 //! committed on its branch in the user's repository. Agents of the scripted model
 //! write a file, then sit in `sleep`; then the signals come: `timeout -s TERM` (the
-//! process, then its group), SIGINT then SIGTERM 0.1 s apart, three signals, and
+//! process, then its group), SIGINT then SIGTERM 0.1 s apart, three signals, SIGHUP, and
 //! SIGKILL followed by `orch recover` or `orch run --resume`. Each case checks
 //! `git -C <user repo> show orch/<run>/<agent>:work.txt` for every agent, the exit
 //! code, the report and that nothing is left running.
@@ -171,6 +171,18 @@ fn three_signals_lose_no_commit() {
     }
     let run = finish(&fx, child);
     interrupted_report(&run, 143, "SIGTERM", false);
+    all_work_on_branches(&fx.repo, &fx.run_id);
+    assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
+}
+
+/// A closed terminal: SIGHUP is handled as SIGTERM (grace, commits, `interrupted`, 143).
+#[test]
+fn sighup_is_handled_as_sigterm() {
+    let fx = Fixture::new("t-sig-hup", &[("a.txt", "a\n")]);
+    let child = start(&fx, None);
+    signal_at(child.id(), Signal::SIGHUP);
+    let run = finish(&fx, child);
+    interrupted_report(&run, 143, "SIGHUP", false);
     all_work_on_branches(&fx.repo, &fx.run_id);
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }

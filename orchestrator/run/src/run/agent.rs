@@ -196,7 +196,7 @@ fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &Agen
         t.record(&line);
     }
     if shared.json {
-        super::events::print_json_line(&line);
+        shared.reporter.json_line(&line);
     }
 }
 
@@ -345,6 +345,7 @@ fn egress_grant(
         return Err(crate::error::Error::Message(format!("`{id}` has a network allowlist but the run has no proxy")));
     };
     let json = shared.json;
+    let reporter = shared.reporter.clone();
     let sink: crate::proxy::EventSink = Arc::new(move |event: crate::proxy::ProxyEvent| {
         let step = RunStep::Network {
             host: event.host,
@@ -359,7 +360,7 @@ fn egress_grant(
             t.record(&line);
         }
         if json {
-            super::events::print_json_line(&line);
+            reporter.json_line(&line);
         }
     });
     proxy
@@ -390,7 +391,7 @@ async fn converse(
         t.record(&line);
     }
     if sink.json {
-        super::events::print_json_line(&line);
+        sink.reporter.json_line(&line);
     }
     let answer = super::output::ask(shared.provider.as_ref(), pool, config, text, schema, sink, cancel).await;
     report.turns += answer.turns;

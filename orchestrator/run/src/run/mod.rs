@@ -43,7 +43,7 @@ mod setup;
 mod supersede;
 mod synthesis;
 
-pub(crate) use events::{Transcript, print_answer, print_json_line};
+pub(crate) use events::Transcript;
 pub use merge::run as merge;
 pub use reporter::Reporter;
 pub use select::{Shard, assign_shards};
@@ -76,7 +76,7 @@ pub enum StopReason {
     RunLimit(String),
     /// `fail_fast` and this agent failed.
     FailFast(String),
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM or SIGHUP.
     Interrupted(&'static str),
 }
 
@@ -184,7 +184,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(dir) = args.resume.as_deref()
         && recover::needs_recovery(dir)
     {
-        eprintln!("orch: the run in {} did not finish; recovering it first (as `orch recover` does)", dir.display());
+        crate::notice::note(format_args!(
+            "the run in {} did not finish; recovering it first (as `orch recover` does)",
+            dir.display()
+        ));
         recover::recover(dir, &author).await?;
     }
     let mut selection =
@@ -230,11 +233,11 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let repo_files = agent_defs::load(&config_commit)?;
     let named = repo_files.check(&workflow);
     if !named.is_empty() {
-        eprint!("{}", orch_workflows::render_diagnostics(&named));
-        eprintln!(
-            "orch: the workflow names skills or commands the repository does not have (read from {})",
+        crate::notice::text(orch_workflows::render_diagnostics(&named));
+        crate::notice::note(format_args!(
+            "the workflow names skills or commands the repository does not have (read from {})",
             config_commit.describe()
-        );
+        ));
         return Ok(Code::Usage);
     }
     let uses = resolve_uses(&workflow, &repo_files.agents)?;
@@ -247,7 +250,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         uses,
         &run_dir.join("skills"),
     )?;
-    eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
+    crate::notice::note(format_args!("run {run_id} of `{}`: {}", plan.name, run_dir.display()));
 
     let run_cancel = CancellationToken::new();
     let interrupts = signals::watch(run_cancel.clone())?;
@@ -339,7 +342,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     report.timings.setup_ms = ms(at);
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
-        eprintln!("orch: {why}");
+        crate::notice::note(format_args!("{why}"));
         let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
         report.stopped = Some(why.into());
         report.agents =
@@ -362,8 +365,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         };
         report.agents = schedule::run(&agent::Runner(shared.clone()), env, &plan, dispatch).await;
         report.timings.agents_ms = ms(at);
-        if let Some(code) = interrupts.code() {
-            stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
+        if let Some(reason) = interrupts.reason() {
+            stop.set(reason);
         }
         // A share of the workflow (`--shard`, `--only`) leaves synthesis to `orch merge`.
         let whole = args.shard.is_none() && args.only.is_empty();
@@ -404,7 +407,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
     crate::fail_point::hit("removed-clone");
     shared.reporter.finish();
-    let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    let code = Code::for_run(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     conclude(&mut report, code, clock_start);
     // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
@@ -471,7 +474,7 @@ pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Resul
     report::remove_journal(dir);
     recover::end_teardown(dir);
     if let Err(e) = html::write(dir, report) {
-        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
+        tracing::warn!("cannot write report.html into {}: {e}", dir.display());
     }
     Ok(())
 }
@@ -539,10 +542,10 @@ fn load_extensions(
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
     if config.is_base_ref() {
-        eprintln!(
-            "orch: pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+        crate::notice::note(format_args!(
+            "pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
             config.describe()
-        );
+        ));
     }
     let extensions = crate::agent::extensions(&config, repo, &workflow.hooks, &workflow.mcp_servers)?;
     let bash_agents: Vec<&orch_workflows::AgentSpec> = plan
@@ -561,7 +564,7 @@ fn load_extensions(
     if !bash_agents.is_empty()
         && let Some(note) = crate::settings_permissions::bash_gap_note(denies)
     {
-        eprintln!("orch: {note}");
+        crate::notice::note(format_args!("{note}"));
     }
     Ok((extensions, config))
 }
@@ -600,7 +603,9 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     if base == crate::git::WORKTREE_BASE {
         let commit = crate::git::snapshot_worktree(repo)
             .map_err(|e| UsageError(format!("--base WORKTREE: cannot snapshot the working tree: {e}")))?;
-        eprintln!("orch: agents start from the working tree as it is (commit {commit}, not on any branch)");
+        crate::notice::note(format_args!(
+            "agents start from the working tree as it is (commit {commit}, not on any branch)"
+        ));
         return Ok(commit.to_string());
     }
     if base == "HEAD"
@@ -609,8 +614,8 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     {
         let shown: Vec<&str> = paths.iter().take(3).map(String::as_str).collect();
         let more = if paths.len() > 3 { format!(" and {} more", paths.len() - 3) } else { String::new() };
-        eprintln!(
-            "warning: the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
+        tracing::warn!(
+            "the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
              them; pass --base WORKTREE to start from the working tree as it is",
             paths.len(),
             if paths.len() == 1 { "" } else { "s" },
@@ -751,30 +756,6 @@ fn integrate_name(i: IntegrateMode) -> &'static str {
     }
 }
 
-/// The exit code of a finished run (DESIGN.md, "CLI").
-pub(crate) fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
-    if let Some(code) = interrupted {
-        return code;
-    }
-    let counted = || report.agents.iter().filter(|a| !a.continue_on_failure);
-    let synthesis_failed = report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Failed);
-    if counted().any(|a| a.status == AgentStatus::Failed && a.infrastructure) || report.integration.error.is_some() {
-        return Code::Infrastructure;
-    }
-    if setup_failed || synthesis_failed || counted().any(|a| a.status == AgentStatus::Failed) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Cancelled)) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Partial | AgentStatus::Skipped))
-        || report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Partial)
-    {
-        return Code::Partial;
-    }
-    Code::Success
-}
-
 /// The run's status in a few words.
 pub(crate) fn status_word(status: RunStatus) -> &'static str {
     match status {
@@ -790,8 +771,8 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
 /// line with the report. A summary line goes to stderr.
 fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<()> {
     let t = &report.totals;
-    eprintln!(
-        "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
+    crate::notice::note(format_args!(
+        "run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
          report: {}",
         report.run_id,
         status_word(report.status),
@@ -803,9 +784,9 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
         t.turns,
         t.cost_usd,
         report.run_dir.join("report.md").display()
-    );
+    ));
     if args.json {
-        events::print_json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
+        args.reporter.json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
         return Ok(());
     }
     let answer = match (&report.synthesis, report.agents.as_slice()) {
@@ -815,7 +796,7 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
     };
     if !answer.trim().is_empty() {
         // Model text: fenced in GitHub mode, so it cannot act as a workflow command.
-        events::print_answer(answer.trim_end()).context("cannot write the answer to stdout")?;
+        args.reporter.answer(answer.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(())
 }

@@ -632,15 +632,15 @@ pub async fn command(dir: &Path, author: Option<(String, String)>) -> crate::err
     let author = author.map(|(name, email)| Author { name, email }).unwrap_or_else(Author::orch);
     let report = recover(dir, &author).await?;
     let committed = report.agents.iter().filter(|a| a.commit.is_some()).count();
-    eprintln!(
-        "orch: recovered run {}: {committed} agents' work committed, {} branches in the repository; report: {}",
+    crate::notice::note(format_args!(
+        "recovered run {}: {committed} agents' work committed, {} branches in the repository; report: {}",
         report.run_id,
         report.integration.fetched.len(),
         report.run_dir.join("report.md").display()
-    );
+    ));
     Ok(match &report.integration.error {
         Some(problems) => {
-            eprintln!("orch: {problems}");
+            crate::notice::note(format_args!("{problems}"));
             crate::exit::Code::Infrastructure
         }
         None => crate::exit::Code::Success,
