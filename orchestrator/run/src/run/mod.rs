@@ -167,7 +167,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(g) = &github {
         g.mask_secrets();
     }
-    // The trust rule covers the workflow: from the base ref in a pull-request run.
+    // The trust rule covers the workflow: from the trusted ref unless it is checked out.
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let (mut workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
         Ok(loaded) => (loaded.workflow, loaded.untrusted),
@@ -218,8 +218,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     })?;
     let clone_ms = ms(at);
     let resume_from = selection.carry_into(&clone);
-    // The trust rule: in a pull-request run, the base ref's definitions, skills and
-    // commands; otherwise the run's base commit.
+    // The trust rule: the trusted ref's definitions, skills and commands when the
+    // checkout is another commit; otherwise the run's base commit.
     let config_commit = match repo_config.commit() {
         Some((user_repo, commit)) => crate::repo_config::RepoConfig::at_commit(user_repo, commit),
         None => crate::repo_config::RepoConfig::at_commit(clone.git_dir(), clone.base()),
@@ -492,8 +492,8 @@ fn resolve_uses(
     Ok(out)
 }
 
-/// Reads the hooks and MCP servers (repository files from the base ref in a
-/// pull-request run, see [`crate::repo_config`]). That every `mcp__` tool names a
+/// Reads the hooks and MCP servers (repository files from the trusted ref unless it is
+/// checked out, see [`crate::repo_config`]). That every `mcp__` tool names a
 /// configured server was checked when the workflow was loaded
 /// ([`crate::workflow::load_checked`]).
 fn load_extensions(
@@ -504,9 +504,10 @@ fn load_extensions(
 ) -> crate::error::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
-    if config.is_base_ref() {
+    if config.is_trusted_ref() {
         eprintln!(
-            "orch: pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+            "orch: the checked-out commit is not the trusted ref: settings, hooks, MCP servers, agent files, skills \
+             and commands come from {}",
             config.describe()
         );
     }
