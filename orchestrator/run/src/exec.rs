@@ -37,6 +37,13 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let mut config = QueryConfig::new(&args.agent_id, &args.model.model);
     config.fallback_model = args.model.fallback_model.clone();
     config.prices = provider::prices(&args.model)?;
+    let models: Vec<(String, String)> = std::iter::once((args.model.model.clone(), "--model".to_string()))
+        .chain(args.model.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())))
+        .collect();
+    let limit = args.max_cost_usd.map(|_| "--max-cost-usd");
+    for warning in provider::check_prices(&config.prices, &models, limit)? {
+        eprintln!("orch: warning: {warning}");
+    }
     config.limits = Limits {
         max_turns: Some(args.max_turns),
         max_tokens: args.max_tokens,

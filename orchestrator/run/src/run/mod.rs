@@ -157,6 +157,36 @@ async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option
     if agents || setup { crate::proxy::run::RunProxy::start().await.map(Some) } else { Ok(None) }
 }
 
+/// Every model the run may call, with what uses it: each agent's, the synthesis's, the
+/// default and the fallback.
+fn models_used(plan: &Plan, models: &crate::options::ModelSpec) -> Vec<(String, String)> {
+    let mut out = vec![(models.model.clone(), "the run's model".to_string())];
+    out.extend(models.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())));
+    for n in plan.nodes() {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        out.extend(spec.model.iter().map(|m| (m.clone(), format!("agent `{}`", spec.agent))));
+    }
+    out.extend(plan.synthesis.model.iter().map(|m| (m.clone(), "the synthesis".to_string())));
+    out
+}
+
+/// How a cost limit of the run was set, when one was: the run's, or the first agent's.
+fn cost_limit(plan: &Plan) -> Option<String> {
+    if plan.limits.max_cost_usd.is_some() {
+        return Some("the run's `limits.max_cost_usd`".into());
+    }
+    plan.nodes().find_map(|n| {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        spec.limits.max_cost_usd.map(|_| format!("`limits.max_cost_usd` of agent `{}`", spec.agent))
+    })
+}
+
 /// `orch run`.
 pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Many agents, many tool hosts: fork them from one zygote (see `crate::zygote`).
@@ -196,6 +226,9 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let prices = provider::prices(&model_args)?;
+    for warning in provider::check_prices(&prices, &models_used(&plan, &model_args), cost_limit(&plan).as_deref())? {
+        args.reporter.note(&format!("warning: {warning}"));
+    }
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
     let repo = match &args.repo {

@@ -1,0 +1,63 @@
+//! Cost limits hold with unknown prices, through the binary: a limit with a model orch
+//! has no price for refuses to start (exit 2, naming the model and `--prices`) before any
+//! agent runs; with a price given it runs; a misspelled model without a limit gets a
+//! "did you mean" warning.
+
+use crate::support::{Fixture, Run, orch};
+
+const SCRIPT: &str = "version: 1\nagents:\n  a:\n    - text: Done.\n  synthesis:\n    - text: S.\n";
+
+fn workflow(model: &str, limits: &str) -> String {
+    format!(
+        "version: 1\nname: budget\nmodel: {model}\ndefaults:\n  limits: {{ max_turns: 3{limits} }}\nagents:\n  a:\n    prompt: Go.\nintegrate: none\n"
+    )
+}
+
+#[test]
+fn a_cost_limit_with_an_unpriced_model_refuses_to_start() {
+    let fx = Fixture::new("t-budget", &[("f.txt", "f\n")]);
+    let run = fx.run(&workflow("claude-sonet-4-5", ", max_cost_usd: 1"), SCRIPT, &[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("no price for the model `claude-sonet-4-5`"), "{}", run.stderr);
+    assert!(run.stderr.contains("did you mean `claude-sonnet-4`?"), "{}", run.stderr);
+    assert!(run.stderr.contains("--prices FILE"), "{}", run.stderr);
+    assert!(run.report.is_null() && fx.orch_branches().is_empty(), "an agent ran:\n{}", run.stderr);
+
+    // A price for it makes the limit hold, and the run starts.
+    let prices = fx.write("prices.yaml", "claude-sonet-4-5: { input: 3, output: 15 }\n");
+    let run =
+        fx.run(&workflow("claude-sonet-4-5", ", max_cost_usd: 1"), SCRIPT, &["--prices", prices.to_str().unwrap()]);
+    run.expect_code(0);
+
+    // Without a limit the run starts, with a warning naming the likely model.
+    let fx = Fixture::new("t-budget-warn", &[("f.txt", "f\n")]);
+    let run = fx.run(&workflow("claude-haiku-4.5", ""), SCRIPT, &[]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("`claude-haiku-4.5`") && run.stderr.contains("did you mean `claude-haiku-4-5`?"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn exec_max_cost_usd_with_an_unpriced_model_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.yaml");
+    std::fs::write(&script, "version: 1\nagents:\n  main:\n    - text: Hello.\n").unwrap();
+    let out = orch()
+        .current_dir(dir.path())
+        .args(["exec", "--provider", "scripted", "--model", "gpt-4o", "--max-cost-usd", "0.5", "--script"])
+        .arg(&script)
+        .arg("hi")
+        .output()
+        .unwrap();
+    let run = Run::from_output(dir.path(), out);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("--max-cost-usd cannot hold: orch has no price for the model `gpt-4o`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("Hello."), "{}", run.stdout);
+}
