@@ -1,9 +1,13 @@
-//! Cost limits hold with unknown prices, through the binary: a limit with a model orch
-//! has no price for refuses to start (exit 2, naming the model and `--prices`) before any
-//! agent runs; with a price given it runs; a misspelled model without a limit gets a
-//! "did you mean" warning.
+//! Budgets and caps, through the binary: a cost limit with a model orch has no price
+//! for refuses to start (exit 2, naming the model and `--prices`) before any agent runs;
+//! with a price given it runs; a misspelled model without a limit gets a "did you mean"
+//! warning. One answer with 3,000 tool calls runs only the per-turn cap of them, and the
+//! next request stays small.
 
 use crate::support::{Fixture, Run, orch};
+
+use orch_testkit::mock::{MockServer, Step, ToolCall, Turn};
+use serde_json::json;
 
 const SCRIPT: &str = "version: 1\nagents:\n  a:\n    - text: Done.\n  synthesis:\n    - text: S.\n";
 
@@ -60,4 +64,39 @@ fn exec_max_cost_usd_with_an_unpriced_model_refuses_to_start() {
         run.stderr
     );
     assert!(!run.stdout.contains("Hello."), "{}", run.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_3000_tool_calls_runs_only_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a\n").unwrap();
+    let mock = MockServer::start().await;
+    let calls = (0..3000).map(|_| ToolCall::new("Read", json!({"file_path": "a.txt"}))).collect();
+    mock.push_all([Step::Reply(Turn::tools(calls)), Step::text("done")]);
+    let mut cmd = orch();
+    cmd.current_dir(dir.path()).env("ANTHROPIC_API_KEY", "k").env("ANTHROPIC_BASE_URL", mock.url()).args([
+        "exec",
+        "--allow-outside-repo",
+        "--tools",
+        "Read",
+        "go",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let run = Run::from_output(dir.path(), out);
+    run.expect_code(0);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "{}", run.stderr);
+    let next = &requests[1];
+    let messages = next.messages();
+    let uses = messages[1]["content"].as_array().unwrap();
+    assert_eq!(uses.iter().filter(|b| b["type"] == "tool_use").count(), 65, "the cap and the refused call");
+    let results = messages[2]["content"].as_array().unwrap();
+    assert_eq!(results.len(), 65);
+    assert!(results[..64].iter().all(|r| r["is_error"] != true), "{:?}", &results[..2]);
+    let refused = &results[64];
+    assert_eq!(refused["is_error"], true, "{refused}");
+    let text = refused["content"].as_str().unwrap_or_default();
+    assert!(text.contains("3000 tool calls") && text.contains("at most 64"), "{text}");
+    assert!(next.body.len() < 64 * 1024, "the next request is {} bytes", next.body.len());
+    mock.assert_tool_pairing();
 }
