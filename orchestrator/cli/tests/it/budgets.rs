@@ -100,3 +100,25 @@ async fn an_answer_with_3000_tool_calls_runs_only_the_cap() {
     assert!(next.body.len() < 64 * 1024, "the next request is {} bytes", next.body.len());
     mock.assert_tool_pairing();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_stream_is_named_at_once_without_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await;
+    // Were the garbage retried, the second step would answer and the run succeed.
+    mock.push_all([Step::Malformed { turn: Turn::text("hello") }, Step::text("retried")]);
+    let mut cmd = orch();
+    cmd.current_dir(dir.path()).env("ANTHROPIC_API_KEY", "k").env("ANTHROPIC_BASE_URL", mock.url()).args([
+        "exec",
+        "--allow-outside-repo",
+        "go",
+    ]);
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let run = Run::from_output(dir.path(), out);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert_eq!(mock.requests().len(), 1, "the protocol error was retried:\n{}", run.stderr);
+    assert!(run.stderr.contains("bad json"), "{}", run.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(!run.stdout.contains("retried"), "{}", run.stdout);
+}
