@@ -472,6 +472,7 @@ fn stream_error(v: &Value) -> AttemptError {
             retryable: true,
             overloaded: true,
             retry_after: None,
+            refused: false,
         },
         "rate_limit_error" => AttemptError::retryable(ModelError::RateLimited { status: 429, attempts: 1, message }),
         "api_error" | "timeout_error" => AttemptError::retryable(ModelError::Server {

@@ -651,6 +651,7 @@ fn stream_error(error: &Value) -> AttemptError {
             retryable: true,
             overloaded: true,
             retry_after: None,
+            refused: false,
         };
     }
     if status == Some(429) || says(&["rate limit", "rate_limit", "ratelimit", "too many requests"]) {

@@ -122,3 +122,26 @@ async fn a_garbage_stream_is_named_at_once_without_retries() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     assert!(!run.stdout.contains("retried"), "{}", run.stdout);
 }
+
+#[test]
+fn a_refused_connection_fails_in_seconds_naming_the_url_and_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let out = orch()
+        .current_dir(dir.path())
+        .env("ANTHROPIC_API_KEY", "k")
+        .env("ANTHROPIC_BASE_URL", &url)
+        .args(["exec", "--allow-outside-repo", "go"])
+        .output()
+        .unwrap();
+    let run = Run::from_output(dir.path(), out);
+    let took = started.elapsed();
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}:\n{}", run.stderr);
+    assert!(run.stderr.contains(&format!("cannot connect to the model api at {url}")), "{}", run.stderr);
+    assert!(run.stderr.contains("ANTHROPIC_BASE_URL"), "{}", run.stderr);
+    assert!(run.stderr.contains("retr"), "the retries were not shown:\n{}", run.stderr);
+}
