@@ -56,6 +56,13 @@ fn main() -> std::process::ExitCode {
     let command = match cli.command {
         cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
+        cli::Command::Schema(args) => return print_data(&args.name.schema().json()),
+        cli::Command::Completions(args) => {
+            let mut command = <cli::Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command, "orch", &mut script);
+            return write_stdout(&script);
+        }
         cli::Command::ToolHost(args) => return std::process::ExitCode::from(host::host_main(args.options())),
         other => other,
     };
@@ -79,7 +86,10 @@ fn main() -> std::process::ExitCode {
             cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
             cli::Command::Exec(args) => Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?),
             cli::Command::McpClient(args) => Ok(orch_run::mcp_probe::probe(&args.config, &args.calls).await?),
-            cli::Command::Sandbox(_) | cli::Command::ToolHost(_) => Ok(exit::Code::Usage),
+            cli::Command::Sandbox(_)
+            | cli::Command::ToolHost(_)
+            | cli::Command::Schema(_)
+            | cli::Command::Completions(_) => Ok(exit::Code::Usage),
         }
     });
     reaper.cancel();
@@ -91,6 +101,27 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             exit::for_error(&e).into()
+        }
+    }
+}
+
+/// Prints `value` as pretty JSON on stdout.
+fn print_data(value: &serde_json::Value) -> std::process::ExitCode {
+    let mut text = serde_json::to_vec_pretty(value).unwrap_or_default();
+    text.push(b'\n');
+    write_stdout(&text)
+}
+
+/// Writes `bytes` to stdout; a reader that stopped reading is not an error.
+fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => exit::Code::Success.into(),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::Code::Success.into(),
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            exit::Code::Infrastructure.into()
         }
     }
 }

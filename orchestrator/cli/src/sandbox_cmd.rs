@@ -174,7 +174,7 @@ fn in_container_run(args: &SandboxRunArgs) -> Result<u8, SandboxError> {
         read: vec![],
         write: vec![],
         network: args.sandbox.network,
-        limits: Limits { wall_time: args.timeout, ..Limits::default() },
+        limits: Limits::with_wall_time(args.timeout),
         env,
         cwd,
         image: None,

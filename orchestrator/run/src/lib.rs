@@ -2,6 +2,7 @@
 //! [`options`]) from the binary and runs workflows (`run`), ad-hoc agents (`exec`) and
 //! the tool host; it knows nothing of the command-line syntax or of terminals.
 
+pub mod agent;
 pub mod agent_prompt;
 pub mod changes;
 pub mod clock;
@@ -29,6 +30,7 @@ pub mod repo_config;
 pub mod run;
 pub mod run_event;
 pub mod sandbox;
+pub mod schemas;
 pub mod secrets;
 pub mod session;
 pub mod settings_permissions;

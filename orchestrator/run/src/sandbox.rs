@@ -157,7 +157,7 @@ pub fn build_policy(spec: &SandboxSpec, input: PolicyInput<'_>) -> Result<Policy
         read,
         write,
         network: spec.network,
-        limits: Limits { wall_time: input.wall_time, ..Limits::default() },
+        limits: Limits::with_wall_time(input.wall_time),
         env,
         cwd: input.cwd.to_path_buf(),
         image: spec.image.clone(),

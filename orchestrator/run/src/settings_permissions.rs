@@ -165,7 +165,7 @@ fn line_at(text: &str, at: usize) -> usize {
 }
 
 /// An agent's effective permissions, for its report (like Claude Code's `/permissions`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PermissionListing {
     /// Claude Code's mode name, or `orch-default`.
     pub mode: String,

@@ -65,12 +65,12 @@ use std::path::PathBuf;
 
 pub use capture::DEFAULT_MAX_FILE_SIZE;
 pub use clone::{CLONE_DIR, Removal, RunClone};
-pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
+pub use dirty::{WORKTREE_BASE, snapshot_worktree, tree_changes, uncommitted, worktree_tree};
 pub use merge::{Integrand, IntegrationMode, MergeOutcome, NeedsConflict};
 pub use names::{safe_name, validate_run_id};
 pub use patches::{PatchItem, integrate_patches};
 pub use snapshot::snapshot;
-pub use worktree::{ChangeKind, CommitInfo, Worktree};
+pub use worktree::{ChangeKind, CommitInfo, FileChange, Worktree};
 
 /// What failed in a git operation of the coordinator, with what to do about it.
 #[derive(Debug, thiserror::Error)]

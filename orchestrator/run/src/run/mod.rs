@@ -126,18 +126,12 @@ pub struct Shared {
     pub cache_dir: Option<PathBuf>,
     pub cache_env: Vec<(String, String)>,
     pub reporter: Arc<dyn Reporter>,
-    /// The run's sub-agent limits and agent definitions, shared by every `Agent` tool.
-    pub subagents: Arc<orch_agents::subagent::SubagentRun>,
-    /// `uses:` of each workflow agent (by key), resolved against the definitions.
-    pub uses: std::collections::HashMap<String, orch_workflows::subagents::Uses>,
-    /// Hooks and MCP servers, from the trusted repository configuration and the workflow.
-    pub extensions: Arc<crate::hooks_config::Extensions>,
+    /// What the trusted repository configuration and the workflow give every agent:
+    /// hooks, MCP servers, settings permissions, agent definitions, `uses:`, skills and
+    /// slash commands.
+    pub sources: crate::agent::Sources,
     /// `--resume`: agents that run again from their work in the earlier run (by id).
     pub resume_from: std::collections::HashMap<String, git2::Oid>,
-    /// The repository's skills, copied where agents can read them.
-    pub skills: Arc<agent_defs::RunSkills>,
-    /// The repository's slash commands, for prompts that start with `/name`.
-    pub commands: Arc<orch_workflows::commands::Commands>,
     /// The run's egress proxy, when some agent or `setup:` has a network allowlist;
     /// stopped when the last reference goes with the run.
     pub proxy: Option<Arc<crate::proxy::run::RunProxy>>,
@@ -238,7 +232,6 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Absolute in the report; a missing path is reported by the run clone below.
     let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
     let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
-    let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
     let at = Instant::now();
@@ -267,17 +260,16 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         );
         return Ok(Code::Usage);
     }
-    let agent_files = &repo_files.agents;
-    let uses = resolve_uses(&workflow, agent_files)?;
-    let limits = orch_agents::subagent::SubagentLimits {
-        max_depth: workflow.subagents.max_depth,
-        max_concurrent: workflow.subagents.max_concurrent,
-        max_total: workflow.subagents.max_total,
-    };
-    let definitions = agent_files.agents.iter().map(agent_defs::definition).collect();
-    let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
+    let uses = resolve_uses(&workflow, &repo_files.agents)?;
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
-    let skills = agent_defs::RunSkills::copy(&config_commit, repo_files.skills.clone(), &run_dir.join("skills"))?;
+    let sources = crate::agent::Sources::new(
+        extensions,
+        repo_files,
+        &config_commit,
+        &workflow.subagents,
+        uses,
+        &run_dir.join("skills"),
+    )?;
     eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
 
     let run_cancel = CancellationToken::new();
@@ -309,12 +301,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         cache_dir: None,
         cache_env: Vec::new(),
         reporter: args.reporter.clone(),
-        subagents,
-        uses,
-        extensions,
+        sources,
         resume_from,
-        skills: Arc::new(skills),
-        commands: Arc::new(repo_files.commands.clone()),
         proxy: start_proxy(&plan).await?,
     };
     let mut report = RunReport {
@@ -544,9 +532,7 @@ fn load_extensions(
             config.describe()
         );
     }
-    let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
-        .map_err(|e| UsageError(format!("{e:#}")))?;
-    extensions.permissions = crate::settings_permissions::load(&config, repo).map_err(|e| UsageError(e.to_string()))?;
+    let extensions = crate::agent::extensions(&config, repo, &workflow.hooks, &workflow.mcp_servers)?;
     let bash_agents: Vec<&orch_workflows::AgentSpec> = plan
         .nodes()
         .map(|n| match n {

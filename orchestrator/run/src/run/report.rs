@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use orch_agents::{Terminal, Usage};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -16,7 +17,7 @@ use super::render::{self, Column};
 pub const REPORT_VERSION: u32 = 1;
 
 /// Everything a run did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RunReport {
     pub schema_version: u32,
     pub run_id: String,
@@ -59,7 +60,7 @@ pub struct RunReport {
 }
 
 /// Wall-clock phases of the run, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct RunTimings {
     /// Making the run clone.
     pub clone_ms: u64,
@@ -72,7 +73,7 @@ pub struct RunTimings {
 }
 
 /// Wall-clock phases of one agent, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentTimings {
     /// From the start of the agents' phase until it started (behind the concurrency
     /// limit, or waiting for its needs).
@@ -90,7 +91,7 @@ pub struct AgentTimings {
 }
 
 /// Which workflow ran.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct WorkflowInfo {
     pub name: String,
     pub file: String,
@@ -99,7 +100,7 @@ pub struct WorkflowInfo {
 }
 
 /// How the run as a whole ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Succeeded,
@@ -112,7 +113,7 @@ pub enum RunStatus {
 }
 
 /// How one agent ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentStatus {
     /// Completed, and its output (if it has a schema) is valid.
@@ -159,7 +160,7 @@ impl AgentStatus {
 }
 
 /// One agent's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AgentReport {
     /// Unique in the run: the key, or `<key>/<slug>` for a fan-out instance.
     pub id: String,
@@ -253,7 +254,7 @@ pub struct AgentReport {
 }
 
 /// A file an agent wrote that was too large to commit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TooLargeFile {
     /// Relative to the repository root.
     pub path: PathBuf,
@@ -308,11 +309,24 @@ impl AgentReport {
 }
 
 /// A file an agent changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChangedFile {
     pub path: PathBuf,
     /// `added`, `modified`, `deleted` or `type_changed`.
     pub kind: String,
+}
+
+impl ChangedFile {
+    /// A file that differs between two trees, as the report lists it.
+    pub fn of(change: &crate::git::FileChange) -> ChangedFile {
+        let kind = match change.kind {
+            crate::git::ChangeKind::Added => "added",
+            crate::git::ChangeKind::Modified => "modified",
+            crate::git::ChangeKind::Deleted => "deleted",
+            crate::git::ChangeKind::TypeChanged => "type_changed",
+        };
+        ChangedFile { path: change.path.clone(), kind: kind.into() }
+    }
 }
 
 /// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
@@ -346,7 +360,7 @@ fn network_lines(md: &mut String, r: &RunReport) {
 }
 
 /// The `setup:` commands.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SetupReport {
     pub commands: Vec<SetupCommand>,
     /// Their combined output, relative to the run directory.
@@ -359,7 +373,7 @@ pub struct SetupReport {
 }
 
 /// One `setup:` command.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SetupCommand {
     pub command: String,
     /// Its exit status (absent when it could not start or was killed).
@@ -369,7 +383,7 @@ pub struct SetupCommand {
 }
 
 /// The synthesis step.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisReport {
     /// `succeeded`, `partial`, `failed` or `skipped`.
     pub status: AgentStatus,
@@ -403,7 +417,7 @@ pub struct SynthesisReport {
 }
 
 /// The levels of a tree synthesis, lowest first.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisTree {
     /// Most items per group (`None`: as many as fit the budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -412,7 +426,7 @@ pub struct SynthesisTree {
 }
 
 /// One level of a tree synthesis: its groups, in agent order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisLevel {
     /// 1 for the groups of agents' reports, 2 for groups of level-1 answers, ...
     pub level: u32,
@@ -420,7 +434,7 @@ pub struct SynthesisLevel {
 }
 
 /// One group request of a tree synthesis.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisGroup {
     /// `L<level>-G<n>`.
     pub id: String,
@@ -464,7 +478,7 @@ impl SynthesisReport {
 }
 
 /// A file changed by more than one agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Overlap {
     pub path: PathBuf,
     /// The agents that changed it, in agent order.
@@ -472,7 +486,7 @@ pub struct Overlap {
 }
 
 /// What `integrate` did with the agents' branches.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct IntegrationReport {
     /// `none`, `branches` or `merge`.
     pub mode: String,
@@ -491,21 +505,21 @@ pub struct IntegrationReport {
 }
 
 /// A branch now in the user's repository.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FetchedBranch {
     pub branch: String,
     pub commit: String,
 }
 
 /// The merges into the integration branch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct MergeReport {
     pub branch: String,
     pub merges: Vec<MergeEntry>,
 }
 
 /// One agent branch merged (or not) into the integration branch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct MergeEntry {
     pub agent: String,
     pub branch: String,
@@ -515,7 +529,7 @@ pub struct MergeEntry {
 }
 
 /// Sums over the agents and synthesis.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Totals {
     pub turns: u32,
     pub usage: Usage,
