@@ -533,13 +533,14 @@ pub struct RunArgs {
     /// Keep every agent's worktree (failed agents' worktrees are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
-    /// Read the workflow, hooks, `.mcp.json` and agent files from the checked-out files
-    /// even in a pull-request run (by default they come from the base ref there, and
-    /// `backend: none` and `network: full` are refused).
+    /// Read the workflow, settings, hooks, `.mcp.json`, agent files, skills and commands
+    /// from the checkout even when the checked-out commit is not the trusted ref (by
+    /// default they come from that ref then, and `backend: none` and `network: full`
+    /// are refused).
     #[arg(long)]
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run and read hooks, `.mcp.json` and agent files
-    /// from REF (a branch, tag or commit of the repository) instead of the checkout.
+    /// The trusted ref (a branch, tag or commit of the repository) instead of the base
+    /// or default branch: configuration comes from it unless it is checked out.
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
     /// The git repository the agents work on (default: the one containing the current
@@ -634,12 +635,12 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Read --workflow from the checked-out file even in a pull-request run (by default
-    /// it comes from the base ref there, as for `orch run`).
+    /// Read --workflow from the checked-out file even when the checked-out commit is not
+    /// the trusted ref (by default it comes from that ref then, as for `orch run`).
     #[arg(long)]
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run and read --workflow from REF (a branch, tag or
-    /// commit of the repository) instead of the checkout.
+    /// The trusted ref to read --workflow from unless it is checked out (a branch, tag
+    /// or commit of the repository), as for `orch run`.
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
     /// Publish the merged result as the workflow's `publish:` declares (needs
@@ -711,6 +712,13 @@ pub struct CompletionsArgs {
 pub struct ValidateArgs {
     /// The workflow file.
     pub workflow: PathBuf,
+    /// Read the workflow and repository configuration from the checkout even when the
+    /// checked-out commit is not the trusted ref (as `orch run --trust-repo-config`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// The trusted ref to read configuration from (as `orch run --config-ref`).
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
 }
 
 /// `orch plan WORKFLOW`.
@@ -732,6 +740,13 @@ pub struct PlanArgs {
     /// --diff-base` does.
     #[arg(long, value_name = "REV")]
     pub diff_base: Option<String>,
+    /// Read the workflow and repository configuration from the checkout even when the
+    /// checked-out commit is not the trusted ref (as `orch run --trust-repo-config`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// The trusted ref to read configuration from (as `orch run --config-ref`).
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
 }
 
 /// `orch plan --format`.

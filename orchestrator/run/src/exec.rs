@@ -33,11 +33,19 @@ use crate::{provider, signals};
 pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let mut model_args = args.model.clone();
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
+    let prices = provider::prices(&args.model)?;
+    let used: Vec<(String, String)> = std::iter::once((args.model.model.clone(), "--model".to_string()))
+        .chain(args.model.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())))
+        .collect();
+    let limit = args.agent.limits.max_cost_usd.map(|_| "--max-cost-usd");
+    for warning in provider::check_prices(&prices, &used, limit)? {
+        tracing::warn!("{warning}");
+    }
     let models = Models {
         provider: provider.clone(),
         default_model: args.model.model.clone(),
         fallback_model: args.model.fallback_model.clone(),
-        prices: provider::prices(&args.model)?,
+        prices,
     };
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),

@@ -230,9 +230,9 @@ pub struct MergeOptions {
     /// `--publish`, as for `orch run` (needs `workflow`).
     pub publish: Option<crate::publish::PublishMode>,
     pub reporter: Arc<dyn Reporter>,
-    /// Read `workflow` from the checkout even in a pull-request run (see `RunOptions`).
+    /// Read `workflow` from the checkout even off the trusted ref (see `RunOptions`).
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run whose trusted configuration is at this ref.
+    /// The trusted ref (see [`crate::repo_config`]).
     pub config_ref: Option<String>,
     /// The repository that gets the integration branch built across the shards
     /// (default: the current directory).

@@ -7,8 +7,8 @@
 //! settings, above all three. As in Claude Code, the `allow`, `deny` and `ask` lists of
 //! every scope are concatenated (deny still beats allow whatever its scope), and
 //! `defaultMode` is taken from the highest scope that sets it. Each rule keeps its
-//! `file:line`. Files are read through [`RepoConfig`], so a pull-request run reads them
-//! from the base ref.
+//! `file:line`. Files are read through [`RepoConfig`], so off the trusted ref they come
+//! from that ref.
 
 use std::path::{Path, PathBuf};
 

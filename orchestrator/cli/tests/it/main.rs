@@ -2,6 +2,7 @@
 //! real `orch` executable (they need `CARGO_BIN_EXE_orch`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod budgets;
 mod ci;
 mod cli_output;
 mod containment;

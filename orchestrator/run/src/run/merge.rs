@@ -40,8 +40,8 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     }
     let (loaded, plan) = match &args.workflow {
         Some(path) => {
-            // The trust rule of `orch run`: in a pull-request run the workflow (whose
-            // synthesis prompt and model are used here) comes from the base ref. No
+            // The trust rule of `orch run`: off the trusted ref the workflow (whose
+            // synthesis prompt and model are used here) comes from that ref. No
             // agent runs here, so its sandbox settings are not checked.
             let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
             let workflow = match crate::workflow_trust::load(path, None, &trust)? {

@@ -153,6 +153,36 @@ async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option
     if agents || setup { crate::proxy::run::RunProxy::start().await.map(Some) } else { Ok(None) }
 }
 
+/// Every model the run may call, with what uses it: each agent's, the synthesis's, the
+/// default and the fallback.
+fn models_used(plan: &Plan, models: &crate::options::ModelSpec) -> Vec<(String, String)> {
+    let mut out = vec![(models.model.clone(), "the run's model".to_string())];
+    out.extend(models.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())));
+    for n in plan.nodes() {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        out.extend(spec.model.iter().map(|m| (m.clone(), format!("agent `{}`", spec.agent))));
+    }
+    out.extend(plan.synthesis.model.iter().map(|m| (m.clone(), "the synthesis".to_string())));
+    out
+}
+
+/// How a cost limit of the run was set, when one was: the run's, or the first agent's.
+fn cost_limit(plan: &Plan) -> Option<String> {
+    if plan.limits.max_cost_usd.is_some() {
+        return Some("the run's `limits.max_cost_usd`".into());
+    }
+    plan.nodes().find_map(|n| {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        spec.limits.max_cost_usd.map(|_| format!("`limits.max_cost_usd` of agent `{}`", spec.agent))
+    })
+}
+
 /// `orch run`.
 pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Many agents, many tool hosts: fork them from one zygote (see `crate::zygote`).
@@ -163,7 +193,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(g) = &github {
         g.mask_secrets();
     }
-    // The trust rule covers the workflow: from the base ref in a pull-request run.
+    // The trust rule covers the workflow: from the trusted ref unless it is checked out.
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let (mut workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
         Ok(loaded) => (loaded.workflow, loaded.untrusted),
@@ -195,6 +225,9 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let prices = provider::prices(&model_args)?;
+    for warning in provider::check_prices(&prices, &models_used(&plan, &model_args), cost_limit(&plan).as_deref())? {
+        args.reporter.note(&format!("warning: {warning}"));
+    }
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
     // One run per run id, as one run per run directory (`run.lock` below).
@@ -224,8 +257,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let clone_ms = ms(at);
     crate::fail_point::hit("clone-created");
     let resume_from = selection.carry_into(&clone);
-    // The trust rule: in a pull-request run, the base ref's definitions, skills and
-    // commands; otherwise the run's base commit.
+    // The trust rule: the trusted ref's definitions, skills and commands when the
+    // checkout is another commit; otherwise the run's base commit.
     let config_commit = match repo_config.commit() {
         Some((user_repo, commit)) => crate::repo_config::RepoConfig::at_commit(user_repo, commit),
         None => crate::repo_config::RepoConfig::at_commit(clone.git_dir(), clone.base()),
@@ -529,8 +562,8 @@ fn resolve_uses(
     Ok(out)
 }
 
-/// Reads the hooks and MCP servers (repository files from the base ref in a
-/// pull-request run, see [`crate::repo_config`]). That every `mcp__` tool names a
+/// Reads the hooks and MCP servers (repository files from the trusted ref unless it is
+/// checked out, see [`crate::repo_config`]). That every `mcp__` tool names a
 /// configured server was checked when the workflow was loaded
 /// ([`crate::workflow::load_checked`]).
 fn load_extensions(
@@ -541,9 +574,10 @@ fn load_extensions(
 ) -> crate::error::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
-    if config.is_base_ref() {
+    if config.is_trusted_ref() {
         crate::notice::note(format_args!(
-            "pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+            "the checked-out commit is not the trusted ref: settings, hooks, MCP servers, agent files, skills \
+             and commands come from {}",
             config.describe()
         ));
     }
