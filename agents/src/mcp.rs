@@ -19,7 +19,6 @@ use crate::tools::{DynTool, ToolContext, ToolError};
 
 /// The internal host request that starts the tool host's stdio servers (once) and
 /// lists their tools as a [`McpListing`].
-pub const LIST_REQUEST: &str = "__mcp_tools";
 
 /// The prefix of every MCP tool name.
 pub const PREFIX: &str = "mcp__";

@@ -14,8 +14,9 @@ use ignore::WalkBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Tool, ToolContext, ToolError, normalize};
+use super::{Tool, ToolContext, ToolError};
 use crate::permissions::PathFilter;
+use crate::permissions::paths::normalize;
 
 /// At most this many paths are returned.
 const MAX_RESULTS: usize = 100;

@@ -22,8 +22,9 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::glob::{cancelled, display, existing_path, subject, walker};
-use super::{Tool, ToolContext, ToolError, normalize};
+use super::{Tool, ToolContext, ToolError};
 use crate::permissions::PathFilter;
+use crate::permissions::paths::normalize;
 
 /// Lines longer than this many characters are cut.
 const MAX_LINE_CHARS: usize = 500;

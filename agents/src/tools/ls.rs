@@ -9,8 +9,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::glob::{cancelled, display, existing_path};
-use super::{Tool, ToolContext, ToolError, normalize};
+use super::{Tool, ToolContext, ToolError};
 use crate::permissions::PathFilter;
+use crate::permissions::paths::normalize;
 
 /// The listing stops after this many entries.
 const MAX_ENTRIES: usize = 1000;
