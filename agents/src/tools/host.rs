@@ -3,7 +3,8 @@
 //! other services (hooks, the hook check, project instructions) in the host's process.
 //!
 //! A tool call also carries the path patterns the agent's permission rules deny reading;
-//! the search tools leave what they cover out of their results ([`hidden_paths`]).
+//! the search tools leave what they cover out of their results
+//! ([`crate::permissions::paths::hidden_paths`]).
 
 use std::sync::Arc;
 
@@ -12,19 +13,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{DynTool, Session, ToolContext};
-use crate::permissions::PathFilter;
+use crate::permissions::paths::{PathFilter, hiding};
 use crate::protocol::{HostRequest, ToolExecutor, ToolRequest};
 use crate::tool::ToolOutput;
-
-tokio::task_local! {
-    static HIDDEN: Arc<PathFilter>;
-}
-
-/// The paths the current call must not show, set by [`HostTools::run`] for the duration
-/// of the call (empty outside one).
-pub fn hidden_paths() -> Arc<PathFilter> {
-    HIDDEN.try_with(Arc::clone).unwrap_or_default()
-}
 
 /// The host side: the tools of one agent and their shared session.
 #[derive(Debug)]
@@ -100,7 +91,7 @@ impl HostTools {
         };
         let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
         let touched = crate::instructions::touched_path(&request.tool, &request.input).map(|p| ctx.session.resolve(p));
-        match HIDDEN.scope(hidden, tool.call_with_attachments(request.input, &ctx)).await {
+        match hiding(hidden, tool.call_with_attachments(request.input, &ctx)).await {
             Ok(mut rich) => {
                 // A directory with its own instruction files, reached for the first
                 // time: its files go with this result, once.
