@@ -193,7 +193,8 @@ impl Rule {
 
     /// Whether this rule's tool part names `tool` (before looking at the specifier).
     /// `Read` names every tool that reads paths, an `Edit`-family name every tool that
-    /// writes, a tool and its aliases (`Agent`, `Task`) the same tool, `mcp__s` every tool of server `s`.
+    /// writes, a tool and its aliases (`Agent`, `Task`) the same tool, `mcp__s` every
+    /// tool of server `s`.
     pub(crate) fn names(&self, tool: &str, reads_paths: bool, writes_paths: bool) -> bool {
         let rule = self.tool.as_str();
         if let Some(prefix) = rule.strip_suffix('*') {
