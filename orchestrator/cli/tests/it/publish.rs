@@ -302,6 +302,18 @@ async fn check_run_sends_annotations_in_batches_and_sarif_is_uploaded() {
     assert_eq!(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "src/lib.rs");
 }
 
+/// The SARIF log that a check-run workflow uploads for `findings`.
+pub(crate) async fn sarif_log_of_a_run(findings: Value) -> Value {
+    let w = World::new("t-sarif").await;
+    let run = w
+        .run("s1", CHECKS, &agent_findings_script("lint", findings, "Findings."), Some(TOKEN), &["--publish", "on"])
+        .await;
+    run.expect_code(0);
+    let uploads = w.gh.sarif_uploads(REPO);
+    assert_eq!(uploads.len(), 1);
+    uploads[0].sarif.clone()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dry_run_writes_the_requests_and_sends_no_write() {
     let w = World::new("t-dry").await;

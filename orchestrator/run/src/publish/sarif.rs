@@ -61,19 +61,46 @@ pub(crate) fn log(findings: &[&Finding], category: &str) -> Value {
             })
         })
         .collect();
-    let rules: Vec<Value> = ["error", "warning", "note"]
-        .iter()
-        .map(|l| json!({"id": format!("orch/{l}"), "shortDescription": {"text": format!("A finding of severity {l} reported by an orch agent")}}))
-        .collect();
+    let rules: Vec<Value> = ["error", "warning", "note"].iter().map(|l| rule(l)).collect();
     json!({
         "version": "2.1.0",
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "runs": [{
-            "tool": {"driver": {"name": "orch", "version": env!("CARGO_PKG_VERSION"), "rules": rules}},
+            "tool": {"driver": {
+                "name": "orch",
+                "version": env!("CARGO_PKG_VERSION"),
+                "informationUri": env!("CARGO_PKG_REPOSITORY"),
+                "rules": rules,
+            }},
             "automationDetails": {"id": format!("{category}/")},
             "results": results,
         }],
     })
+}
+
+/// The rule of one severity level, with the descriptions and help that GitHub's code
+/// scanning requires of every rule (checked with Microsoft's SARIF multitool).
+fn rule(level: &str) -> Value {
+    let help = "An orch agent reported this in its structured output. Read the message and \
+                the lines it points to; the run's report (report.md) shows the agent's \
+                transcript and how it reached the finding. Fix the code, or dismiss the \
+                alert if the agent was wrong.";
+    json!({
+        "id": format!("orch/{level}"),
+        "name": format!("OrchFinding{}", capitalised(level)),
+        "shortDescription": {"text": format!("A finding of severity {level} reported by an orch agent")},
+        "fullDescription": {"text": format!(
+            "A finding of severity {level} that an orch agent reported about this code; \
+             the message says what the agent found."
+        )},
+        "help": {"text": help, "markdown": help},
+        "defaultConfiguration": {"level": level},
+    })
+}
+
+fn capitalised(word: &str) -> String {
+    let mut chars = word.chars();
+    chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
 }
 
 /// FNV-1a (64 bits) of `parts`, each followed by a NUL byte: stable across runs and
