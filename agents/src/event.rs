@@ -79,23 +79,24 @@ impl Terminal {
         )
     }
 
-    /// How this ending counts: the agent's status and the exit code it asks for. The one
-    /// place that maps terminal reasons; a new reason must be added here.
+    /// How this ending counts: the agent's status and whose fault a failure is. The one
+    /// place that maps terminal reasons; a new reason must be added here. (The process
+    /// exit code follows from these in `orch_run::exit`.)
     pub fn disposition(&self) -> Disposition {
-        let (status, exit_code) = match self {
-            Self::Completed => (Status::Succeeded, 0),
+        let (status, infrastructure) = match self {
+            Self::Completed => (Status::Succeeded, false),
             Self::MaxTurns { .. }
             | Self::BudgetExceeded { .. }
             | Self::Timeout { .. }
-            | Self::MaxOutputTokens { .. } => (Status::Partial, 4),
-            Self::Aborted { .. } => (Status::Cancelled, 1),
-            Self::ModelError { kind, .. } if kind.is_infrastructure() => (Status::Failed, 3),
+            | Self::MaxOutputTokens { .. } => (Status::Partial, false),
+            Self::Aborted { .. } => (Status::Cancelled, false),
+            Self::ModelError { kind, .. } if kind.is_infrastructure() => (Status::Failed, true),
             Self::ModelError { .. }
             | Self::PromptTooLong { .. }
             | Self::HookStopped { .. }
-            | Self::CompactionFailed { .. } => (Status::Failed, 1),
+            | Self::CompactionFailed { .. } => (Status::Failed, false),
         };
-        Disposition { status, exit_code }
+        Disposition { status, infrastructure }
     }
 }
 
@@ -104,15 +105,15 @@ impl Terminal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Disposition {
     pub status: Status,
-    /// The exit code as DESIGN.md documents it: 0 success, 1 failed, 3 infrastructure
-    /// (the model API's auth, network or configuration), 4 partial.
-    pub exit_code: u8,
+    /// A failure of the infrastructure (the model API's auth, network or configuration)
+    /// rather than of the work.
+    pub infrastructure: bool,
 }
 
 impl Disposition {
     /// Whether the ending is the infrastructure's fault rather than the work's.
     pub fn infrastructure(self) -> bool {
-        self.exit_code == 3
+        self.infrastructure
     }
 }
 
@@ -354,21 +355,21 @@ mod disposition_tests {
     use super::*;
 
     #[test]
-    fn every_terminal_has_a_status_and_a_code() {
+    fn every_terminal_has_a_status_and_a_fault() {
         let model = |kind: ModelErrorKind| Terminal::ModelError { kind, message: String::new() };
         let cases = [
-            (Terminal::Completed, Status::Succeeded, 0),
-            (Terminal::MaxTurns { limit: 1 }, Status::Partial, 4),
-            (Terminal::Timeout { after_ms: 1 }, Status::Partial, 4),
-            (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, 1),
-            (model(ModelErrorKind::Auth), Status::Failed, 3),
-            (model(ModelErrorKind::Network), Status::Failed, 3),
-            (model(ModelErrorKind::Config), Status::Failed, 3),
-            (model(ModelErrorKind::Overloaded), Status::Failed, 1),
-            (Terminal::HookStopped { message: String::new() }, Status::Failed, 1),
+            (Terminal::Completed, Status::Succeeded, false),
+            (Terminal::MaxTurns { limit: 1 }, Status::Partial, false),
+            (Terminal::Timeout { after_ms: 1 }, Status::Partial, false),
+            (Terminal::Aborted { during: Phase::Tools }, Status::Cancelled, false),
+            (model(ModelErrorKind::Auth), Status::Failed, true),
+            (model(ModelErrorKind::Network), Status::Failed, true),
+            (model(ModelErrorKind::Config), Status::Failed, true),
+            (model(ModelErrorKind::Overloaded), Status::Failed, false),
+            (Terminal::HookStopped { message: String::new() }, Status::Failed, false),
         ];
-        for (terminal, status, code) in cases {
-            assert_eq!(terminal.disposition(), Disposition { status, exit_code: code }, "{terminal:?}");
+        for (terminal, status, infrastructure) in cases {
+            assert_eq!(terminal.disposition(), Disposition { status, infrastructure }, "{terminal:?}");
         }
     }
 }

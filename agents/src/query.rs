@@ -50,6 +50,12 @@ use crate::usage::{PriceTable, Usage};
 /// Tool calls that may share one parallel run.
 pub const MAX_PARALLEL_TOOLS: usize = 10;
 
+/// The most tool calls of one answer that run (the default of
+/// [`QueryConfig::max_tool_calls_per_turn`]). Past it, the next call gets one error
+/// result that stands for it and every call after it, and those later calls are left out
+/// of the history, so one answer cannot make the next request unbounded.
+pub const MAX_TOOL_CALLS_PER_TURN: usize = 64;
+
 /// Overloaded answers in a row before the loop switches to the fallback model.
 pub const OVERLOADS_BEFORE_FALLBACK: u32 = 3;
 
@@ -99,6 +105,8 @@ pub struct QueryConfig {
     pub prices: Arc<PriceTable>,
     /// The context window and how the loop keeps inside it.
     pub context: ContextConfig,
+    /// The most tool calls of one answer that run (see [`MAX_TOOL_CALLS_PER_TURN`]).
+    pub max_tool_calls_per_turn: usize,
 }
 
 impl QueryConfig {
@@ -120,6 +128,7 @@ impl QueryConfig {
             limits: Limits::default(),
             prices: Arc::new(PriceTable::default()),
             context,
+            max_tool_calls_per_turn: MAX_TOOL_CALLS_PER_TURN,
         }
     }
 
@@ -397,8 +406,9 @@ impl Loop<'_> {
                 continue;
             }
             self.cut_calls = 0;
-            let text = if cut && calls.is_empty() { blocks_text(&response.content) } else { String::new() };
-            self.push_assistant(response.content);
+            let (content, calls, refused) = cap_calls(response.content, calls, self.config.max_tool_calls_per_turn);
+            let text = if cut && calls.is_empty() { blocks_text(&content) } else { String::new() };
+            self.push_assistant(content);
             if calls.is_empty() {
                 if cut {
                     if self.continuations >= MAX_CONTINUATIONS {
@@ -422,7 +432,7 @@ impl Loop<'_> {
             self.max_output = self.config.max_output_tokens;
             let started_early = calls.iter().take_while(|c| early.started.contains(&c.id)).count();
             let early_run = EarlyRun { running, done, token: early.token, count: started_early };
-            if let Err(why) = self.run_tools(&calls, early_run).await {
+            if let Err(why) = self.run_tools(&calls, early_run, refused).await {
                 return match why {
                     Interrupt::Cancelled => Terminal::Aborted { during: Phase::Tools },
                     Interrupt::TimedOut => self.timeout(),
@@ -876,7 +886,13 @@ impl Loop<'_> {
     /// Runs the calls of one answer and appends their results in the model's order.
     /// Calls that started early, while the answer streamed, are awaited first; the rest
     /// run in batches. On interrupt, the calls that did not finish get synthetic results.
-    async fn run_tools(&mut self, calls: &[ToolCall], early: EarlyRun<'_>) -> Result<(), Interrupt> {
+    /// `refused` is the call past the per-turn cap, with its error, answered last.
+    async fn run_tools(
+        &mut self,
+        calls: &[ToolCall],
+        early: EarlyRun<'_>,
+        refused: Option<(ToolCall, String)>,
+    ) -> Result<(), Interrupt> {
         let mut slots: Vec<Option<ToolOutput>> = vec![None; calls.len()];
         let tool_cancel = self.cancel.child_token();
         let (tools, events) = (self.tools, self.events);
@@ -914,6 +930,16 @@ impl Loop<'_> {
                 }
             };
             results.push(ContentBlock::tool_result_with(&call.id, output.content, output.is_error, output.attachments));
+        }
+        if let Some((call, text)) = refused {
+            self.events.emit(Event::ToolUseFinished {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                is_error: true,
+                duration_ms: 0,
+                output: text.clone(),
+            });
+            results.push(ContentBlock::tool_result_with(&call.id, text, true, Vec::new()));
         }
         self.messages.push(Message { role: Role::User, content: results });
         self.absorb_nested();
@@ -1088,6 +1114,44 @@ fn blocks_text(content: &[ContentBlock]) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// An answer's content and calls cut to the first `cap` calls (at least one) when it has
+/// more: the next call stays in the content, to be answered with the returned error,
+/// and the calls after it are left out.
+fn cap_calls(
+    content: Vec<ContentBlock>,
+    mut calls: Vec<ToolCall>,
+    cap: usize,
+) -> (Vec<ContentBlock>, Vec<ToolCall>, Option<(ToolCall, String)>) {
+    let cap = cap.max(1);
+    if calls.len() <= cap {
+        return (content, calls, None);
+    }
+    let total = calls.len();
+    tracing::warn!(calls = total, cap, "an answer asked for more tool calls than run per answer");
+    let mut seen = 0;
+    let content = content
+        .into_iter()
+        .filter(|b| {
+            if matches!(b, ContentBlock::ToolUse { .. }) {
+                seen += 1;
+                return seen <= cap + 1;
+            }
+            true
+        })
+        .collect();
+    calls.truncate(cap + 1);
+    let refused = calls.pop().map(|call| {
+        let text = format!(
+            "not run: this answer asked for {total} tool calls and at most {cap} run per answer; this call and the \
+             {} after it were not run (and are left out of the conversation). Ask again for the ones still needed, \
+             at most {cap} at a time",
+            total - cap - 1
+        );
+        (call, text)
+    });
+    (content, calls, refused)
 }
 
 fn tool_calls(content: &[ContentBlock]) -> Vec<ToolCall> {

@@ -145,7 +145,7 @@ pub struct AgentDefinition {
 }
 
 /// One finished sub-agent, for the caller's report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubagentRecord {
     /// `<caller>/sub-<n>`.
     pub id: String,

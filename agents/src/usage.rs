@@ -118,6 +118,11 @@ impl PriceTable {
         }
     }
 
+    /// The model names (prefixes) the table has prices for.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.prices.keys().map(String::as_str)
+    }
+
     /// The price of `model`, if the table knows it.
     pub fn price(&self, model: &str) -> Option<Price> {
         self.prices

@@ -43,6 +43,16 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The default limits, with `wall_time` as the wall-clock limit of one command.
+    pub fn with_wall_time(wall_time: Option<Duration>) -> Limits {
+        // Every field named: a new limit must say what a command gets.
+        let Limits { cpu_seconds, memory_bytes, processes, file_size_bytes, wall_time: _, output_bytes } =
+            Limits::default();
+        Limits { cpu_seconds, memory_bytes, processes, file_size_bytes, wall_time, output_bytes }
+    }
+}
+
 mod duration_secs {
     use std::time::Duration;
 

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use orch_types::HookEvent;
@@ -28,7 +29,7 @@ pub use orch_types::HookEvent;
 pub type HookSettings = BTreeMap<HookEvent, Vec<HookMatcher>>;
 
 /// One matcher group: which calls it applies to, and the commands to run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HookMatcher {
     /// Tool names (PreToolUse, PostToolUse) or the source/trigger of other events:
@@ -42,7 +43,7 @@ pub struct HookMatcher {
 }
 
 /// The kind of a hook; orch runs commands.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum HookKind {
     #[default]
@@ -50,7 +51,7 @@ pub enum HookKind {
 }
 
 /// One hook command.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HookCommand {
     #[serde(rename = "type", default)]
@@ -63,7 +64,7 @@ pub struct HookCommand {
 }
 
 /// How an MCP server is reached.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum McpTransport {
     /// A process speaking MCP on stdin/stdout, started inside the agent's sandbox.
@@ -80,7 +81,7 @@ pub enum McpTransport {
 }
 
 /// One MCP server, under `mcp_servers.<name>` (or `mcpServers.<name>` of `.mcp.json`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServer {
     #[serde(rename = "type", default)]
@@ -109,7 +110,7 @@ pub struct McpServer {
 /// coordinator's environment variable that holds it. Keys are snake_case; the
 /// camelCase spellings of Claude Code's `.mcp.json` (`clientId`, `callbackPort`,
 /// `authServerMetadataUrl`) are accepted too.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpOAuth {
     /// The client id the authorization server issued.

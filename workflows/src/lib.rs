@@ -24,6 +24,7 @@ mod de;
 mod diagnostic;
 mod duration;
 pub mod extensions;
+mod file_schema;
 pub mod frontmatter;
 mod input;
 mod load;
@@ -39,6 +40,7 @@ pub mod yaml;
 
 pub use diagnostic::{Diagnostic, Location, render_diagnostics};
 pub use duration::{Duration, DurationError};
+pub use file_schema::{WORKFLOW_SCHEMA_ID, workflow_schema};
 pub use load::{LoadOptions, load, load_bytes, load_str, load_str_with, load_with};
 pub use plan::{
     AgentSpec, BUILTIN_ROOTS, Builtins, DEFAULT_MAX_TURNS, DEFAULT_TIMEOUT, DynamicFanOut, FanOutItem, Inputs,
@@ -49,7 +51,7 @@ pub use plan::{
 pub use schema::{
     Agent, Allowlist, Backend, Base, DEFAULT_TOOLS, Defaults, Expect, ForEach, Input, Integrate, IntegrateMode,
     KNOWN_TOOLS, Limits, ModelSettings, Network, NetworkSetting, Output, PermissionMode, Permissions, SandboxConfig,
-    Synthesis, SynthesisStrategy, WORKFLOW_KEYS, Workflow, is_known_tool,
+    Synthesis, SynthesisStrategy, Thinking, WORKFLOW_KEYS, Workflow, is_known_tool,
 };
 pub use text::render_text;
 pub use validate::{MAX_ID_LEN, RESERVED_IDS, is_valid_agent_id};

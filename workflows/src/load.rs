@@ -206,6 +206,10 @@ impl Loader<'_> {
                         workflow.version = version;
                     }
                 }
+                // The schema's URL for editors (`$schema: .../workflow.schema.json`).
+                "$schema" => {
+                    let _ = self.field::<String>(entry, path);
+                }
                 "name" => workflow.name = self.field(entry, path).unwrap_or(workflow.name),
                 "description" => workflow.description = self.field(entry, path).flatten(),
                 "model" => workflow.model = self.field(entry, path).flatten(),

@@ -242,6 +242,49 @@ pub struct AgentSpec {
     origin: Option<Origin>,
 }
 
+impl AgentSpec {
+    /// An agent planned without a workflow file (`orch exec`, a one-agent run): named
+    /// `id`, with no tools, limits, rules or prompt, the sandbox's defaults and the
+    /// project's instructions; the caller sets what its options say.
+    pub fn single(id: &str) -> AgentSpec {
+        AgentSpec {
+            id: id.to_string(),
+            agent: id.to_string(),
+            fan_out: None,
+            model: None,
+            tools: Vec::new(),
+            sandbox: SandboxSpec {
+                backend: Backend::default(),
+                network: NetworkSetting::default(),
+                image: None,
+                read: Vec::new(),
+                write: Vec::new(),
+            },
+            limits: Limits::default(),
+            model_settings: crate::schema::ModelSettings::default(),
+            permissions: PermissionsSpec {
+                mode: PermissionMode::Default,
+                allow: Vec::new(),
+                deny: Vec::new(),
+                ask: Vec::new(),
+            },
+            needs: Vec::new(),
+            prompt: None,
+            uses: None,
+            uses_source: None,
+            skills: None,
+            command_source: None,
+            output_schema: None,
+            continue_on_failure: false,
+            instructions: true,
+            base: crate::schema::Base::default(),
+            expect: crate::schema::Expect::default(),
+            start_from: Vec::new(),
+            origin: None,
+        }
+    }
+}
+
 /// A fan-out instance's item.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FanOutItem {

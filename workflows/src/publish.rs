@@ -78,7 +78,7 @@ pub fn finding_schema() -> Value {
 }
 
 /// `publish:` as written. Every output is optional; an absent one is not published.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Publish {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +112,7 @@ impl Publish {
 }
 
 /// The event of a review. orch never approves.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReviewEvent {
     #[default]
@@ -138,7 +138,7 @@ fn default_true() -> bool {
 }
 
 /// `publish.review`: one pull-request review per head commit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewOutput {
     #[serde(default)]
@@ -156,7 +156,7 @@ pub struct ReviewOutput {
 }
 
 /// `publish.comment`: the answer as a pull-request or issue comment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommentOutput {
     /// Edit the comment of an earlier run instead of adding one (default true).
@@ -167,7 +167,7 @@ pub struct CommentOutput {
 }
 
 /// `publish.pull_request`: push a stable branch and open or update one pull request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PullRequestOutput {
     /// Default `orch/<workflow name>`.
@@ -187,7 +187,7 @@ pub struct PullRequestOutput {
 }
 
 /// `publish.issue`: open or update one issue, found again by its hidden marker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssueOutput {
     pub title: String,
@@ -210,7 +210,7 @@ fn default_max_results() -> u32 {
 }
 
 /// `publish.check_run`: a check on the head commit, with one annotation per finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckRunOutput {
     #[serde(default = "default_check_name")]
@@ -220,7 +220,7 @@ pub struct CheckRunOutput {
 }
 
 /// `publish.sarif`: the findings as a code-scanning upload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SarifOutput {
     /// Tells uploads of different workflows apart (`runAutomationDetails.id`).

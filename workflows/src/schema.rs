@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -135,7 +136,7 @@ impl fmt::Debug for Source {
 }
 
 /// `defaults:` settings every agent starts from.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Defaults {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,7 +166,7 @@ pub struct Defaults {
 
 /// `model_settings:` (in `defaults:` or an agent): how an agent's model calls are made.
 /// Unset fields keep the defaults (waits: 60 s, 60 s, 5 min) or the model's limits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSettings {
     /// Longest wait for the first byte of an answer.
@@ -187,7 +188,7 @@ pub struct ModelSettings {
 }
 
 /// `thinking:` of `model_settings`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Thinking {
     pub budget_tokens: u32,
@@ -213,7 +214,7 @@ impl ModelSettings {
 }
 
 /// `sandbox:` as written; unset fields come from `defaults.sandbox`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -234,7 +235,7 @@ pub struct SandboxConfig {
 
 /// `permissions:` rules such as `Bash(git diff *)`. Per-agent rules are added to the
 /// defaults' rules; the mode replaces the default mode.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Permissions {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,7 +249,7 @@ pub struct Permissions {
 }
 
 /// A declared input (`inputs.<name>`), given with `--input name=value`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Input {
     #[serde(skip_deserializing)]
@@ -261,7 +262,7 @@ pub struct Input {
 }
 
 /// One agent, as written under `agents.<id>`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Agent {
     /// The key under `agents:`.
@@ -331,6 +332,19 @@ pub enum ForEach {
     Expr(String),
 }
 
+impl JsonSchema for ForEach {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ForEach".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A list of items (a static fan-out) or one quoted `{{ expression }}`.",
+            "oneOf": [{"type": "array"}, {"type": "string"}],
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for ForEach {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ForEach, D::Error> {
         struct Visitor;
@@ -358,7 +372,7 @@ impl<'de> Deserialize<'de> for ForEach {
 }
 
 /// `output:` structured output of an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Output {
     /// A JSON Schema its final answer must satisfy.
@@ -366,7 +380,7 @@ pub struct Output {
 }
 
 /// `synthesis:` the final aggregation over every agent's report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Synthesis {
     /// Replaces the default instructions; the agents' reports are still included.
@@ -383,7 +397,7 @@ pub struct Synthesis {
 }
 
 /// `synthesis.strategy`: how the reports reach the synthesis model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SynthesisStrategy {
     /// One prompt when the reports fit the budget (half the model's context window)
@@ -421,7 +435,7 @@ pub struct Integrate {
 }
 
 /// How the agents' branches are integrated.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum IntegrateMode {
     /// Leave the changes in the run directory only.
@@ -437,7 +451,7 @@ pub enum IntegrateMode {
 }
 
 /// The mapping form of `integrate:`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct IntegrateMap {
     #[serde(default)]
@@ -463,6 +477,21 @@ impl Serialize for Integrate {
             map.serialize_entry("prune", &true)?;
         }
         map.end()
+    }
+}
+
+impl JsonSchema for Integrate {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Integrate".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mode = generator.subschema_for::<IntegrateMode>();
+        let map = generator.subschema_for::<IntegrateMap>();
+        schemars::json_schema!({
+            "description": "How the agents' branches are integrated: a mode, or a mapping with `mode`, `message`, `prune`.",
+            "oneOf": [mode, map],
+        })
     }
 }
 
@@ -493,7 +522,7 @@ impl<'de> Deserialize<'de> for Integrate {
 }
 
 /// `base:` where an agent's worktree starts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Base {
     /// The run's base commit.
@@ -511,7 +540,7 @@ impl Base {
 }
 
 /// `expect:` (in `defaults:` or an agent): outcomes an agent must reach to succeed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     /// `true`: an agent that ends with no changed files fails with "no changes".
@@ -532,7 +561,7 @@ impl Expect {
 }
 
 /// `setup:` as a mapping: its commands and their network.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetupConfig {
     pub commands: Vec<String>,

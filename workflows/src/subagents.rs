@@ -14,6 +14,7 @@
 //!   clashes (`.orch/agents/`, then `.claude/agents/`, then plugins; see [`Origin`]), and
 //!   their lookup by name for `uses:`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -21,7 +22,7 @@ use crate::plan::{AgentSpec, Plan, PlanNode};
 use crate::schema::{Agent, KNOWN_TOOLS, PermissionMode, Workflow, is_known_tool};
 
 /// `subagents:` in a workflow: limits of the `Agent` tool for the whole run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Subagents {
     /// Levels of sub-agents below a workflow agent (default 3).

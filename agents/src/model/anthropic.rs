@@ -472,6 +472,7 @@ fn stream_error(v: &Value) -> AttemptError {
             retryable: true,
             overloaded: true,
             retry_after: None,
+            refused: false,
         },
         "rate_limit_error" => AttemptError::retryable(ModelError::RateLimited { status: 429, attempts: 1, message }),
         "api_error" | "timeout_error" => AttemptError::retryable(ModelError::Server {
@@ -596,11 +597,11 @@ mod tests {
     }
 
     #[test]
-    fn malformed_and_cut_streams_are_retryable() {
+    fn malformed_streams_are_named_at_once_and_cut_streams_are_retried() {
         let mut sink = |_e: StreamEvent| {};
         let mut acc = Accumulator::new("m");
         let err = acc.push("content_block_delta", "{not json", &mut sink).unwrap_err();
-        assert!(err.retryable);
+        assert!(!err.retryable && matches!(err.error, ModelError::Protocol { .. }), "{err:?}");
         let (r, _) = feed(&[
             ("message_start", json!({"type":"message_start","message":{}})),
             (

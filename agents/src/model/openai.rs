@@ -651,6 +651,7 @@ fn stream_error(error: &Value) -> AttemptError {
             retryable: true,
             overloaded: true,
             retry_after: None,
+            refused: false,
         };
     }
     if status == Some(429) || says(&["rate limit", "rate_limit", "ratelimit", "too many requests"]) {
@@ -973,7 +974,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_tool_arguments_are_a_retryable_error_naming_the_tool() {
+    fn bad_tool_arguments_are_an_error_named_at_once_naming_the_tool() {
         let (resp, _) = feed(
             &[chunk(
                 json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "Edit", "arguments": "{\"a\": "}}]}),
@@ -982,7 +983,7 @@ mod tests {
             true,
         );
         let e = resp.unwrap_err();
-        assert!(e.retryable);
+        assert!(!e.retryable);
         assert!(matches!(&e.error, ModelError::Protocol { message } if message.contains("`Edit`")), "{:?}", e.error);
     }
 
@@ -1010,12 +1011,12 @@ mod tests {
     }
 
     #[test]
-    fn malformed_chunks_are_retryable_protocol_errors() {
+    fn malformed_chunks_are_protocol_errors_named_at_once() {
         let mut sink = |_e: StreamEvent| {};
         let mut acc = Accumulator::new("m");
         assert!(!acc.push_data("", &mut sink).unwrap());
         let e = acc.push_data("{not json", &mut sink).unwrap_err();
-        assert!(e.retryable);
+        assert!(!e.retryable);
         assert!(matches!(e.error, ModelError::Protocol { .. }));
     }
 

@@ -60,15 +60,22 @@ pub struct AttemptError {
     /// The server said "overloaded" (HTTP 529 or an `overloaded_error` event).
     pub overloaded: bool,
     pub retry_after: Option<Duration>,
+    /// The connection was refused or could not be made: retried only
+    /// [`CONNECT_ATTEMPTS`] times, since a server that is not there rarely comes back
+    /// within the backoff.
+    pub refused: bool,
 }
+
+/// Attempts in all for a connection that cannot be made (about 4 s of waiting).
+pub const CONNECT_ATTEMPTS: u32 = 4;
 
 impl AttemptError {
     pub fn fatal(error: ModelError) -> Self {
-        Self { error, retryable: false, overloaded: false, retry_after: None }
+        Self { error, retryable: false, overloaded: false, retry_after: None, refused: false }
     }
 
     pub fn retryable(error: ModelError) -> Self {
-        Self { error, retryable: true, overloaded: false, retry_after: None }
+        Self { error, retryable: true, overloaded: false, retry_after: None, refused: false }
     }
 }
 
@@ -170,7 +177,7 @@ pub async fn with_retries(
             Err(failure) => failure,
         };
         overloaded_in_a_row = if failure.overloaded { overloaded_in_a_row + 1 } else { 0 };
-        let out_of_tries = n >= policy.max_attempts;
+        let out_of_tries = n >= policy.max_attempts || (failure.refused && n >= CONNECT_ATTEMPTS);
         let fall_back = give_up_on_overload_after.is_some_and(|limit| overloaded_in_a_row >= limit);
         if !failure.retryable || out_of_tries || fall_back {
             return Err(with_attempts(failure.error, n));
@@ -236,7 +243,13 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> AttemptE
         s if is_retryable_status(s) => ModelError::Server { status, attempts: 1, message },
         _ => ModelError::InvalidRequest { status, message },
     };
-    AttemptError { retryable: is_retryable_status(status), overloaded: status == 529, retry_after, error }
+    AttemptError {
+        retryable: is_retryable_status(status),
+        overloaded: status == 529,
+        retry_after,
+        error,
+        refused: false,
+    }
 }
 
 /// Classifies a transport failure (connect, reset, body cut short).
@@ -247,6 +260,14 @@ pub fn classify_transport(err: &reqwest::Error) -> AttemptError {
         message.push_str(": ");
         message.push_str(&s.to_string());
         source = s.source();
+    }
+    if err.is_connect() {
+        let url = err.url().map(|u| format!("{}://{}", u.scheme(), u.authority())).unwrap_or_default();
+        let message = format!(
+            "cannot connect to the model api at {url} ({message}); check that it is running there, or point orch \
+             at another with ANTHROPIC_BASE_URL or OPENAI_BASE_URL"
+        );
+        return AttemptError { refused: true, ..AttemptError::retryable(ModelError::Network { attempts: 1, message }) };
     }
     AttemptError::retryable(ModelError::Network { attempts: 1, message })
 }

@@ -36,7 +36,7 @@ pub(crate) async fn post_json(
 
 /// The events of a streaming response: the first must come within `first`, each next
 /// one within `idle` of the one before. Transport failures and silence are retryable;
-/// undecodable bytes are a retryable protocol error.
+/// undecodable bytes are a protocol error, named at once.
 pub(crate) fn events(
     response: reqwest::Response,
     first: Duration,
@@ -79,9 +79,12 @@ fn secs(d: Duration) -> String {
     format!("{}s", d.as_secs_f64())
 }
 
-/// A retryable protocol error: a corrupt stream is usually a transient proxy fault.
+/// A protocol error: bytes that are not the event schema (garbage, invalid JSON,
+/// tool-call input that is not JSON). Named at once, without retries: the same request
+/// gets the same kind of answer, and retrying would only spend the retry budget. A
+/// stream cut short is a network fault instead ([`cut_short`]), and is retried.
 pub(crate) fn protocol(message: impl Into<String>) -> AttemptError {
-    AttemptError::retryable(ModelError::Protocol { message: message.into() })
+    AttemptError::fatal(ModelError::Protocol { message: message.into() })
 }
 
 /// The error for a stream that ended before its final event.

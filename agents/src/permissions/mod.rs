@@ -99,7 +99,7 @@ impl RuleSet {
 }
 
 /// One line of an agent's rule listing (like Claude Code's `/permissions`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EffectiveRule {
     pub rule: String,
     pub verdict: Verdict,

@@ -12,7 +12,7 @@ use super::bash::CommandPattern;
 use super::paths::{Bases, PathMatcher, PathPattern};
 
 /// Which list a rule is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Allow,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use orch_run::exit::UsageError;
 use orch_run::options::{
-    ExecOptions, ExecOutput, HostOptions, MergeOptions, ModelSpec, PermissionSpec, Provider, RunOptions, SandboxSpec,
-    SettingSource, WorkflowModelSpec,
+    ExecOptions, ExecOutput, HostOptions, MergeOptions, ModelSpec, Provider, RunOptions, SandboxSpec, SettingSource,
+    WorkflowModelSpec,
 };
 use orch_run::run::Reporter;
 use orch_sandbox::policy::{Backend, Network};
@@ -36,6 +36,10 @@ pub enum Command {
     Exec(Box<ExecArgs>),
     /// Finish a run that was killed: commit its agents' work, fetch it, clean up, report.
     Recover(RecoverArgs),
+    /// Print a JSON Schema: workflow files, report.json, event lines or findings.
+    Schema(SchemaArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -88,6 +92,28 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
+    /// These flags as a workflow agent's `sandbox:` (its paths must be UTF-8, as a
+    /// workflow's are).
+    pub fn agent_sandbox(&self) -> Result<orch_workflows::SandboxSpec, UsageError> {
+        let text = |flag: &str, paths: &[PathBuf]| -> Result<Vec<String>, UsageError> {
+            paths
+                .iter()
+                .map(|p| {
+                    p.to_str().map(str::to_owned).ok_or_else(|| {
+                        UsageError(format!("{flag} {}: the path is not UTF-8; rename it or link to it", p.display()))
+                    })
+                })
+                .collect()
+        };
+        Ok(orch_workflows::SandboxSpec {
+            backend: self.backend,
+            network: self.network.into(),
+            image: self.image.clone(),
+            read: text("--read", &self.read)?,
+            write: text("--write", &self.write)?,
+        })
+    }
+
     /// The typed sandbox settings these flags ask for.
     pub fn spec(&self) -> SandboxSpec {
         SandboxSpec {
@@ -231,14 +257,15 @@ pub struct ModelSettingsArgs {
 }
 
 impl ModelSettingsArgs {
-    fn settings(&self) -> orch_agents::model::ModelSettings {
-        orch_agents::model::ModelSettings {
-            first_byte_timeout: self.first_byte_timeout,
-            idle_timeout: self.idle_timeout,
-            retry_budget: self.retry_budget,
+    /// The settings as a workflow's `model_settings:` writes them.
+    fn settings(&self) -> orch_workflows::ModelSettings {
+        orch_workflows::ModelSettings {
+            first_byte_timeout: self.first_byte_timeout.map(orch_workflows::Duration::from_std),
+            idle_timeout: self.idle_timeout.map(orch_workflows::Duration::from_std),
+            retry_budget: self.retry_budget.map(orch_workflows::Duration::from_std),
             max_output_tokens: self.max_output_tokens,
             context_window: self.context_window,
-            thinking: self.thinking_budget.map(|budget_tokens| orch_agents::model::Thinking { budget_tokens }),
+            thinking: self.thinking_budget.map(|budget_tokens| orch_workflows::Thinking { budget_tokens }),
         }
     }
 }
@@ -349,6 +376,28 @@ impl ExecArgs {
             (false, OutputFormat::Text) => ExecOutput::Text,
         };
         let ci = crate::progress::in_ci();
+        // The agent a one-agent workflow with these settings would plan.
+        let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
+        agent.tools = self.tools;
+        agent.limits = orch_workflows::Limits {
+            max_turns: Some(self.max_turns),
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost_usd,
+            timeout: self.timeout.map(orch_workflows::Duration::from_std),
+            checkpoint_every: None,
+            max_disk: None,
+            max_file_size: None,
+        };
+        agent.model_settings = self.model_settings.settings();
+        let PermissionArgs { permission_mode, allow, deny, ask } = self.permissions;
+        agent.permissions = orch_workflows::PermissionsSpec {
+            mode: permission_mode.unwrap_or(orch_workflows::PermissionMode::Default),
+            allow,
+            deny,
+            ask,
+        };
+        agent.sandbox = self.sandbox.agent_sandbox()?;
+        agent.instructions = !self.no_instructions;
         Ok(ExecOptions {
             prompt,
             output_format,
@@ -357,25 +406,11 @@ impl ExecArgs {
             attended: !ci && std::io::stderr().is_terminal(),
             reporter,
             model: self.model.spec(),
-            agent_id: self.agent_id,
-            max_turns: self.max_turns,
-            max_tokens: self.max_tokens,
-            max_cost_usd: self.max_cost_usd,
-            timeout: self.timeout,
-            tools: self.tools,
+            agent,
             cwd: self.cwd,
-            no_instructions: self.no_instructions,
             record: self.record,
             replay: self.replay,
             transcript: self.transcript,
-            model_settings: self.model_settings.settings(),
-            permissions: PermissionSpec {
-                mode: self.permissions.permission_mode,
-                allow: self.permissions.allow,
-                deny: self.permissions.deny,
-                ask: self.permissions.ask,
-            },
-            sandbox: self.sandbox.spec(),
         })
     }
 }
@@ -498,13 +533,14 @@ pub struct RunArgs {
     /// Keep every agent's worktree (failed agents' worktrees are always kept).
     #[arg(long)]
     pub keep_worktrees: bool,
-    /// Read the workflow, hooks, `.mcp.json` and agent files from the checked-out files
-    /// even in a pull-request run (by default they come from the base ref there, and
-    /// `backend: none` and `network: full` are refused).
+    /// Read the workflow, settings, hooks, `.mcp.json`, agent files, skills and commands
+    /// from the checkout even when the checked-out commit is not the trusted ref (by
+    /// default they come from that ref then, and `backend: none` and `network: full`
+    /// are refused).
     #[arg(long)]
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run and read hooks, `.mcp.json` and agent files
-    /// from REF (a branch, tag or commit of the repository) instead of the checkout.
+    /// The trusted ref (a branch, tag or commit of the repository) instead of the base
+    /// or default branch: configuration comes from it unless it is checked out.
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
     /// The git repository the agents work on (default: the one containing the current
@@ -599,12 +635,12 @@ pub struct MergeArgs {
     /// Also write a JUnit XML report.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Read --workflow from the checked-out file even in a pull-request run (by default
-    /// it comes from the base ref there, as for `orch run`).
+    /// Read --workflow from the checked-out file even when the checked-out commit is not
+    /// the trusted ref (by default it comes from that ref then, as for `orch run`).
     #[arg(long)]
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run and read --workflow from REF (a branch, tag or
-    /// commit of the repository) instead of the checkout.
+    /// The trusted ref to read --workflow from unless it is checked out (a branch, tag
+    /// or commit of the repository), as for `orch run`.
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
     /// Publish the merged result as the workflow's `publish:` declares (needs
@@ -630,11 +666,59 @@ pub struct RecoverArgs {
     pub author: Option<(String, String)>,
 }
 
+/// `orch schema NAME`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Which schema.
+    #[arg(value_enum)]
+    pub name: SchemaName,
+}
+
+/// The schemas `orch schema` prints (see `orch_run::schemas`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaName {
+    /// Workflow files (`orch run FILE`).
+    Workflow,
+    /// report.json of a run directory.
+    Report,
+    /// One line of `--json` output.
+    Events,
+    /// One finding of an agent's structured output (`publish:`).
+    Finding,
+}
+
+impl SchemaName {
+    pub fn schema(self) -> orch_run::schemas::Schema {
+        use orch_run::schemas::Schema;
+        match self {
+            SchemaName::Workflow => Schema::Workflow,
+            SchemaName::Report => Schema::Report,
+            SchemaName::Events => Schema::Events,
+            SchemaName::Finding => Schema::Finding,
+        }
+    }
+}
+
+/// `orch completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
 /// `orch validate WORKFLOW`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
     /// The workflow file.
     pub workflow: PathBuf,
+    /// Read the workflow and repository configuration from the checkout even when the
+    /// checked-out commit is not the trusted ref (as `orch run --trust-repo-config`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// The trusted ref to read configuration from (as `orch run --config-ref`).
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
 }
 
 /// `orch plan WORKFLOW`.
@@ -656,6 +740,13 @@ pub struct PlanArgs {
     /// --diff-base` does.
     #[arg(long, value_name = "REV")]
     pub diff_base: Option<String>,
+    /// Read the workflow and repository configuration from the checkout even when the
+    /// checked-out commit is not the trusted ref (as `orch run --trust-repo-config`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// The trusted ref to read configuration from (as `orch run --config-ref`).
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
 }
 
 /// `orch plan --format`.

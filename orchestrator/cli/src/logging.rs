@@ -1,7 +1,10 @@
 //! `tracing` logs on stderr, set by `RUST_LOG` or `-v`, in the prefix scheme of
 //! STYLE.md (`error:`, `warning:`, `orch:`), without colour when `NO_COLOR` is set or
 //! stderr is not a terminal. While the live view is on screen, each line is written
-//! with the view suspended, so a log line never lands inside a progress line.
+//! with the view suspended, so a log line never lands inside a progress line. The
+//! library's notes and verbatim text (targets [`orch_run::notice::NOTE`] and
+//! [`orch_run::notice::TEXT`]) are shown at every verbosity. A closed stderr is not an
+//! error: lines are dropped, nothing panics.
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
@@ -13,7 +16,9 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 pub fn init(verbose: u8) {
     // rmcp logs what orch reports itself (a server that fails, a closed connection) as
@@ -24,13 +29,18 @@ pub fn init(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = [orch_run::notice::NOTE, orch_run::notice::TEXT]
+        .iter()
+        .filter_map(|target| format!("{target}=info").parse().ok())
+        .fold(filter, EnvFilter::add_directive);
     let colour = std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(|| Line(Vec::new()))
         .with_ansi(colour)
         .event_format(Prefixed)
-        .try_init();
+        // Its own report of a failed write is an `eprintln!`, which panics on a closed stderr.
+        .log_internal_errors(false);
+    let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
 }
 
 /// The live view, once it is on screen: log lines are written with it suspended.
@@ -80,6 +90,15 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        match event.metadata().target() {
+            orch_run::notice::TEXT => return ctx.field_format().format_fields(writer.by_ref(), event),
+            orch_run::notice::NOTE => {
+                write!(writer, "orch: ")?;
+                ctx.field_format().format_fields(writer.by_ref(), event)?;
+                return writeln!(writer);
+            }
+            _ => {}
+        }
         let mut level = *event.metadata().level();
         if is_library(event.metadata().target()) {
             // Only orch says `error:` or `warning:`; a library's line is detail (`-v`).
@@ -151,6 +170,29 @@ mod tests {
         assert_eq!(lines[1], "warning: the run clone stays kept=2");
         assert_eq!(lines[2], "orch: setup: npm ci");
         assert!(lines[3].starts_with("orch: [") && lines[3].ends_with("] a detail"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn notes_and_text_of_the_library_show_as_they_are_at_every_verbosity() {
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let filter = [orch_run::notice::NOTE, orch_run::notice::TEXT]
+            .iter()
+            .filter_map(|target| format!("{target}=info").parse().ok())
+            .fold(EnvFilter::new("error"), EnvFilter::add_directive);
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || sink.clone())
+            .with_ansi(true)
+            .event_format(Prefixed)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            orch_run::notice::note("run r1 of `w`: /tmp/r1");
+            orch_run::notice::text("error: bad key\n  --> w.yaml:1:1\n");
+            tracing::info!("hidden at this verbosity");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text, "orch: run r1 of `w`: /tmp/r1\nerror: bad key\n  --> w.yaml:1:1\n");
     }
 
     #[test]

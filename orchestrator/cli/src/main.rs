@@ -2,6 +2,23 @@
 //! converts it once into typed options, picks the terminal's reporter, and maps
 //! outcomes to exit codes.
 
+/// `eprintln!` that never panics: on a closed stderr the line is dropped (STYLE.md: a
+/// reader that goes away is not an error).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics, as [`say!`].
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cli;
 mod exit;
 mod logging;
@@ -9,6 +26,7 @@ mod plan_cmd;
 mod progress;
 mod sandbox_cmd;
 
+use std::io::Write as _;
 use std::sync::Arc;
 
 use clap::Parser;
@@ -19,7 +37,7 @@ fn main() -> std::process::ExitCode {
     // ours (the zygote, tool hosts, hooks, commands; see `orch_sandbox::fds`).
     if let Err(e) = orch_sandbox::fds::cloexec_all_but(&[]) {
         // Fail closed: a sandbox could use what they open.
-        eprintln!("error: cannot mark inherited file descriptors close-on-exec: {e}");
+        say!("error: cannot mark inherited file descriptors close-on-exec: {e}");
         return exit::Code::Infrastructure.into();
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == "sandbox") {
@@ -56,13 +74,25 @@ fn main() -> std::process::ExitCode {
     let command = match cli.command {
         cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
+        cli::Command::Schema(args) => return print_data(&args.name.schema().json()),
+        cli::Command::Completions(args) => {
+            let full = <cli::Cli as clap::CommandFactory>::command();
+            // clap_complete offers hidden subcommands too: orch's internal ones stay out.
+            let mut command = clap::Command::new("orch")
+                .version(env!("CARGO_PKG_VERSION"))
+                .args(full.get_arguments().cloned())
+                .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut command, "orch", &mut script);
+            return write_stdout(&script);
+        }
         cli::Command::ToolHost(args) => return std::process::ExitCode::from(host::host_main(args.options())),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say!("error: cannot start the async runtime: {e}");
             return exit::Code::Infrastructure.into();
         }
     };
@@ -78,8 +108,20 @@ fn main() -> std::process::ExitCode {
             cli::Command::Plan(args) => plan_cmd::show(&args).or_else(reader_gone),
             cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
             cli::Command::Exec(args) => Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?),
-            cli::Command::McpClient(args) => Ok(orch_run::mcp_probe::probe(&args.config, &args.calls).await?),
-            cli::Command::Sandbox(_) | cli::Command::ToolHost(_) => Ok(exit::Code::Usage),
+            cli::Command::McpClient(args) => {
+                let probe = orch_run::mcp_probe::probe(&args.config, &args.calls).await?;
+                let mut out = std::io::stdout().lock();
+                for line in &probe.lines {
+                    if writeln!(out, "{line}").is_err() {
+                        break;
+                    }
+                }
+                Ok(probe.code)
+            }
+            cli::Command::Sandbox(_)
+            | cli::Command::ToolHost(_)
+            | cli::Command::Schema(_)
+            | cli::Command::Completions(_) => Ok(exit::Code::Usage),
         }
     });
     reaper.cancel();
@@ -89,8 +131,29 @@ fn main() -> std::process::ExitCode {
     match code {
         Ok(code) => code.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            say!("error: {e:#}");
             exit::for_error(&e).into()
+        }
+    }
+}
+
+/// Prints `value` as pretty JSON on stdout.
+fn print_data(value: &serde_json::Value) -> std::process::ExitCode {
+    let mut text = serde_json::to_vec_pretty(value).unwrap_or_default();
+    text.push(b'\n');
+    write_stdout(&text)
+}
+
+/// Writes `bytes` to stdout; a reader that stopped reading is not an error.
+fn write_stdout(bytes: &[u8]) -> std::process::ExitCode {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => exit::Code::Success.into(),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::Code::Success.into(),
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            exit::Code::Infrastructure.into()
         }
     }
 }

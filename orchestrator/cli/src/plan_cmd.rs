@@ -3,12 +3,13 @@
 //! before it starts (the same loader, against the repository's `.mcp.json`); neither
 //! touches the network, a sandbox or a model.
 //!
-//! Both read the repository around the current directory by the trust rule (the base
-//! ref in a pull-request run, the checkout otherwise), as `orch run` does: its agent
-//! files, skills and slash commands. A workflow that names a skill or command the
-//! repository does not have is invalid; `orch plan` shows each agent with its agent
-//! definition applied (tools, model, source file), its skills and its expanded slash
-//! command, then which file won each name clash.
+//! Both read the workflow and the repository around the current directory by the trust
+//! rule (the trusted ref unless it is checked out, see `orch_run::repo_config`), as
+//! `orch run` does: its agent files, skills and slash commands. A workflow that names a
+//! skill or command the repository does not have is invalid; `orch plan` shows each
+//! agent with its agent definition applied (tools, model, source file), its skills and
+//! its expanded slash command, which file won each name clash, and where each piece of
+//! configuration came from.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -22,15 +23,13 @@ use crate::cli::{PlanArgs, PlanFormat, ValidateArgs};
 use crate::exit::{Code, UsageError};
 
 /// Loads `path` with every check `orch run` makes before it starts anything, against
-/// the repository of the current directory (its `.mcp.json`, read under the same trust
-/// rule as a run's), or prints why not.
-fn load(path: &Path) -> Result<Workflow, Code> {
-    let trust = orch_run::repo_config::Trust::from_env(false, None);
-    let config = orch_run::workflow::repo_config(None, &trust);
-    match config.and_then(|config| orch_run::workflow::load_checked(path, &config)) {
-        Ok(loaded) => loaded,
+/// the repository of the current directory (the workflow and its `.mcp.json` read under
+/// the same trust rule as a run's), or prints why not; with where the workflow came from.
+fn load(path: &Path, trust: &Trust) -> Result<(Workflow, String), Code> {
+    match orch_run::workflow_trust::load(path, None, trust) {
+        Ok(loaded) => loaded.map(|l| (l.workflow, l.from)),
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             Err(Code::Usage)
         }
     }
@@ -38,14 +37,19 @@ fn load(path: &Path) -> Result<Workflow, Code> {
 
 /// The agent files, skills and commands of the repository around the current
 /// directory, and where they were read; `None` (with a warning) when they cannot be read.
-fn repo_files() -> Option<(RepoFiles, String)> {
+fn repo_files(trust: &Trust) -> Option<(RepoFiles, String)> {
+    let (files, config) = repo_config(trust)?;
+    Some((files, config.describe()))
+}
+
+/// [`repo_files`], with the configuration they were read through.
+fn repo_config(trust: &Trust) -> Option<(RepoFiles, RepoConfig)> {
     let cwd = std::env::current_dir().ok()?;
-    let read = RepoConfig::resolve(&cwd, &Trust::from_env(false, None))
-        .and_then(|config| Ok((config.extension_files()?, config.describe())));
+    let read = RepoConfig::resolve(&cwd, trust).and_then(|config| Ok((config.extension_files()?, config)));
     match read {
         Ok(found) => Some(found),
         Err(e) => {
-            eprintln!("warning: the repository's agent files, skills and commands were not read: {e}");
+            say!("warning: the repository's agent files, skills and commands were not read: {e}");
             None
         }
     }
@@ -59,9 +63,9 @@ fn check_names(workflow: &Workflow, files: Option<&(RepoFiles, String)>) -> Opti
     if diagnostics.is_empty() {
         return None;
     }
-    eprint!("{}", orch_workflows::render_diagnostics(&diagnostics));
+    say_raw!("{}", orch_workflows::render_diagnostics(&diagnostics));
     let n = diagnostics.len();
-    eprintln!(
+    say!(
         "orch: the workflow is invalid ({n} error{}; the repository was read from {from})",
         if n == 1 { "" } else { "s" }
     );
@@ -70,17 +74,18 @@ fn check_names(workflow: &Workflow, files: Option<&(RepoFiles, String)>) -> Opti
 
 /// `orch validate`: exit 0 and one line on stderr when the file is valid.
 pub fn validate(args: &ValidateArgs) -> Code {
-    match load(&args.workflow) {
-        Ok(workflow) => {
-            let files = repo_files();
+    let trust = Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    match load(&args.workflow, &trust) {
+        Ok((workflow, _)) => {
+            let files = repo_files(&trust);
             if let Some(code) = check_names(&workflow, files.as_ref()) {
                 return code;
             }
             for warning in orch_workflows::publish::findings_warnings(&workflow) {
-                eprintln!("warning: {}: {warning}", args.workflow.display());
+                say!("warning: {}: {warning}", args.workflow.display());
             }
             let agents = workflow.agents.len();
-            eprintln!(
+            say!(
                 "orch: {} is valid: workflow `{}`, {agents} agent{}",
                 args.workflow.display(),
                 workflow.name,
@@ -89,7 +94,7 @@ pub fn validate(args: &ValidateArgs) -> Code {
             let denies = workflow.agents.iter().flat_map(|a| a.permissions.deny.iter());
             let denies = workflow.defaults.permissions.deny.iter().chain(denies).map(String::as_str);
             if let Some(note) = orch_run::settings_permissions::bash_gap_note(denies) {
-                eprintln!("orch: {note}");
+                say!("orch: {note}");
             }
             Code::Success
         }
@@ -133,11 +138,13 @@ fn matrix(plan: &Plan, shards: u32) -> serde_json::Value {
 
 /// `orch plan`: the plan on stdout, as text or JSON.
 pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
-    let workflow = match load(&args.workflow) {
+    let trust = Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    let (workflow, workflow_from) = match load(&args.workflow, &trust) {
         Ok(w) => w,
         Err(code) => return Ok(code),
     };
-    let files = repo_files();
+    let config = repo_config(&trust);
+    let files = config.as_ref().map(|(files, config)| (files.clone(), config.describe()));
     if let Some(code) = check_names(&workflow, files.as_ref()) {
         return Ok(code);
     }
@@ -148,10 +155,10 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
     };
     if let Some((files, _)) = &files {
         for id in files.agents.apply_to_plan(&workflow, &mut plan) {
-            eprintln!("warning: agent `{id}` says `uses:`, but no agent definition has that name");
+            say!("warning: agent `{id}` says `uses:`, but no agent definition has that name");
         }
         for e in orch_workflows::commands::apply_to_plan(&files.commands, &mut plan) {
-            eprintln!("warning: {e}");
+            say!("warning: {e}");
         }
         files.skills.apply_to_plan(&mut plan);
     }
@@ -169,6 +176,7 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
             if let Some((files, from)) = &files {
                 out.write_all(repo_section(files, from).as_bytes())?;
             }
+            out.write_all(sources_section(&workflow_from, config.as_ref()).as_bytes())?;
             if let Some(n) = shards {
                 for entry in matrix(&plan, n)["include"].as_array().into_iter().flatten() {
                     writeln!(out, "shard {}: {}", entry["shard"].as_str().unwrap_or_default(), entry["agents"])?;
@@ -185,6 +193,32 @@ pub fn show(args: &PlanArgs) -> anyhow::Result<Code> {
     }
     out.flush()?;
     Ok(Code::Success)
+}
+
+/// Where each piece of configuration that can run code or widen the sandbox came from,
+/// by the trust rule: the workflow, settings and hooks, MCP servers, agent files,
+/// skills and commands.
+fn sources_section(workflow: &str, config: Option<&(RepoFiles, RepoConfig)>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\nconfiguration sources:");
+    let _ = writeln!(out, "  workflow (with backend, network, hooks, MCP servers): {workflow}");
+    let Some((files, config)) = config else {
+        let _ = writeln!(out, "  repository files: not read (see the warning on stderr)");
+        return out;
+    };
+    let from = config.describe();
+    let _ = writeln!(out, "  repository files from {from}: {}", config.why());
+    let present = |paths: &[&str]| {
+        let found: Vec<&str> = paths.iter().copied().filter(|p| matches!(config.read(p), Ok(Some(_)))).collect();
+        if found.is_empty() { "(none)".to_string() } else { found.join(", ") }
+    };
+    let count = |n: usize| if n == 0 { "(none)".to_string() } else { n.to_string() };
+    let _ = writeln!(out, "    settings and hooks: {}", present(&[".orch/settings.yaml", ".claude/settings.json"]));
+    let _ = writeln!(out, "    MCP servers: {}", present(&[".mcp.json"]));
+    let _ = writeln!(out, "    agent files: {}", count(files.agents.agents.len()));
+    let _ = writeln!(out, "    skills: {}", count(files.skills.skills.len()));
+    let _ = writeln!(out, "    slash commands: {}", count(files.commands.commands.len()));
+    out
 }
 
 /// What `orch plan` shows of the repository's agent files, skills and commands: where

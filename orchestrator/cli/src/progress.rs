@@ -18,6 +18,26 @@ use orch_agents::Event;
 use orch_run::run::Reporter;
 use orch_run::run::report::{AgentReport, AgentStatus};
 
+/// One JSON line on stdout, flushed. A reader that went away is not an error: the
+/// line is dropped (the run's files have it all).
+fn json_line(line: &serde_json::Value) {
+    if let Ok(text) = serde_json::to_string(line) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+    }
+}
+
+/// The run's answer (model text) on stdout, fenced in GitHub mode. A reader that went
+/// away (`orch run … | head`) is not an error: the report on disk has it all.
+fn answer(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let written = write!(out, "{}", orch_run::fence::untrusted(text)).and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Picks the reporter for this process: live on an attended terminal outside CI,
 /// plain otherwise (grouped under GitHub Actions).
 pub fn for_terminal() -> Box<dyn Reporter> {
@@ -160,6 +180,14 @@ impl Reporter for Plain {
     fn note(&self, line: &str) {
         self.line(line);
     }
+
+    fn json_line(&self, line: &serde_json::Value) {
+        json_line(line);
+    }
+
+    fn answer(&self, text: &str) -> std::io::Result<()> {
+        answer(text)
+    }
 }
 
 /// The multi-progress view of an attended terminal.
@@ -259,7 +287,9 @@ impl Reporter for Live {
             }
             _ => {
                 if let Some(text) = describe(event) {
-                    self.multi.suspend(|| eprintln!("orch: {agent}: {text}"));
+                    self.multi.suspend(|| {
+                        let _ = writeln!(std::io::stderr(), "orch: {agent}: {text}");
+                    });
                 }
                 return;
             }
@@ -293,6 +323,14 @@ impl Reporter for Live {
     fn finish(&self) {
         self.overall.finish_and_clear();
         let _ = self.multi.clear();
+    }
+
+    fn json_line(&self, line: &serde_json::Value) {
+        json_line(line);
+    }
+
+    fn answer(&self, text: &str) -> std::io::Result<()> {
+        answer(text)
     }
 }
 

@@ -75,7 +75,7 @@ pub fn run(args: SandboxRunArgs) -> ExitCode {
     match run_inner(args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("orch: sandbox: {e}");
+            say!("orch: sandbox: {e}");
             ExitCode::from(EXIT_SANDBOX)
         }
     }
@@ -174,7 +174,7 @@ fn in_container_run(args: &SandboxRunArgs) -> Result<u8, SandboxError> {
         read: vec![],
         write: vec![],
         network: args.sandbox.network,
-        limits: Limits { wall_time: args.timeout, ..Limits::default() },
+        limits: Limits::with_wall_time(args.timeout),
         env,
         cwd,
         image: None,
@@ -232,14 +232,12 @@ fn run_in_container(args: &SandboxRunArgs, policy: &Policy, name: &str) -> Resul
             OneShotEnd::Exited(code) => u8::try_from(code).unwrap_or(EXIT_SANDBOX),
             OneShotEnd::TimedOut => {
                 let secs = args.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
-                eprintln!("orch: {shown} timed out after {secs}s; its container was removed");
+                say!("orch: {shown} timed out after {secs}s; its container was removed");
                 EXIT_TIMEOUT
             }
             OneShotEnd::OutputCut => {
                 let limit = policy.limits.output_bytes.unwrap_or_default();
-                eprintln!(
-                    "\norch: {shown} wrote more than {limit} bytes of output; the rest was cut and it was stopped"
-                );
+                say!("\norch: {shown} wrote more than {limit} bytes of output; the rest was cut and it was stopped");
                 EXIT_OUTPUT_CUT
             }
             OneShotEnd::Cancelled => 128 + signal.load(std::sync::atomic::Ordering::SeqCst),
@@ -309,11 +307,11 @@ fn spawn_and_wait(args: &SandboxRunArgs, policy: &Policy, watch_stdin: bool) -> 
             return match e.raw_os_error() {
                 Some(orch_sandbox::CONFINE_FAILED_ERRNO) => Ok(EXIT_SANDBOX),
                 _ if e.kind() == ErrorKind::NotFound => {
-                    eprintln!("orch: {shown}: command not found");
+                    say!("orch: {shown}: command not found");
                     Ok(EXIT_NOT_FOUND)
                 }
                 _ => {
-                    eprintln!("orch: {shown}: cannot execute: {e}");
+                    say!("orch: {shown}: cannot execute: {e}");
                     Ok(EXIT_CANNOT_EXECUTE)
                 }
             };
@@ -337,16 +335,14 @@ fn spawn_and_wait(args: &SandboxRunArgs, policy: &Policy, watch_stdin: bool) -> 
         let polled = poll(&mut fds, timeout);
         if watch_stdin && fds.get(1).and_then(PollFd::revents).is_some_and(|r| !r.is_empty()) && stdin_closed() {
             reaper::kill_tree(std::process::id() as i32, &[]);
-            eprintln!(
-                "orch: the orch that started this container went away; {shown} and everything it started were killed"
-            );
+            say!("orch: the orch that started this container went away; {shown} and everything it started were killed");
             break EXIT_SANDBOX;
         }
         match polled {
             Ok(0) if deadline.is_some_and(|at| Instant::now() >= at) => {
                 reaper::kill_tree(std::process::id() as i32, &[]);
                 let secs = args.timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
-                eprintln!("orch: {shown} timed out after {secs}s; it and everything it started were killed");
+                say!("orch: {shown} timed out after {secs}s; it and everything it started were killed");
                 break EXIT_TIMEOUT;
             }
             Ok(_) | Err(nix::Error::EINTR) => {}

@@ -1,97 +1,84 @@
-//! `orch exec PROMPT`: one ad-hoc agent through the shared loop, like `claude -p`. The
-//! final answer (or one JSON result, or every event) goes to stdout; progress goes to
-//! the terminal's reporter on stderr. Write tools need a git repository around the
-//! working directory (or `--allow-outside-repo`); large tool results live in a private
-//! directory that is removed at the end. With the `Skill` tool, the repository's skills
-//! (`.orch/skills/`, `.claude/skills/`) are found as `orch run` finds them, copied into
-//! that directory (readable by the agent, not writable) and listed in the prompt.
+//! `orch exec PROMPT`: one ad-hoc agent, like `claude -p`. It is a one-agent run that
+//! works in place: its flags make the [`AgentSpec`](orch_workflows::AgentSpec) a workflow
+//! agent would be, and the agent is made as every `orch run` agent is ([`crate::agent`]:
+//! the same settings files, hooks, MCP servers, agent files, skills, slash commands,
+//! permissions, limits and sandbox, under the same trust rule); only where it works (the
+//! directory itself, not a worktree) and what is printed differ. The final answer (or one
+//! JSON result, or every event) goes to stdout; progress goes to the terminal's reporter
+//! on stderr, with the files it changed counted as a run counts them. Write tools need a
+//! git repository around the working directory (or `--allow-outside-repo`); large tool
+//! results and the repository's skills live in a private directory that is removed at
+//! the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::Context as _;
-use orch_agents::permissions::{Permissions, RuleSet};
-use orch_agents::subagent::{AGENT_TOOL, AgentTool, SubagentLimits, SubagentRun};
-use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
-use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
-use orch_agents::{Event, EventSink, Limits, QueryConfig, Terminal};
+use orch_agents::prompt::Setting;
+use orch_agents::{Event, EventSink, Terminal};
+use orch_workflows::extensions::HookSettings;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::{LoopOptions, Models, Place, Sources};
 use crate::exit::{Code, UsageError};
-use crate::hooks_config::Extensions;
-use crate::options::{ExecOptions, ExecOutput};
+use crate::options::{ExecOptions, ExecOutput, SettingSource};
 use crate::repo_config::{RepoConfig, Trust};
 use crate::run::Reporter;
-use crate::run::agent_defs::RunSkills;
 use crate::run::output::{Answer, OutputSchema, ask};
-use crate::run::report::{AgentReport, AgentStatus};
+use crate::run::report::{AgentReport, AgentStatus, ChangedFile};
 use crate::run_event::RunEvent;
-use crate::session::{AgentSession, SessionSpec};
 use crate::{provider, signals};
-use orch_workflows::extensions::HookSettings;
 
 pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let mut model_args = args.model.clone();
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
-    let mut config = QueryConfig::new(&args.agent_id, &args.model.model);
-    config.fallback_model = args.model.fallback_model.clone();
-    config.prices = provider::prices(&args.model)?;
-    config.limits = Limits {
-        max_turns: Some(args.max_turns),
-        max_tokens: args.max_tokens,
-        max_cost_usd: args.max_cost_usd,
-        timeout: args.timeout.map(Into::into),
-        ..Limits::default()
+    let prices = provider::prices(&args.model)?;
+    let used: Vec<(String, String)> = std::iter::once((args.model.model.clone(), "--model".to_string()))
+        .chain(args.model.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())))
+        .collect();
+    let limit = args.agent.limits.max_cost_usd.map(|_| "--max-cost-usd");
+    for warning in provider::check_prices(&prices, &used, limit)? {
+        tracing::warn!("{warning}");
+    }
+    let models = Models {
+        provider: provider.clone(),
+        default_model: args.model.model.clone(),
+        fallback_model: args.model.fallback_model.clone(),
+        prices,
     };
-    config.apply_settings(&args.model_settings);
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let cwd = std::fs::canonicalize(&cwd)
         .map_err(|e| UsageError(format!("the working directory {} is not usable: {e}", cwd.display())))?;
-    let rules = RuleSet {
-        mode: args.permissions.mode,
-        allow: args.permissions.allow.clone(),
-        deny: args.permissions.deny.clone(),
-        ask: args.permissions.ask.clone(),
-        ..RuleSet::default()
-    };
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    // Only an agent that can write gets the working directory writable (as root, that
-    // hands it to the sandbox uid for the run).
-    let writes = orch_types::tools::any_writes(&args.tools);
-    if writes && !args.allow_outside_repo {
-        outside_repo_guard(&cwd, home.as_deref())?;
-    }
     let schema = match &args.output_schema {
         Some(schema) => Some(OutputSchema::new(schema).map_err(|e| UsageError(format!("--output-schema: {e}")))?),
         None => None,
     };
-    let permissions =
-        Permissions::new(&rules, &cwd, home.as_deref(), vec![cwd.clone()]).map_err(|e| UsageError(e.to_string()))?;
-    let extensions = extensions(&cwd, &args.tools)?;
     // Private to this user (0700, a fresh random name), removed at the end.
     let results_dir = tempfile::Builder::new()
         .prefix("orch-exec-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .context("cannot create the private directory for large tool results")?;
+    let sources = sources(&cwd, &results_dir.path().join("skills"))?;
+    let mut spec = args.agent.clone();
+    // A prompt that starts with `/name` is the repository's slash command `name`.
+    let prompt =
+        crate::agent::prepare(&sources, &mut spec, args.prompt.clone()).map_err(|e| UsageError(e.to_string()))?;
+    check_mcp_tools(&spec.tools, &sources)?;
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    // Only an agent that can write gets the working directory writable (as root, that
+    // hands it to the sandbox uid for the run).
+    if orch_types::tools::any_writes(&spec.tools) && !args.allow_outside_repo {
+        outside_repo_guard(&cwd, home.as_deref())?;
+    }
     let run = format!("exec-{}", std::process::id());
     // Results too large to send inline land here; the agent may Read them.
     let big_results = results_dir.path().join("tool-results");
     std::fs::create_dir(&big_results).context("cannot create the directory for large tool results")?;
-    let skills = if args.tools.iter().any(|t| t == SKILL_TOOL) {
-        skills(&cwd, &results_dir.path().join("skills"))?
-    } else {
-        RunSkills::default()
-    };
-    let entries = skills.entries(None);
-    let mut read = vec![big_results.clone()];
-    if !entries.is_empty() {
-        read.extend(skills.root.iter().cloned());
-    }
     let transcript = match &args.transcript {
         Some(path) => Some(
             crate::run::Transcript::create(path)
@@ -101,31 +88,26 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     };
     let stream = args.output_format == ExecOutput::StreamJson;
     let sink: Arc<dyn EventSink> =
-        Arc::new(Tee { agent: args.agent_id.clone(), stream, reporter: args.reporter.clone(), transcript });
+        Arc::new(Tee { agent: spec.id.clone(), stream, reporter: args.reporter.clone(), transcript });
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;
-    let spec = SessionSpec {
+    // What the directory holds before, to count what the agent changed as a run does.
+    let may_write = crate::agent::may_write(&spec.tools, !sources.extensions.hooks.is_empty());
+    let before = if may_write { tree_of(&cwd) } else { None };
+    let place = Place {
         run: run.clone(),
-        agent: args.agent_id.clone(),
         cwd: cwd.clone(),
-        sandbox: args.sandbox.clone(),
-        writes,
-        read,
-        private: results_dir.path().join("sandbox"),
+        read: Vec::new(),
         env: Vec::new(),
-        tools: args.tools.clone(),
-        permissions,
-        results_dir: Some(big_results.clone()),
-        hooks: extensions.hooks,
-        mcp_servers: extensions.mcp_servers,
-        session_id: format!("{run}/{}", args.agent_id),
-        file_size_limit: None,
+        results: big_results.clone(),
+        private: results_dir.path().join("sandbox"),
         egress: None,
+        source: SettingSource::Flags,
     };
-    args.reporter.agent_started(&args.agent_id);
+    args.reporter.agent_started(&spec.id);
     let started = std::time::Instant::now();
-    let mut session = match AgentSession::start(spec, sink.clone(), &cancel).await {
-        Ok(session) => session,
+    let mut session = match crate::agent::start(&sources, &spec, place, sink.clone(), &cancel).await {
+        Ok(started) => started.session,
         Err(e) => {
             args.reporter.finish();
             return Err(e);
@@ -136,50 +118,24 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     if let Some(uid) = session.sandbox_uid() {
         share_results(results_dir.path(), &big_results, uid)?;
     }
-    // After the tool host started: it reads the instruction files.
-    config.system = session.instructions(&config.model, !args.no_instructions, &cancel).await;
-    if args.attended {
-        orch_agents::prompt::set_setting(&mut config.system, orch_agents::prompt::Setting::Terminal);
-    }
-    orch_agents::prompt::add_skills(&mut config.system, &entries);
-    if args.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
-        let tool = WebSearchTool::new(
-            provider.clone(),
-            &config.agent_id,
-            &config.model,
-            config.timeouts,
-            config.prices.clone(),
-        );
-        if let Err(e) = session.offer_web_search(tool, provider.name()) {
+    let options = LoopOptions { limits: spec.limits, setting: args.attended.then_some(Setting::Terminal) };
+    let equipped = crate::agent::equip(&sources, &spec, &models, options, &mut session, sink.clone(), &cancel).await;
+    let equipped = match equipped {
+        Ok(equipped) => equipped,
+        Err(e) => {
             session.stop().await;
             args.reporter.finish();
-            return Err(UsageError(e.to_string()).into());
+            return Err(e);
         }
-    }
-    if args.tools.iter().any(|t| t == SKILL_TOOL) {
-        let tool = SkillTool::new(entries.clone());
-        if let Err(e) = session.map_pool(|pool| tool.install(pool)) {
-            session.stop().await;
-            args.reporter.finish();
-            return Err(UsageError(e.to_string()).into());
-        }
-    }
-    if args.tools.iter().any(|t| t == AGENT_TOOL) {
-        let run = Arc::new(SubagentRun::new(SubagentLimits::default(), Vec::new()));
-        let records = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let tool = AgentTool::new(run, provider.clone(), config.clone(), sink.clone(), records);
-        if let Err(e) = session.map_pool(|pool| tool.install(pool)) {
-            session.stop().await;
-            args.reporter.finish();
-            return Err(UsageError(e.to_string()).into());
-        }
-    }
-    let mut prompt = args.prompt.clone();
+    };
+    let mut prompt = prompt;
     if let Some(schema) = &schema {
         prompt.push_str(&schema.instructions());
     }
     let answer = match session.pool() {
-        Some(pool) => ask(provider.as_ref(), pool, config, prompt, schema.as_ref(), sink.as_ref(), &cancel).await,
+        Some(pool) => {
+            ask(provider.as_ref(), pool, equipped.config, prompt, schema.as_ref(), sink.as_ref(), &cancel).await
+        }
         None => {
             session.stop().await;
             args.reporter.finish();
@@ -189,7 +145,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     let end = session.stop().await;
     drop(results_dir);
 
-    let mut report = AgentReport::empty(&args.agent_id, &args.agent_id, None, AgentStatus::Succeeded, String::new());
+    let mut report = AgentReport::empty(&spec.id, &spec.agent, None, AgentStatus::Succeeded, String::new());
     report.reason = answer.schema_failure();
     report.status =
         if report.reason.is_some() { AgentStatus::Failed } else { answer.terminal.disposition().status.into() };
@@ -204,6 +160,10 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
     report.output = answer.output.clone();
     report.output_error = answer.output_error.clone();
     report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    // After the session stopped: as root the directory is the user's again.
+    if let Some(before) = before {
+        report.changed_files = changed_files(&cwd, before);
+    }
     if let Some(died) = &end.died {
         // Its tool host died under it: the answer cannot be trusted to cover the work.
         crate::reap::host_died(&mut report, died.clone());
@@ -213,13 +173,13 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
 
     match args.output_format {
         ExecOutput::Text if !report.text.trim().is_empty() => {
-            crate::run::print_answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
+            args.reporter.answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
         }
-        ExecOutput::Json => print_result(&report, &answer, &run, interrupts.code()),
+        ExecOutput::Json => args.reporter.json_line(&result_line(&report, &answer, &run, interrupts.code())),
         ExecOutput::Text | ExecOutput::StreamJson => {}
     }
     if let Some(reason) = &report.reason {
-        eprintln!("orch: agent {reason}");
+        crate::notice::note(format_args!("agent {reason}"));
     }
     let code = match (&report.status, interrupts.code()) {
         (_, Some(code)) => code,
@@ -228,6 +188,25 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         _ => Code::for_terminal(&answer.terminal),
     };
     Ok(code)
+}
+
+/// The tree of the working tree around `cwd` (tracked changes and untracked files that
+/// are not ignored); `None` outside a git repository.
+fn tree_of(cwd: &Path) -> Option<git2::Oid> {
+    crate::git::worktree_tree(cwd).map_err(|e| tracing::debug!("not counting changed files: {e}")).ok()
+}
+
+/// The files that differ between `before` and the working tree around `cwd` now, as a
+/// run's report lists them.
+fn changed_files(cwd: &Path, before: git2::Oid) -> Vec<ChangedFile> {
+    let changes = crate::git::worktree_tree(cwd).and_then(|after| crate::git::tree_changes(cwd, before, after));
+    match changes {
+        Ok(files) => files.iter().map(ChangedFile::of).collect(),
+        Err(e) => {
+            tracing::warn!("cannot count the files the agent changed: {e}");
+            Vec::new()
+        }
+    }
 }
 
 /// Refuses write tools where an agent could damage what no commit protects: outside a
@@ -269,7 +248,7 @@ fn share_results(parent: &Path, results: &Path, uid: u32) -> crate::error::Resul
 /// `--output-format json`: one object on stdout, in the manner of `claude -p
 /// --output-format json`. One JSON line, as `--json` writes its events: a line that
 /// starts with `{` cannot act as a workflow command, so it needs no fence.
-fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) {
+fn result_line(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) -> serde_json::Value {
     let mut result = serde_json::json!({
         "type": "result",
         "status": report.status.as_str(),
@@ -293,27 +272,36 @@ fn print_result(report: &AgentReport, answer: &Answer, run: &str, interrupted: O
         result["interrupted"] = true.into();
         result["exit_code"] = (code as u8).into();
     }
-    crate::run::print_json_line(&result);
+    result
 }
 
-/// The hooks and MCP servers of the repository around `cwd` (from the base ref in a
-/// pull-request run, see [`crate::repo_config`]); none when that cannot be resolved.
-/// Every `mcp__` tool in `tools` must name a declared server.
-fn extensions(cwd: &std::path::Path, tools: &[String]) -> crate::error::Result<Extensions> {
+/// What the repository around `cwd` configures for its agents, read as `orch run` reads
+/// it (from the base ref in a pull-request run, see [`crate::repo_config`]), with the
+/// skills copied into `skills_dir`; nothing when that cannot be resolved.
+fn sources(cwd: &Path, skills_dir: &Path) -> crate::error::Result<Sources> {
     let trust = Trust::from_env(false, None);
-    let extensions = match RepoConfig::resolve(cwd, &trust) {
-        Ok(config) => crate::hooks_config::load(&config, &HookSettings::default(), &BTreeMap::new())
-            .map_err(|e| UsageError(format!("{e:#}")))?,
+    let config = match RepoConfig::resolve(cwd, &trust) {
+        Ok(config) => config,
         Err(e) => {
-            eprintln!("orch: no repository hooks or MCP servers: {e}");
-            Extensions::default()
+            crate::notice::note(format_args!(
+                "no repository settings, hooks, MCP servers, agent files, skills or commands: {e}"
+            ));
+            return Ok(Sources::none());
         }
     };
+    let extensions = crate::agent::extensions(&config, config.root(), &HookSettings::default(), &BTreeMap::new())?;
+    let files = crate::run::agent_defs::load(&config)?;
+    Sources::new(extensions, files, &config, &Default::default(), HashMap::new(), skills_dir)
+}
+
+/// Every `mcp__` tool in `tools` must name a declared server.
+fn check_mcp_tools(tools: &[String], sources: &Sources) -> crate::error::Result<()> {
+    let servers = &sources.extensions.mcp_servers;
     for tool in tools {
         if let Some((server, _)) = orch_agents::mcp::split_name(tool)
-            && !extensions.mcp_servers.contains_key(server)
+            && !servers.contains_key(server)
         {
-            let known: Vec<&str> = extensions.mcp_servers.keys().map(String::as_str).collect();
+            let known: Vec<&str> = servers.keys().map(String::as_str).collect();
             return Err(UsageError(format!(
                 "--tools lists `{tool}`, but no MCP server `{server}` is declared (declared: {}); add it to `.mcp.json`",
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
@@ -321,22 +309,7 @@ fn extensions(cwd: &std::path::Path, tools: &[String]) -> crate::error::Result<E
             .into());
         }
     }
-    Ok(extensions)
-}
-
-/// The skills of the repository around `cwd` (from the base ref in a pull-request run,
-/// as `orch run` reads them), copied into `dest`; none outside a repository.
-fn skills(cwd: &Path, dest: &Path) -> crate::error::Result<RunSkills> {
-    let trust = Trust::from_env(false, None);
-    let config = match RepoConfig::resolve(cwd, &trust) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("orch: no repository skills: {e}");
-            return Ok(RunSkills::default());
-        }
-    };
-    let files = crate::run::agent_defs::load(&config)?;
-    RunSkills::copy(&config, files.skills, dest)
+    Ok(())
 }
 
 /// Where the agent's events go: the reporter (progress on stderr), every event as a JSON
@@ -362,7 +335,7 @@ impl EventSink for Tee {
             t.record(&line);
         }
         if self.stream {
-            crate::run::print_json_line(&line);
+            self.reporter.json_line(&line);
         }
     }
 }

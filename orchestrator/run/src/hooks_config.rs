@@ -4,7 +4,7 @@
 //! Code's `hooks` object) and the workflow's `hooks:`, in that order; all of them run.
 //! MCP servers come from `.mcp.json` (`mcpServers`) and the workflow's `mcp_servers:`;
 //! a workflow server replaces a repository one of the same name. Repository files are
-//! read through [`RepoConfig`], so a pull-request run reads them from the base ref.
+//! read through [`RepoConfig`], so off the trusted ref they come from that ref.
 //!
 //! Claude Code files may hold more than orch runs: other settings, other hook events
 //! (`UserPromptSubmit`, `Notification`, ...), hook types other than `command`. Those

@@ -74,11 +74,11 @@ fn watch_memory(limit: u64) {
                 continue;
             };
             let killed = orch_sandbox::reaper::kill_descendants();
-            eprintln!(
-                "orch: tool host: the agent's processes held {} MiB, over its memory limit of {} MiB; killed {killed}",
+            crate::notice::note(format_args!(
+                "tool host: the agent's processes held {} MiB, over its memory limit of {} MiB; killed {killed}",
                 total >> 20,
                 limit >> 20
-            );
+            ));
         }
     });
 }
@@ -89,7 +89,7 @@ fn watch_memory(limit: u64) {
 /// this.
 pub fn host_main(options: HostOptions) -> u8 {
     if let Err(e) = confine_self(&options) {
-        eprintln!("error: the tool host could not confine itself: {e:#}");
+        tracing::error!("the tool host could not confine itself: {e:#}");
         return crate::exit::Code::Infrastructure as u8;
     }
     // A tool host serves one agent: one thread is plenty (blocking work such as a search
@@ -97,14 +97,14 @@ pub fn host_main(options: HostOptions) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            tracing::error!("cannot start the async runtime: {e}");
             return crate::exit::Code::Infrastructure as u8;
         }
     };
     match runtime.block_on(serve(options)) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            tracing::error!("{e:#}");
             crate::exit::Code::Infrastructure as u8
         }
     }
@@ -213,12 +213,12 @@ fn per_agent_memory(policy: &Policy) {
     }
     ONCE.call_once(|| {
         if let Err(missing) = orch_sandbox::cgroup::delegate() {
-            eprintln!(
-                "orch: warning: agents' memory limits hold per process, not per agent: {missing}; each tool host \
+            crate::notice::note(format_args!(
+                "warning: agents' memory limits hold per process, not per agent: {missing}; each tool host \
                  kills its agent's processes when together they pass the limit instead (checked every {} ms). \
                  Run orch as root or give it passwordless sudo for a per-agent cgroup",
                 orch_sandbox::memwatch::INTERVAL.as_millis()
-            );
+            ));
         }
     });
 }

@@ -2,12 +2,14 @@
 //! [`options`]) from the binary and runs workflows (`run`), ad-hoc agents (`exec`) and
 //! the tool host; it knows nothing of the command-line syntax or of terminals.
 
+pub mod agent;
 pub mod agent_prompt;
 pub mod changes;
 pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod exit;
+pub mod fail_point;
 pub mod fence;
 pub mod git;
 pub mod hooks_config;
@@ -19,6 +21,7 @@ pub mod mcp_oauth;
 pub mod mcp_oauth_http;
 pub mod mcp_oauth_jwt;
 pub mod mcp_probe;
+pub mod notice;
 pub mod options;
 pub mod provider;
 pub mod proxy;
@@ -29,6 +32,7 @@ pub mod repo_config;
 pub mod run;
 pub mod run_event;
 pub mod sandbox;
+pub mod schemas;
 pub mod secrets;
 pub mod session;
 pub mod settings_permissions;
@@ -36,3 +40,6 @@ pub mod signals;
 pub mod workflow;
 pub mod workflow_trust;
 pub mod zygote;
+
+#[cfg(test)]
+mod tidy;

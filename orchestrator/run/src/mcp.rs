@@ -622,7 +622,7 @@ pub fn offline_package_managers(servers: &mut Servers) {
 }
 
 /// An MCP server an agent could not use, as the report lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct McpFailure {
     pub server: String,
     /// Why it is not available.

@@ -2,7 +2,8 @@
 //! official conformance suite drives (`tests/conformance/client.py`). It reads HTTP
 //! servers from a file of `.mcp.json`'s shape, checks and expands them as `orch run`
 //! does, connects with [`McpHub`] (OAuth included), lists their tools, makes the calls
-//! asked for, and prints one JSON line per tool and per call on stdout.
+//! asked for, and returns one JSON line per tool and per call, which the binary prints on
+//! stdout.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,7 +19,7 @@ use crate::mcp::McpHub;
 /// Connects to the servers of `config`, then calls each of `calls`
 /// (`<server>/<tool>=<JSON arguments>`, the arguments optional). `Failed` when a server
 /// is not available or a call fails; each failure is a `warning:` line on stderr.
-pub async fn probe(config: &Path, calls: &[String]) -> Result<Code, Error> {
+pub async fn probe(config: &Path, calls: &[String]) -> Result<Probe, Error> {
     let text = std::fs::read_to_string(config)
         .map_err(|e| Error::Message(format!("cannot read {}: {e}", config.display())))?;
     let file: Value = serde_json::from_str(&text)
@@ -54,8 +55,9 @@ pub async fn probe(config: &Path, calls: &[String]) -> Result<Code, Error> {
         tracing::warn!("the MCP server `{server}` is not available: {why}");
         ok = false;
     }
+    let mut lines = Vec::new();
     for tool in &listing.tools {
-        println!("{}", json!({"server": tool.server, "tool": tool.tool}));
+        lines.push(json!({"server": tool.server, "tool": tool.tool}));
     }
     for call in calls {
         let (target, input) = call.split_once('=').unwrap_or((call, "{}"));
@@ -68,12 +70,20 @@ pub async fn probe(config: &Path, calls: &[String]) -> Result<Code, Error> {
             .map_err(|e| Error::Message(format!("`--call {call}`: the arguments are not JSON: {e}")))?;
         let name = format!("mcp__{server}__{tool}");
         let out = hub.call(&name, input, CancellationToken::new()).await;
-        println!("{}", json!({"tool": name, "is_error": out.is_error, "content": out.content}));
+        lines.push(json!({"tool": name, "is_error": out.is_error, "content": out.content}));
         if out.is_error {
             tracing::warn!("`{name}` failed: {}", out.content);
             ok = false;
         }
     }
     hub.shutdown().await;
-    Ok(if ok { Code::Success } else { Code::Failed })
+    Ok(Probe { lines, code: if ok { Code::Success } else { Code::Failed } })
+}
+
+/// What a probe found: one JSON line per tool listed and per call made, in order, and
+/// how it ended.
+#[derive(Debug)]
+pub struct Probe {
+    pub lines: Vec<Value>,
+    pub code: Code,
 }

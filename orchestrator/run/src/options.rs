@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use orch_sandbox::policy::{Backend, Network};
 
@@ -99,25 +98,14 @@ pub struct SandboxSpec {
     pub source: SettingSource,
 }
 
-/// Permission rules and mode of an ad-hoc agent.
-#[derive(Debug, Clone)]
-pub struct PermissionSpec {
-    /// `None`: orch's default mode (see the README's Permissions section).
-    pub mode: Option<orch_agents::permissions::Mode>,
-    pub allow: Vec<String>,
-    pub deny: Vec<String>,
-    pub ask: Vec<String>,
-}
-
-/// `orch exec`: one ad-hoc agent.
+/// `orch exec`: one ad-hoc agent, a one-agent run in place.
 pub struct ExecOptions {
     pub prompt: String,
     pub model: ModelSpec,
-    pub agent_id: String,
-    pub max_turns: u32,
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    pub timeout: Option<Duration>,
+    /// The agent, as a workflow would plan it: id, tools, limits, model settings,
+    /// permissions, sandbox, instructions (made as every run's agent is, see
+    /// [`crate::agent`]).
+    pub agent: orch_workflows::AgentSpec,
     /// What goes to stdout: the answer, one JSON result, or every event.
     pub output_format: ExecOutput,
     /// `--output-schema`: the final answer must be JSON matching this schema (asked
@@ -129,22 +117,16 @@ pub struct ExecOptions {
     pub attended: bool,
     /// Where progress goes (the terminal's view, in the binary).
     pub reporter: Arc<dyn Reporter>,
-    pub tools: Vec<String>,
     /// The working directory (default: the current one).
     pub cwd: Option<PathBuf>,
-    pub no_instructions: bool,
     pub record: Option<PathBuf>,
     pub replay: Option<PathBuf>,
     pub transcript: Option<PathBuf>,
-    /// Waits, output cap, window and thinking of the model calls.
-    pub model_settings: orch_agents::model::ModelSettings,
-    pub permissions: PermissionSpec,
-    pub sandbox: SandboxSpec,
 }
 
 impl std::fmt::Debug for ExecOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecOptions").field("agent_id", &self.agent_id).finish_non_exhaustive()
+        f.debug_struct("ExecOptions").field("agent", &self.agent.id).finish_non_exhaustive()
     }
 }
 
@@ -248,9 +230,9 @@ pub struct MergeOptions {
     /// `--publish`, as for `orch run` (needs `workflow`).
     pub publish: Option<crate::publish::PublishMode>,
     pub reporter: Arc<dyn Reporter>,
-    /// Read `workflow` from the checkout even in a pull-request run (see `RunOptions`).
+    /// Read `workflow` from the checkout even off the trusted ref (see `RunOptions`).
     pub trust_repo_config: bool,
-    /// Treat this as a pull-request run whose trusted configuration is at this ref.
+    /// The trusted ref (see [`crate::repo_config`]).
     pub config_ref: Option<String>,
     /// The repository that gets the integration branch built across the shards
     /// (default: the current directory).

@@ -1,4 +1,5 @@
-//! Builds the model provider and price table the command line asks for.
+//! Builds the model provider and price table the command line asks for, and checks that
+//! a cost limit can hold: every model it covers must have a price.
 
 use std::sync::Arc;
 
@@ -46,6 +47,56 @@ pub fn prices(args: &ModelSpec) -> crate::error::Result<Arc<PriceTable>> {
     Ok(Arc::new(table))
 }
 
+/// Checks the models a run or agent uses against `prices`. Each of `models` is `(model,
+/// what uses it)`. A model without a price gets a "did you mean" line when one of the
+/// table's names is close (returned, for the caller to show). With a cost limit
+/// (`limit`: how it was set), an unpriced model is refused: its spend would count as
+/// $0 and the limit would never stop it.
+pub fn check_prices(
+    prices: &PriceTable,
+    models: &[(String, String)],
+    limit: Option<&str>,
+) -> Result<Vec<String>, UsageError> {
+    let mut warnings = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (model, used_by) in models {
+        if prices.price(model).is_some() || !seen.insert(model.as_str()) {
+            continue;
+        }
+        let hint = closest(prices, model).map(|n| format!(" (did you mean `{n}`?)")).unwrap_or_default();
+        if let Some(limit) = limit {
+            return Err(UsageError(format!(
+                "{limit} cannot hold: orch has no price for the model `{model}` ({used_by}){hint}, so its spend would \
+                 count as $0; correct the name, or give its price in US dollars per million tokens with --prices \
+                 FILE (a YAML table such as `{model}: {{ input: 3, output: 15 }}`)"
+            )));
+        }
+        if !hint.is_empty() {
+            warnings.push(format!("the model `{model}` ({used_by}) is not one orch knows{hint}"));
+        }
+    }
+    Ok(warnings)
+}
+
+/// The table's name closest to `model` when it is close enough to be a misspelling: at
+/// most 2 edits (3 for long names) from a prefix of `model` of about its length, so a
+/// dated suffix (`-20250929`) does not count.
+fn closest<'a>(prices: &'a PriceTable, model: &str) -> Option<&'a str> {
+    let chars: Vec<char> = model.chars().collect();
+    prices
+        .names()
+        .filter_map(|name| {
+            let n = name.chars().count();
+            let distance = (n.saturating_sub(2)..=n + 2)
+                .filter(|&len| len <= chars.len() && len > 0)
+                .map(|len| strsim::levenshtein(&chars[..len].iter().collect::<String>(), name))
+                .min()?;
+            (distance > 0 && distance <= if n > 12 { 3 } else { 2 }).then_some((distance, name))
+        })
+        .min()
+        .map(|(_, name)| name)
+}
+
 /// The largest turn script read: recordings of long runs outgrow the 1 MiB of
 /// hand-written YAML files.
 pub const MAX_SCRIPT_BYTES: usize = 256 << 20;
@@ -63,6 +114,27 @@ mod tests {
 
     fn spec(prices: Option<std::path::PathBuf>, script: Option<std::path::PathBuf>) -> ModelSpec {
         ModelSpec { provider: Provider::Scripted, model: "m".into(), fallback_model: None, script, prices }
+    }
+
+    fn used(models: &[&str]) -> Vec<(String, String)> {
+        models.iter().map(|m| (m.to_string(), "agent a".to_string())).collect()
+    }
+
+    #[test]
+    fn a_cost_limit_refuses_a_model_without_a_price() {
+        let table = PriceTable::default();
+        let err = check_prices(&table, &used(&["claude-sonet-4-5"]), Some("`limits.max_cost_usd`")).unwrap_err().0;
+        assert!(err.contains("`limits.max_cost_usd` cannot hold"), "{err}");
+        assert!(err.contains("`claude-sonet-4-5` (agent a) (did you mean `claude-sonnet-4`?)"), "{err}");
+        assert!(err.contains("--prices FILE"), "{err}");
+        assert!(check_prices(&table, &used(&["gpt-4o"]), Some("--max-cost-usd")).is_err());
+        // Priced models pass, dated names included; without a limit only a warning.
+        assert!(check_prices(&table, &used(&["claude-sonnet-4-5-20250929"]), Some("x")).unwrap().is_empty());
+        let warnings = check_prices(&table, &used(&["claude-haiku-4.5", "gpt-4o"]), None).unwrap();
+        assert_eq!(
+            warnings,
+            ["the model `claude-haiku-4.5` (agent a) is not one orch knows (did you mean `claude-haiku-4-5`?)"]
+        );
     }
 
     #[test]

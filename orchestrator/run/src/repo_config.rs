@@ -1,17 +1,21 @@
-//! Where executable repository configuration is read from: hooks
-//! (`.orch/settings.yaml`, `.claude/settings.json`), MCP servers (`.mcp.json`), agent
-//! files (`.orch/agents/`, `.claude/agents/`), skills (`.orch/skills/`,
-//! `.claude/skills/`) and slash commands (`.orch/commands/`, `.claude/commands/`).
+//! Where configuration that runs code or steers agents is read from: the workflow file,
+//! hooks and settings (`.orch/settings.yaml`, `.claude/settings.json`), MCP servers
+//! (`.mcp.json`), agent files (`.orch/agents/`, `.claude/agents/`), skills
+//! (`.orch/skills/`, `.claude/skills/`) and slash commands (`.orch/commands/`,
+//! `.claude/commands/`).
 //!
-//! The trust rule: in a pull-request run, these files come from the **base ref**, not
-//! from the checked-out pull request, so a pull request cannot add a hook or a server
-//! that runs in its own CI. `--trust-repo-config` opts in to the checked-out files.
-//!
-//! A run is a pull-request run when `--config-ref REF` is given, or when
-//! `GITHUB_EVENT_NAME` is `pull_request` or `pull_request_target`. The base ref is
-//! `--config-ref`, else `GITHUB_BASE_REF` (looked up as `refs/remotes/origin/<ref>`,
-//! then `origin/<ref>`, then `<ref>` as git revision syntax). A pull-request run whose
-//! base cannot be resolved fails: it never falls back to the checkout.
+//! The trust rule follows the checked-out commit, not the event: these files come from
+//! the **trusted ref** unless the checked-out commit is that ref, or
+//! `--trust-repo-config` is given. The trusted ref is `--config-ref`, else the pull
+//! request's base branch (`GITHUB_BASE_REF` or the event payload's
+//! `pull_request.base.ref`), else the repository's default branch (the event payload's
+//! `repository.default_branch`, `origin/HEAD`, `init.defaultBranch`, `main`, `master`).
+//! A name is looked up as `refs/remotes/origin/<ref>`, then `origin/<ref>`, then `<ref>`
+//! as git revision syntax. Outside GitHub Actions, being on the local branch of that
+//! name counts as being at the ref (local commits not yet pushed included). In GitHub
+//! Actions (`GITHUB_EVENT_NAME` set) a trusted ref that cannot be found fails the run:
+//! it never falls back to the checkout. Locally, a repository with no default branch at
+//! all (or no repository) has nothing more trusted than its checkout.
 //!
 //! From a commit, files are read as blobs from the git object database (git2), so no
 //! symlink or path on disk is followed. From the checkout, a symlink is refused too.
@@ -22,20 +26,22 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// Environment variables that make a run a pull-request run.
+/// The events whose payload is a pull request's changes (see [`crate::changes`]); trust
+/// does not depend on them.
 pub const PR_EVENTS: [&str; 2] = ["pull_request", "pull_request_target"];
 
 /// A problem reading repository configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum RepoConfigError {
     #[error(
-        "this is a pull-request run, so repository configuration is read from the base ref, but no base ref is \
-         known; pass --config-ref REF, set GITHUB_BASE_REF, or pass --trust-repo-config to use the checked-out files"
+        "in GitHub Actions repository configuration is read from the trusted ref (the default branch) unless that \
+         ref is checked out, but no trusted ref is known; pass --config-ref REF, set GITHUB_BASE_REF, fetch the \
+         default branch, or pass --trust-repo-config to use the checked-out files"
     )]
     NoBaseRef,
     #[error(
-        "cannot resolve the config ref `{reference}` in {repo}: {message}; fetch it first (e.g. `git fetch origin \
-         {reference}`) or pass --trust-repo-config"
+        "cannot resolve the trusted ref `{reference}` in {repo}: {message}; fetch it first (e.g. `git fetch origin \
+         {reference}`), name another with --config-ref REF, or pass --trust-repo-config"
     )]
     BadRef { reference: String, repo: String, message: String },
     #[error("cannot open the repository {repo}: {message}")]
@@ -53,24 +59,31 @@ pub struct Trust {
     pub trust_checkout: bool,
     /// `--config-ref`.
     pub config_ref: Option<String>,
-    /// `GITHUB_EVENT_NAME`.
+    /// `GITHUB_EVENT_NAME`: set, this is GitHub Actions.
     pub event_name: Option<String>,
-    /// `GITHUB_BASE_REF`.
+    /// `GITHUB_BASE_REF`, else the event payload's `pull_request.base.ref`.
     pub base_ref: Option<String>,
+    /// The event payload's `repository.default_branch`.
+    pub default_branch: Option<String>,
 }
 
 impl Trust {
     /// The flags, with the rest from this process's environment.
     pub fn from_env(trust_checkout: bool, config_ref: Option<String>) -> Trust {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let base_ref =
-            var("GITHUB_BASE_REF").or_else(|| var("GITHUB_EVENT_PATH").and_then(|p| event_base_ref(Path::new(&p))));
-        Trust { trust_checkout, config_ref, event_name: var("GITHUB_EVENT_NAME"), base_ref }
+        let event = var("GITHUB_EVENT_PATH").and_then(|p| read_event(Path::new(&p)));
+        let field = |pointer: &str| {
+            let value = event.as_ref()?.pointer(pointer)?.as_str()?.trim();
+            (!value.is_empty()).then(|| value.to_string())
+        };
+        let base_ref = var("GITHUB_BASE_REF").or_else(|| field("/pull_request/base/ref"));
+        let default_branch = field("/repository/default_branch");
+        Trust { trust_checkout, config_ref, event_name: var("GITHUB_EVENT_NAME"), base_ref, default_branch }
     }
 
-    /// Whether this is a pull-request run.
-    pub fn is_pull_request(&self) -> bool {
-        self.config_ref.is_some() || self.event_name.as_deref().is_some_and(|e| PR_EVENTS.contains(&e))
+    /// Whether this runs in GitHub Actions, where a missing trusted ref is an error.
+    fn github(&self) -> bool {
+        self.event_name.is_some()
     }
 }
 
@@ -84,67 +97,90 @@ enum Source {
 #[derive(Debug, Clone)]
 pub struct RepoConfig {
     source: Source,
+    /// Why the files come from there, for `orch plan`.
+    why: String,
 }
 
 impl RepoConfig {
     /// Where to read from, for the user's repository at `repo` (its working tree is the
-    /// checkout).
+    /// checkout), by the trust rule of this module.
     pub fn resolve(repo: &Path, trust: &Trust) -> Result<RepoConfig, RepoConfigError> {
+        let git = git2::Repository::discover(repo).ok();
         // The top of the working tree, when `repo` is inside one.
-        let top = git2::Repository::discover(repo).ok().and_then(|r| r.workdir().map(Path::to_path_buf));
-        let repo = top.as_deref().unwrap_or(repo);
-        if trust.trust_checkout || !trust.is_pull_request() {
-            return Ok(RepoConfig::checkout(repo));
+        let top = git.as_ref().and_then(|r| r.workdir().map(Path::to_path_buf));
+        let root = top.as_deref().unwrap_or(repo);
+        let checkout = |why: &str| Ok(RepoConfig { why: why.to_string(), ..RepoConfig::checkout(root) });
+        if trust.trust_checkout {
+            return checkout("--trust-repo-config");
         }
-        let reference =
-            trust.config_ref.clone().or_else(|| trust.base_ref.clone()).ok_or(RepoConfigError::NoBaseRef)?;
-        RepoConfig::at_ref(repo, &reference)
+        let Some(git) = git.filter(|_| top.is_some()) else {
+            if let Some(reference) = &trust.config_ref {
+                return Err(RepoConfigError::BadRef {
+                    reference: reference.clone(),
+                    repo: repo.display().to_string(),
+                    message: "it is not in a git repository".into(),
+                });
+            }
+            return checkout("not a git repository, so there is no ref to trust more");
+        };
+        let named =
+            trust.config_ref.clone().or_else(|| trust.base_ref.clone()).or_else(|| trust.default_branch.clone());
+        let Some(reference) = named.or_else(|| local_default_branch(&git)) else {
+            if trust.github() {
+                return Err(RepoConfigError::NoBaseRef);
+            }
+            return checkout("the repository has no default branch, so there is no ref to trust more");
+        };
+        let commit = find_ref(&git, root, &reference)?;
+        let head = git.head().ok();
+        let at_commit = head.as_ref().and_then(|h| h.peel_to_commit().ok()).is_some_and(|c| c.id() == commit);
+        let on_branch = !trust.github()
+            && head.as_ref().and_then(|h| h.name().ok()) == Some(format!("refs/heads/{reference}").as_str());
+        if at_commit || on_branch {
+            return checkout(&format!("the checked-out commit is the trusted ref `{reference}`"));
+        }
+        Ok(RepoConfig {
+            source: Source::Commit { repo: root.to_path_buf(), reference: reference.clone(), commit },
+            why: format!(
+                "the checked-out commit is not the trusted ref `{reference}`; pass --trust-repo-config to use the checkout"
+            ),
+        })
     }
 
     /// The files of `commit` in the repository (or git directory) at `repo`.
     pub fn at_commit(repo: &Path, commit: git2::Oid) -> RepoConfig {
-        RepoConfig { source: Source::Commit { repo: repo.to_path_buf(), reference: commit.to_string(), commit } }
+        RepoConfig {
+            source: Source::Commit { repo: repo.to_path_buf(), reference: commit.to_string(), commit },
+            why: String::new(),
+        }
     }
 
     /// The checked-out files under `root`.
     pub fn checkout(root: &Path) -> RepoConfig {
-        RepoConfig { source: Source::Checkout(root.to_path_buf()) }
+        RepoConfig { source: Source::Checkout(root.to_path_buf()), why: String::new() }
     }
 
     /// The files of `reference` in the repository at `repo`.
     pub fn at_ref(repo: &Path, reference: &str) -> Result<RepoConfig, RepoConfigError> {
         let git = git2::Repository::open(repo)
             .map_err(|e| RepoConfigError::Open { repo: repo.display().to_string(), message: e.message().into() })?;
-        let candidates =
-            [format!("refs/remotes/origin/{reference}"), format!("origin/{reference}"), reference.to_string()];
-        let mut last = String::new();
-        for candidate in &candidates {
-            match git.revparse_single(candidate).and_then(|o| o.peel_to_commit()) {
-                Ok(commit) => {
-                    return Ok(RepoConfig {
-                        source: Source::Commit {
-                            repo: repo.to_path_buf(),
-                            reference: reference.to_string(),
-                            commit: commit.id(),
-                        },
-                    });
-                }
-                Err(e) => last = e.message().to_string(),
-            }
-        }
-        Err(RepoConfigError::BadRef {
-            reference: reference.to_string(),
-            repo: repo.display().to_string(),
-            message: last,
-        })
+        let commit = find_ref(&git, repo, reference)?;
+        let source = Source::Commit { repo: repo.to_path_buf(), reference: reference.to_string(), commit };
+        Ok(RepoConfig { source, why: String::new() })
     }
 
     /// Where the files come from, for messages: `the checkout at …` or `ref … (commit)`.
     pub fn describe(&self) -> String {
         match &self.source {
             Source::Checkout(root) => format!("the checkout at {}", root.display()),
-            Source::Commit { reference, commit, .. } => format!("the base ref `{reference}` ({commit})"),
+            Source::Commit { reference, commit, .. } => format!("the trusted ref `{reference}` ({commit})"),
         }
+    }
+
+    /// Why the files come from where [`RepoConfig::describe`] says (empty when not
+    /// resolved by the trust rule).
+    pub fn why(&self) -> &str {
+        &self.why
     }
 
     /// The repository and commit the files come from, for readers that walk a commit
@@ -164,8 +200,9 @@ impl RepoConfig {
         }
     }
 
-    /// Whether the files come from a base ref rather than the checkout.
-    pub fn is_base_ref(&self) -> bool {
+    /// Whether the files come from the trusted ref because the checkout is another
+    /// commit: the checkout is untrusted, and so are settings that widen the sandbox.
+    pub fn is_trusted_ref(&self) -> bool {
         matches!(self.source, Source::Commit { .. })
     }
 
@@ -434,15 +471,45 @@ impl RepoFiles {
     }
 }
 
-/// The base branch named in a GitHub event payload (`pull_request.base.ref`), for a
-/// runner that did not set `GITHUB_BASE_REF`.
-fn event_base_ref(path: &Path) -> Option<String> {
+/// The GitHub event payload at `path`, when it can be read.
+fn read_event(path: &Path) -> Option<serde_json::Value> {
     use std::io::Read as _;
     let mut text = String::new();
     std::fs::File::open(path).ok()?.take(16 << 20).read_to_string(&mut text).ok()?;
-    let event: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let base = event.pointer("/pull_request/base/ref")?.as_str()?.trim();
-    (!base.is_empty()).then(|| base.to_string())
+    serde_json::from_str(&text).ok()
+}
+
+/// The commit `reference` names in `git`: `refs/remotes/origin/<ref>`, then
+/// `origin/<ref>`, then `<ref>` as revision syntax.
+fn find_ref(git: &git2::Repository, repo: &Path, reference: &str) -> Result<git2::Oid, RepoConfigError> {
+    let candidates = [format!("refs/remotes/origin/{reference}"), format!("origin/{reference}"), reference.to_string()];
+    let mut last = String::new();
+    for candidate in &candidates {
+        match git.revparse_single(candidate).and_then(|o| o.peel_to_commit()) {
+            Ok(commit) => return Ok(commit.id()),
+            Err(e) => last = e.message().to_string(),
+        }
+    }
+    Err(RepoConfigError::BadRef { reference: reference.to_string(), repo: repo.display().to_string(), message: last })
+}
+
+/// The repository's default branch as git knows it: the target of `origin/HEAD`, else
+/// `init.defaultBranch`, `main` or `master`, whichever names a commit (on `origin` or
+/// locally).
+fn local_default_branch(git: &git2::Repository) -> Option<String> {
+    if let Ok(head) = git.find_reference("refs/remotes/origin/HEAD")
+        && let Ok(Some(target)) = head.symbolic_target()
+        && let Some(name) = target.strip_prefix("refs/remotes/origin/")
+    {
+        return Some(name.to_string());
+    }
+    let configured = git.config().ok().and_then(|c| c.get_string("init.defaultBranch").ok());
+    let names = configured.into_iter().chain(["main".to_string(), "master".to_string()]);
+    names.into_iter().find(|name| {
+        [format!("refs/remotes/origin/{name}"), format!("refs/heads/{name}")]
+            .iter()
+            .any(|r| git.find_reference(r).ok().and_then(|r| r.peel_to_commit().ok()).is_some())
+    })
 }
 
 /// `path` as a relative path with no `..`, `.` or root.
@@ -489,7 +556,7 @@ mod tests {
 
         let pr = Trust { event_name: Some("pull_request".into()), base_ref: Some("main".into()), ..Trust::default() };
         let config = RepoConfig::resolve(repo, &pr).unwrap();
-        assert!(config.is_base_ref(), "{}", config.describe());
+        assert!(config.is_trusted_ref(), "{}", config.describe());
         assert_eq!(config.read(".mcp.json").unwrap().as_deref(), Some("base"));
         assert_eq!(config.read(".orch/settings.yaml").unwrap(), None);
         assert_eq!(config.list(".orch/agents").unwrap(), [(".orch/agents/a.md".to_string(), "A".to_string())]);
@@ -499,16 +566,53 @@ mod tests {
         assert_eq!(trusted.read(".mcp.json").unwrap().as_deref(), Some("head"));
         assert_eq!(trusted.list(".orch/agents").unwrap().len(), 2);
 
-        let push = Trust { event_name: Some("push".into()), ..Trust::default() };
-        assert!(!RepoConfig::resolve(repo, &push).unwrap().is_base_ref());
+        // Whatever the event, or none, the checkout on another commit is not trusted.
+        for event in [None, Some("push"), Some("issue_comment"), Some("workflow_run"), Some("merge_group")] {
+            let trust = Trust { event_name: event.map(Into::into), ..Trust::default() };
+            let config = RepoConfig::resolve(repo, &trust).unwrap();
+            assert!(config.is_trusted_ref(), "{event:?}: {}", config.describe());
+            assert_eq!(config.read(".mcp.json").unwrap().as_deref(), Some("base"), "{event:?}");
+        }
         let flag = Trust { config_ref: Some("main".into()), ..Trust::default() };
         assert_eq!(RepoConfig::resolve(repo, &flag).unwrap().read(".mcp.json").unwrap().as_deref(), Some("base"));
+        // The event's default branch is the trusted ref; at it, the checkout is read.
+        let at_pr =
+            Trust { event_name: Some("issue_comment".into()), default_branch: Some("pr".into()), ..Trust::default() };
+        let config = RepoConfig::resolve(repo, &at_pr).unwrap();
+        assert!(!config.is_trusted_ref() && config.why().contains("is the trusted ref `pr`"), "{}", config.why());
+        // Locally, being on the default branch trusts its checkout, uncommitted files too.
+        git(repo, &["checkout", "-q", "main"]);
+        std::fs::write(repo.join(".mcp.json"), "edited").unwrap();
+        let config = RepoConfig::resolve(repo, &Trust::default()).unwrap();
+        assert_eq!(config.read(".mcp.json").unwrap().as_deref(), Some("edited"));
+        git(repo, &["checkout", "-q", "--", ".mcp.json"]);
+        git(repo, &["checkout", "-q", "pr"]);
 
-        let no_base = Trust { event_name: Some("pull_request_target".into()), ..Trust::default() };
-        assert!(matches!(RepoConfig::resolve(repo, &no_base), Err(RepoConfigError::NoBaseRef)));
         let bad = Trust { config_ref: Some("nope".into()), ..Trust::default() };
         assert!(matches!(RepoConfig::resolve(repo, &bad), Err(RepoConfigError::BadRef { .. })));
         assert!(matches!(config.read("../x"), Err(RepoConfigError::BadPath(_))));
+    }
+
+    #[test]
+    fn without_a_default_branch_github_fails_and_a_local_run_reads_the_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path();
+        git(repo, &["init", "-q", "-b", "trunk"]);
+        std::fs::write(repo.join(".mcp.json"), "head").unwrap();
+        git(repo, &["add", "-A"]);
+        git(repo, &["commit", "-q", "-m", "one"]);
+        let github = Trust { event_name: Some("pull_request_target".into()), ..Trust::default() };
+        assert!(matches!(RepoConfig::resolve(repo, &github), Err(RepoConfigError::NoBaseRef)));
+        let local = RepoConfig::resolve(repo, &Trust::default()).unwrap();
+        assert!(!local.is_trusted_ref() && local.why().contains("no default branch"), "{}", local.why());
+        // `origin/HEAD` names the default branch; a named ref that is missing fails.
+        git(repo, &["update-ref", "refs/remotes/origin/trunk", "HEAD"]);
+        git(repo, &["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/trunk"]);
+        git(repo, &["checkout", "-q", "-b", "feature"]);
+        git(repo, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        assert!(RepoConfig::resolve(repo, &github).unwrap().is_trusted_ref());
+        let gone = Trust { default_branch: Some("gone".into()), ..github };
+        assert!(matches!(RepoConfig::resolve(repo, &gone), Err(RepoConfigError::BadRef { .. })));
     }
 
     #[test]

@@ -102,10 +102,10 @@ pub fn warn_unconfined(source: SettingSource) {
         SettingSource::Flags => "--backend none",
         SettingSource::Workflow => "sandbox.backend: none (in the workflow)",
     };
-    eprintln!(
-        "orch: WARNING: {key}: commands run UNCONFINED, with orch's own user and privileges \
+    crate::notice::note(format_args!(
+        "WARNING: {key}: commands run UNCONFINED, with orch's own user and privileges \
          (no landlock, seccomp, uid drop or limits)"
-    );
+    ));
 }
 
 /// What goes into a policy besides the flags.
@@ -157,7 +157,7 @@ pub fn build_policy(spec: &SandboxSpec, input: PolicyInput<'_>) -> Result<Policy
         read,
         write,
         network: spec.network,
-        limits: Limits { wall_time: input.wall_time, ..Limits::default() },
+        limits: Limits::with_wall_time(input.wall_time),
         env,
         cwd: input.cwd.to_path_buf(),
         image: spec.image.clone(),

@@ -7,8 +7,8 @@
 //! settings, above all three. As in Claude Code, the `allow`, `deny` and `ask` lists of
 //! every scope are concatenated (deny still beats allow whatever its scope), and
 //! `defaultMode` is taken from the highest scope that sets it. Each rule keeps its
-//! `file:line`. Files are read through [`RepoConfig`], so a pull-request run reads them
-//! from the base ref.
+//! `file:line`. Files are read through [`RepoConfig`], so off the trusted ref they come
+//! from that ref.
 
 use std::path::{Path, PathBuf};
 
@@ -165,7 +165,7 @@ fn line_at(text: &str, at: usize) -> usize {
 }
 
 /// An agent's effective permissions, for its report (like Claude Code's `/permissions`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PermissionListing {
     /// Claude Code's mode name, or `orch-default`.
     pub mode: String,

@@ -1,5 +1,6 @@
-//! Turns SIGINT and SIGTERM into cancellation of the run's token, and remembers which
-//! signal came so the exit code and the report can say so.
+//! Turns SIGINT, SIGTERM and SIGHUP into cancellation of the run's token, and remembers
+//! which signal came so the exit code and the report can say so. SIGHUP (the terminal
+//! went away) is handled as SIGTERM: same grace, same commits, same exit code.
 //!
 //! The first signal cancels the run: agents stop, their work is committed, a partial
 //! report is written at once and the final one when teardown is over. A second signal
@@ -36,23 +37,31 @@ impl Interrupts {
     pub fn code(&self) -> Option<Code> {
         match self.seen.load(Ordering::SeqCst) {
             2 => Some(Code::Interrupted),
-            15 => Some(Code::Terminated),
+            1 | 15 => Some(Code::Terminated),
             _ => None,
         }
     }
 
     /// Why the run stopped, if a signal stopped it.
     pub fn reason(&self) -> Option<StopReason> {
-        self.code().map(|code| StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }))
+        let name = match self.seen.load(Ordering::SeqCst) {
+            1 => "SIGHUP",
+            2 => "SIGINT",
+            15 => "SIGTERM",
+            _ => return None,
+        };
+        Some(StopReason::Interrupted(name))
     }
 }
 
-/// Cancels `token` on the first SIGINT or SIGTERM; a second one makes [`hurried`] true.
+/// Cancels `token` on the first SIGINT, SIGTERM or SIGHUP; a second one makes
+/// [`hurried`] true.
 /// Signals never end the process here: the run ends once its work is committed.
 pub fn watch(token: CancellationToken) -> std::io::Result<Interrupts> {
     let interrupts = Interrupts::default();
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
     let seen = interrupts.seen.clone();
     tokio::spawn(async move {
         let mut count = 0u32;
@@ -60,6 +69,7 @@ pub fn watch(token: CancellationToken) -> std::io::Result<Interrupts> {
             let number = tokio::select! {
                 _ = int.recv() => 2u8,
                 _ = term.recv() => 15u8,
+                _ = hup.recv() => 1u8,
             };
             count += 1;
             if count == 1 {

@@ -69,7 +69,7 @@ pub fn plan_with(
     changes: &crate::changes::ChangesRequest,
 ) -> Result<Plan, Code> {
     let builtins = crate::changes::builtins(workflow, changes).map_err(|e| {
-        eprintln!("error: cannot find the changed files `pr` reads: {e}");
+        tracing::error!("cannot find the changed files `pr` reads: {e}");
         Code::Usage
     })?;
     let inputs: Inputs = inputs.iter().cloned().collect();
@@ -77,8 +77,8 @@ pub fn plan_with(
 }
 
 fn report(diagnostics: &[Diagnostic]) -> Code {
-    eprint!("{}", render_diagnostics(diagnostics));
+    crate::notice::text(render_diagnostics(diagnostics));
     let n = diagnostics.len();
-    eprintln!("orch: the workflow is invalid ({n} error{})", if n == 1 { "" } else { "s" });
+    crate::notice::note(format_args!("the workflow is invalid ({n} error{})", if n == 1 { "" } else { "s" }));
     Code::Usage
 }

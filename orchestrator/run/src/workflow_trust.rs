@@ -1,11 +1,11 @@
 //! The trust rule applied to the workflow file itself (see [`crate::repo_config`]).
 //!
-//! In a pull-request run (without `--trust-repo-config`) a workflow file that lives in
-//! the repository is read from the base ref, as blobs from the object database, never
-//! from the checked-out pull request; one that exists only in the pull request is
-//! refused. A workflow file outside the repository is not the pull request's to change
-//! and is used as it is. Such an untrusted run also refuses the settings that take the
-//! sandbox away: `backend: none` and `network: full`.
+//! When the checked-out commit is not the trusted ref (and without
+//! `--trust-repo-config`), a workflow file that lives in the repository is read from the
+//! trusted ref, as blobs from the object database, never from the checkout; one that
+//! exists only in the checkout is refused. A workflow file outside the repository is not
+//! the checkout's to change and is used as it is. Such an untrusted run also refuses the
+//! settings that take the sandbox away: `backend: none` and `network: full`.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -18,8 +18,10 @@ use crate::repo_config::Trust;
 #[derive(Debug)]
 pub struct Loaded {
     pub workflow: Workflow,
-    /// Whether this run is untrusted: a pull-request run without the opt-out.
+    /// Whether this run is untrusted: the checkout is not the trusted ref.
     pub untrusted: bool,
+    /// Where the workflow came from, for `orch plan`.
+    pub from: String,
 }
 
 /// Loads the workflow at `path` for a run on `repo` (`None`: the current directory),
@@ -27,31 +29,34 @@ pub struct Loaded {
 /// [`crate::workflow::load_checked`]), read under `trust`. `Ok(Err(code))` when its diagnostics were printed; `Err` for a refused
 /// workflow.
 pub fn load(path: &Path, repo: Option<&Path>, trust: &Trust) -> Result<Result<Loaded, Code>, UsageError> {
-    let untrusted = trust.is_pull_request() && !trust.trust_checkout;
     let config = crate::workflow::repo_config(repo, trust)?;
-    let loaded = |workflow| Loaded { workflow, untrusted };
+    let untrusted = config.is_trusted_ref();
+    let as_given = |from: String| {
+        let loaded = move |workflow| Loaded { workflow, untrusted, from };
+        Ok(crate::workflow::load_checked(path, &config)?.map(loaded))
+    };
     if !untrusted {
-        return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
+        return as_given(format!("{} as given ({})", path.display(), config.why()));
     }
     let Some(rel) = inside(path, config.root()) else {
-        eprintln!(
-            "orch: pull-request run: the workflow {} is outside the repository, so it is used as it is",
+        return as_given(format!(
+            "{} as given (outside the repository, so not the checkout's to change)",
             path.display()
-        );
-        return Ok(crate::workflow::load_checked(path, &config)?.map(loaded));
+        ));
     };
     let rel = rel.to_string_lossy().into_owned();
     let text = config.read(&rel).map_err(|e| UsageError(e.to_string()))?.ok_or_else(|| {
         UsageError(format!(
-            "this is a pull-request run and the workflow `{rel}` does not exist in {}, so it exists only in the \
-             pull request and is not trusted; add it to the base branch first, or pass --trust-repo-config to run \
-             the checked-out file",
+            "the checked-out commit is not the trusted ref, and the workflow `{rel}` does not exist in {}, so it \
+             exists only in the checkout and is not trusted; add it to the default branch first, or pass \
+             --trust-repo-config to run the checked-out file",
             config.describe()
         ))
     })?;
-    eprintln!("orch: pull-request run: the workflow `{rel}` comes from {}", config.describe());
+    crate::notice::note(format_args!("the workflow `{rel}` comes from {}", config.describe()));
     let name = format!("{rel} (from {})", config.describe());
-    Ok(crate::workflow::load_str_checked(&text, &name, &config)?.map(loaded))
+    let from = format!("{rel} from {}", config.describe());
+    Ok(crate::workflow::load_str_checked(&text, &name, &config)?.map(|workflow| Loaded { workflow, untrusted, from }))
 }
 
 /// `path` relative to the repository root `root`, when it is inside it: as written
@@ -99,8 +104,8 @@ pub fn check_plan(workflow: &Workflow, plan: &Plan, untrusted: bool) -> Result<(
         };
         let refuse = |key: String, value: &str, why: &str| {
             UsageError(format!(
-                "`{key}: {value}` is refused in a pull-request run: {why}; remove it, or pass --trust-repo-config \
-                 if the pull request's workflow is trusted"
+                "`{key}: {value}` is refused when the checked-out commit is not the trusted ref: {why}; remove it, \
+                 or pass --trust-repo-config if the checkout is trusted"
             ))
         };
         if spec.sandbox.backend == Backend::None {

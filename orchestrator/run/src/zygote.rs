@@ -152,7 +152,7 @@ pub fn main() -> u8 {
         orch_sandbox::host::zygote::serve(ZYGOTE_FD, |payload| match serde_json::from_str::<HostOptions>(&payload) {
             Ok(options) => i32::from(crate::host::host_main(options)),
             Err(e) => {
-                eprintln!("error: the tool host zygote sent malformed options: {e}");
+                tracing::error!("the tool host zygote sent malformed options: {e}");
                 i32::from(crate::exit::Code::Infrastructure as u8)
             }
         });

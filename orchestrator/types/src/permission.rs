@@ -20,7 +20,6 @@
     strum::EnumIter,
 )]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum PermissionMode {
     /// Rules decide; a call no rule allows is asked about.
     #[default]
@@ -69,6 +68,25 @@ impl PermissionMode {
 impl serde::Serialize for PermissionMode {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Claude Code's names, then the older spellings that are still read.
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for PermissionMode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PermissionMode".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "How much an agent may do without a matching rule, as Claude Code names it.",
+            "type": "string",
+            "enum": [
+                "default", "acceptEdits", "plan", "dontAsk", "bypassPermissions",
+                "accept-edits", "accept_edits", "dont-ask", "dont_ask", "bypass", "bypass-permissions",
+            ],
+        })
     }
 }
 

@@ -110,12 +110,28 @@ pub enum NetworkSetting {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Allowlist {
     #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::entries"))]
     pub allow: Vec<String>,
     #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::entries"))]
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub deny: Vec<String>,
+}
+
+#[cfg(feature = "schemars")]
+impl schemars::JsonSchema for NetworkSetting {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NetworkSetting".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let allowlist = generator.subschema_for::<Allowlist>();
+        schemars::json_schema!({
+            "description": "`none`, `full`, or only the listed hosts through orch's egress proxy.",
+            "oneOf": [{"type": "string", "enum": ["none", "full"]}, allowlist],
+        })
+    }
 }
 
 impl NetworkSetting {

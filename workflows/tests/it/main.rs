@@ -15,6 +15,7 @@ mod fuzz;
 mod model_settings;
 mod plans;
 mod scale;
+mod schema_files;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;

@@ -377,7 +377,7 @@ fn a_pull_request_run_ignores_a_hook_the_pull_request_adds() {
     let run = pr_run(&fx, "pr-github", &github, &[]);
     run.expect_code(0);
     assert!(!blocked(&run));
-    assert!(run.stderr.contains("come from the base ref `main`"), "{}", run.stderr);
+    assert!(run.stderr.contains("come from the trusted ref `main`"), "{}", run.stderr);
     // The same with the explicit flag.
     let run = pr_run(&fx, "pr-flag", &[], &["--config-ref", "main"]);
     run.expect_code(0);
@@ -386,14 +386,20 @@ fn a_pull_request_run_ignores_a_hook_the_pull_request_adds() {
     let run = pr_run(&fx, "pr-trusted", &github, &["--trust-repo-config"]);
     run.expect_code(0);
     assert!(blocked(&run));
-    // Not a pull-request run: the checkout is the configuration.
-    let run = pr_run(&fx, "push", &[("GITHUB_EVENT_NAME", "push")], &[]);
+    // Trust follows the checked-out commit, not the event: a push of the branch, or a
+    // pull-request event that names no base, still reads the default branch's files.
+    for (name, event) in [("push", "push"), ("pr-nobase", "pull_request_target")] {
+        let run = pr_run(&fx, name, &[("GITHUB_EVENT_NAME", event)], &[]);
+        run.expect_code(0);
+        assert!(!blocked(&run), "{event}");
+        assert!(run.stderr.contains("come from the trusted ref `main`"), "{event}: {}", run.stderr);
+    }
+    // With the default branch checked out, its files are the checkout's.
+    git(&fx.repo, &["checkout", "-q", "main"]);
+    git(&fx.repo, &["merge", "-q", "--ff-only", "feature"]);
+    let run = pr_run(&fx, "push-main", &[("GITHUB_EVENT_NAME", "push")], &[]);
     run.expect_code(0);
     assert!(blocked(&run));
-    // A pull-request run whose base cannot be found fails before any agent starts.
-    let run = pr_run(&fx, "pr-nobase", &[("GITHUB_EVENT_NAME", "pull_request_target")], &[]);
-    run.expect_code(2);
-    assert!(run.stderr.contains("no base ref is known"), "{}", run.stderr);
 }
 
 #[test]

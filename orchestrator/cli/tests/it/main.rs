@@ -2,14 +2,18 @@
 //! real `orch` executable (they need `CARGO_BIN_EXE_orch`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod budgets;
 mod ci;
 mod cli_output;
 mod containment;
+mod crash_points;
 mod descriptors;
 mod examples;
 mod exec;
+mod exec_equivalence;
 mod exec_session;
 mod exec_skills;
+mod full_disk;
 mod github_workflows;
 mod hooks;
 mod hooks_fail_closed;
@@ -23,6 +27,7 @@ mod memory;
 mod network;
 mod permission_settings;
 mod pipelines;
+mod pipes;
 mod publish;
 mod reap;
 mod recipes;
@@ -30,8 +35,10 @@ mod reliability;
 mod repo_data;
 mod rough_edges;
 mod run;
+mod run_id_lock;
 mod sandbox_run;
 mod sarif_validator;
+mod schemas;
 mod signals;
 mod skills;
 mod subagents;

@@ -332,6 +332,35 @@ async fn dry_run_writes_the_requests_and_sends_no_write() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn published_text_is_inert_in_the_dry_run_requests() {
+    let w = World::new("t-inert").await;
+    let findings = json!([
+        {"path": "src/lib.rs", "line": 2, "severity": "error", "message": "cc &commat;octocat and &#x40;org/team"},
+        {"path": "src/lib.rs", "line": 40, "severity": "note", "message": "off the diff, cc &#64;hubot <!-- hidden -->"}
+    ]);
+    let answer = "Fine &#064;octocat. <!-- orch:pr-review --> <!--hidden--> <?x ?> <!DOCTYPE y> -->";
+    let run = w.run("inert", REVIEW, &findings_script(findings, answer), None, &[]).await;
+    run.expect_code(0);
+    let planned = std::fs::read_to_string(run.out.join("publish.json")).unwrap();
+    let planned: Value = serde_json::from_str(&planned).unwrap();
+    let request = &planned["requests"][0];
+    let body = request["body"]["body"].as_str().unwrap_or_default();
+    assert!(body.contains("Fine @\u{2060}octocat"), "{request:#}");
+    assert!(body.contains("cc @\u{2060}hubot"), "{request:#}");
+    // Only orch's own marker is a live comment, and it is the last line.
+    assert_eq!(body.matches("<!--").count(), 1, "{body}");
+    let last = body.trim_end().lines().last().unwrap_or_default();
+    assert!(last.starts_with("<!-- orch:pr-review:review:") && last.ends_with(" -->"), "{body}");
+    assert!(!body.contains("<?") && !body.contains("<!D"), "{body}");
+    let inline = request["body"]["comments"][0]["body"].as_str().unwrap_or_default();
+    assert!(inline.contains("cc @\u{2060}octocat and @\u{2060}org/team"), "{request:#}");
+    let all = request.to_string();
+    for mention in ["&commat;", "&#x40;", "&#64;", "&#064;"] {
+        assert!(!all.contains(mention), "{mention} left in {all}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn failures_name_the_output_status_and_permission_and_keep_the_work() {
     let w = World::new("t-fail").await;
     let script = findings_script(review_findings(), "Answer.");

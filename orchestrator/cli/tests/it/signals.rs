@@ -1,7 +1,7 @@
 //! The signal suite (issue 18): whatever signals come, every agent's work ends up
 //! committed on its branch in the user's repository. Agents of the scripted model
 //! write a file, then sit in `sleep`; then the signals come: `timeout -s TERM` (the
-//! process, then its group), SIGINT then SIGTERM 0.1 s apart, three signals, and
+//! process, then its group), SIGINT then SIGTERM 0.1 s apart, three signals, SIGHUP, and
 //! SIGKILL followed by `orch recover` or `orch run --resume`. Each case checks
 //! `git -C <user repo> show orch/<run>/<agent>:work.txt` for every agent, the exit
 //! code, the report and that nothing is left running.
@@ -175,6 +175,18 @@ fn three_signals_lose_no_commit() {
     assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
 }
 
+/// A closed terminal: SIGHUP is handled as SIGTERM (grace, commits, `interrupted`, 143).
+#[test]
+fn sighup_is_handled_as_sigterm() {
+    let fx = Fixture::new("t-sig-hup", &[("a.txt", "a\n")]);
+    let child = start(&fx, None);
+    signal_at(child.id(), Signal::SIGHUP);
+    let run = finish(&fx, child);
+    interrupted_report(&run, 143, "SIGHUP", false);
+    all_work_on_branches(&fx.repo, &fx.run_id);
+    assert_eq!(processes_left(fx.dir.path()), Vec::<String>::new());
+}
+
 /// SIGKILL: nothing runs in orch any more. The live report says `running`, and the
 /// checkpoints are on the branches of the run clone.
 fn killed(fx: &Fixture) -> Run {
@@ -264,8 +276,15 @@ fn sigkill_then_resume_carries_finished_agents_and_restarts_from_checkpoints() {
         .unwrap();
     let run = Run::from_output(&resumed, out);
     run.expect_code(0);
-    // The first run was recovered: its branches are in the repository.
-    all_work_on_branches(&fx.repo, &fx.run_id);
+    // The first run was recovered: its work is in the repository, `quick` on its own
+    // branch, the others' in the branches of the rerun, which superseded theirs.
+    assert_eq!(git(&fx.repo, &["show", &format!("orch/{}/quick:quick.txt", fx.run_id)]), "q\n");
+    let pruned = run.report["integration"]["pruned"].as_array().cloned().unwrap_or_default();
+    for a in AGENTS {
+        let old = format!("orch/{}/{a}", fx.run_id);
+        assert!(git(&fx.repo, &["branch", "--list", &old]).trim().is_empty(), "{old} was not pruned");
+        assert!(pruned.iter().any(|b| *b == old), "{old} is not in integration.pruned: {pruned:?}");
+    }
     // `quick` had finished: carried over with its branch, not run again.
     let quick = run.agent("quick");
     assert_eq!(quick["status"], "succeeded");

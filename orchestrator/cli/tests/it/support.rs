@@ -105,7 +105,9 @@ impl Fixture {
             .arg(&self.repo)
             .arg("--out")
             .arg(&self.out)
-            .args(["--run-id", &self.run_id]);
+            .args(["--run-id", &self.run_id])
+            // Run id locks (and any other state) stay in this test's world.
+            .env("XDG_STATE_HOME", self.dir.path().join("state"));
         cmd
     }
 

@@ -273,9 +273,14 @@ impl Walk<'_> {
             return Ok(());
         }
         let file = File::from(fd);
-        let id = self.blob(file, size).map_err(|e| match e {
-            Blob::Io(e) => self.io("read", &rel)(e),
-            Blob::Git(e) => GitError::Git { action: format!("store {}", String::from_utf8_lossy(&rel)), source: e },
+        let id = self.blob(file, size).map_err(|e| {
+            // On a full disk, libgit2 says "no error" or "Write error": say what it is.
+            let action = format!("store {}", String::from_utf8_lossy(&rel));
+            match (crate::run::reserve::full_note(self.repo.path()), e) {
+                (Some(note), _) => GitError::Full { action, note },
+                (None, Blob::Io(e)) => self.io("read", &rel)(e),
+                (None, Blob::Git(e)) => GitError::Git { action, source: e },
+            }
         })?;
         self.out.push(entry_for(&stat, rel, mode, id, size));
         Ok(())

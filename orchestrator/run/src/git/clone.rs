@@ -149,6 +149,7 @@ impl RunClone {
             fetch_lock: Mutex::new(()),
             has_attributes: OnceLock::new(),
         };
+        crate::fail_point::hit("creating-clone");
         match inner.write_layout(shallow.as_deref()) {
             Ok(()) => Ok(RunClone { inner: Arc::new(inner) }),
             Err(e) => {
@@ -346,6 +347,7 @@ impl RunClone {
             return Ok(Removal::Kept { worktrees: kept });
         }
         remove_all(&self.inner.git_dir)?;
+        crate::fail_point::hit("removing-clone");
         remove_all(&self.inner.repos)?;
         remove_all(&self.inner.checkouts)?;
         Ok(Removal::Removed)
@@ -529,6 +531,15 @@ fn canonical(path: &Path) -> Result<PathBuf> {
 pub(super) fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(io_err("create", path))?;
     file.write_all(bytes).map_err(io_err("write", path))
+}
+
+/// Removes what a run clone that was never finished (or half removed) left in
+/// `run_dir`: the clone, the agents' repositories and the checkouts.
+pub fn remove_partial_clone(run_dir: &Path) -> Result<()> {
+    for name in [CLONE_DIR, REPOS_DIR, CHECKOUTS_DIR] {
+        remove_all(&run_dir.join(name))?;
+    }
+    Ok(())
 }
 
 /// Removes a directory tree; a missing one is fine. (`remove_dir_all` does not follow

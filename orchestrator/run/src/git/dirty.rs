@@ -7,6 +7,7 @@ use std::path::Path;
 
 use git2::{IndexAddOption, Oid, Repository, Signature, Status, StatusOptions};
 
+use super::worktree::{FileChange, file_changes};
 use super::{GitError, Result};
 
 /// `--base` value that asks for the working tree as it is.
@@ -34,12 +35,7 @@ pub fn uncommitted(repo: &Path) -> Result<Vec<String>> {
 pub fn snapshot_worktree(repo: &Path) -> Result<Oid> {
     let repo = open(repo)?;
     let head = repo.head().and_then(|h| h.peel_to_commit()).map_err(git("read HEAD of the checkout"))?;
-    // The repository's index, read into memory and changed there only: `write_tree`
-    // writes objects, and the index file is never written back.
-    let mut index = repo.index().map_err(git("read the index"))?;
-    index.add_all(["*"], IndexAddOption::DEFAULT, None).map_err(git("add the working tree's files"))?;
-    index.update_all(["*"], None).map_err(git("take the working tree's deletions"))?;
-    let tree_id = index.write_tree().map_err(git("write the working tree's tree"))?;
+    let tree_id = tree_of(&repo)?;
     if tree_id == head.tree_id() {
         return Ok(head.id());
     }
@@ -47,6 +43,31 @@ pub fn snapshot_worktree(repo: &Path) -> Result<Oid> {
     let who = Signature::now("orch", "orch@localhost").map_err(git("make a signature"))?;
     repo.commit(None, &who, &who, "orch: the working tree as it was (--base WORKTREE)", &tree, &[&head])
         .map_err(git("commit the working tree's snapshot"))
+}
+
+/// The tree of the working tree around `repo`, as [`snapshot_worktree`] takes it: its
+/// objects are written, but no commit, ref or index file.
+pub fn worktree_tree(repo: &Path) -> Result<Oid> {
+    tree_of(&open(repo)?)
+}
+
+/// The files that differ between the trees `from` and `to` of the repository around
+/// `repo` (`orch exec` counts what its agent changed with two [`worktree_tree`]s).
+pub fn tree_changes(repo: &Path, from: Oid, to: Oid) -> Result<Vec<FileChange>> {
+    let repo = open(repo)?;
+    let from = repo.find_tree(from).map_err(git("read the tree before"))?;
+    let to = repo.find_tree(to).map_err(git("read the tree after"))?;
+    let diff = repo.diff_tree_to_tree(Some(&from), Some(&to), None).map_err(git("diff two trees"))?;
+    Ok(file_changes(&diff))
+}
+
+fn tree_of(repo: &Repository) -> Result<Oid> {
+    // The repository's index, read into memory and changed there only: `write_tree`
+    // writes objects, and the index file is never written back.
+    let mut index = repo.index().map_err(git("read the index"))?;
+    index.add_all(["*"], IndexAddOption::DEFAULT, None).map_err(git("add the working tree's files"))?;
+    index.update_all(["*"], None).map_err(git("take the working tree's deletions"))?;
+    index.write_tree().map_err(git("write the working tree's tree"))
 }
 
 fn open(repo: &Path) -> Result<Repository> {

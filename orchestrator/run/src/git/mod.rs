@@ -64,13 +64,13 @@ mod tests;
 use std::path::PathBuf;
 
 pub use capture::DEFAULT_MAX_FILE_SIZE;
-pub use clone::{CLONE_DIR, Removal, RunClone};
-pub use dirty::{WORKTREE_BASE, snapshot_worktree, uncommitted};
+pub use clone::{CHECKOUTS_DIR, CLONE_DIR, REPOS_DIR, Removal, RunClone, remove_partial_clone};
+pub use dirty::{WORKTREE_BASE, snapshot_worktree, tree_changes, uncommitted, worktree_tree};
 pub use merge::{Integrand, IntegrationMode, MergeOutcome, NeedsConflict};
 pub use names::{safe_name, validate_run_id};
 pub use patches::{PatchItem, integrate_patches};
 pub use snapshot::snapshot;
-pub use worktree::{ChangeKind, CommitInfo, Worktree};
+pub use worktree::{ChangeKind, CommitInfo, FileChange, Worktree};
 
 /// What failed in a git operation of the coordinator, with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +104,9 @@ pub enum GitError {
     /// A libgit2 operation failed.
     #[error("git: cannot {action}: {source}")]
     Git { action: String, source: git2::Error },
+    /// A libgit2 write failed on a full disk (libgit2 itself may say only "no error").
+    #[error("git: cannot {action}: {note}")]
+    Full { action: String, note: String },
     /// The blocking task running a git operation did not finish.
     #[error("a git task did not finish ({0}); this is a bug in orch, please report it")]
     Task(String),

@@ -637,21 +637,25 @@ impl Worktree {
     }
 
     fn changes(&self, repo: &Repository) -> Result<Vec<FileChange>> {
-        let diff = self.diff(repo)?;
-        let mut files = Vec::new();
-        for delta in diff.deltas() {
-            let (file, kind) = match delta.status() {
-                Delta::Added => (delta.new_file(), ChangeKind::Added),
-                Delta::Deleted => (delta.old_file(), ChangeKind::Deleted),
-                Delta::Typechange => (delta.new_file(), ChangeKind::TypeChanged),
-                _ => (delta.new_file(), ChangeKind::Modified),
-            };
-            if let Some(path) = file.path() {
-                files.push(FileChange { path: path.to_owned(), kind });
-            }
-        }
-        Ok(files)
+        Ok(file_changes(&self.diff(repo)?))
     }
+}
+
+/// The files a diff of two trees changes.
+pub(super) fn file_changes(diff: &git2::Diff<'_>) -> Vec<FileChange> {
+    let mut files = Vec::new();
+    for delta in diff.deltas() {
+        let (file, kind) = match delta.status() {
+            Delta::Added => (delta.new_file(), ChangeKind::Added),
+            Delta::Deleted => (delta.old_file(), ChangeKind::Deleted),
+            Delta::Typechange => (delta.new_file(), ChangeKind::TypeChanged),
+            _ => (delta.new_file(), ChangeKind::Modified),
+        };
+        if let Some(path) = file.path() {
+            files.push(FileChange { path: path.to_owned(), kind });
+        }
+    }
+    files
 }
 
 /// Whether `index` holds the entries of `before`, with the same content, mode and stat

@@ -98,7 +98,7 @@ impl Drop for Grant {
 }
 
 /// An agent's network in the report: hosts contacted (with bytes) and hosts denied.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NetworkReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contacted: Vec<HostTraffic>,
@@ -107,7 +107,7 @@ pub struct NetworkReport {
 }
 
 /// Connections to one allowed `host:port`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostTraffic {
     pub host: String,
     pub port: u16,
@@ -117,7 +117,7 @@ pub struct HostTraffic {
 }
 
 /// Refusals for one `host:port`, with the last reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostDenied {
     pub host: String,
     pub port: u16,

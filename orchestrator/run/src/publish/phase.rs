@@ -22,10 +22,13 @@ pub async fn publish_run(workflow: &Workflow, report: &Value, mode: Option<Publi
     let inputs = inputs_of(workflow, declared, report);
     let published = publish(&inputs, mode, &ctx).await;
     for line in published.lines() {
-        eprintln!("orch: publish {line}");
+        crate::notice::note(format_args!("publish {line}"));
     }
     if let Some(file) = &published.requests_file {
-        eprintln!("orch: publish dry run: the requests are in {}", inputs.run_dir.join(file).display());
+        crate::notice::note(format_args!(
+            "publish dry run: the requests are in {}",
+            inputs.run_dir.join(file).display()
+        ));
     }
     Some(published)
 }
@@ -34,10 +37,10 @@ pub async fn publish_run(workflow: &Workflow, report: &Value, mode: Option<Publi
 /// `orch merge --workflow` of the shares publishes the whole.
 pub fn left_to_merge(workflow: &Workflow, mode: Option<PublishMode>) {
     if workflow.publish.as_ref().is_some_and(|p| !p.is_empty()) && mode != Some(PublishMode::Off) {
-        eprintln!(
-            "orch: publish skipped: this run is a share of the workflow (--shard or --only); `orch merge --workflow \
+        crate::notice::note(format_args!(
+            "publish skipped: this run is a share of the workflow (--shard or --only); `orch merge --workflow \
              FILE` of the run directories publishes the whole"
-        );
+        ));
     }
 }
 

@@ -6,12 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
-use orch_agents::subagent::{AGENT_TOOL, AgentTool};
-use orch_agents::tools::skill::{SKILL_TOOL, SkillTool};
-use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
-use orch_agents::{Limits, QueryConfig, Terminal};
+use orch_agents::{QueryConfig, Terminal};
 use orch_workflows::AgentSpec;
 use tokio_util::sync::CancellationToken;
 
@@ -20,10 +16,10 @@ use super::events::{AgentSink, Transcript};
 use super::output::OutputSchema;
 use super::report::{AgentReport, AgentStatus, ChangedFile, TooLargeFile};
 use super::{Shared, StopReason};
-use crate::git::{ChangeKind, CommitInfo, Worktree, safe_name};
-use crate::options::{SandboxSpec, SettingSource};
+use crate::agent::{LoopOptions, Models, Place, max_disk};
+use crate::git::{CommitInfo, Worktree, safe_name};
+use crate::options::SettingSource;
 use crate::run_event::{RunEvent, RunStep};
-use crate::session::{AgentSession, SessionSpec};
 
 /// A finished agent: its report and the spec it ran.
 pub struct Finished {
@@ -41,31 +37,25 @@ impl super::schedule::Executor for Runner {
 }
 
 /// Runs `spec` with the rendered `prompt`. Never fails: every failure is in the report.
-pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, mut prompt: String) -> Finished {
+pub async fn run(shared: Arc<Shared>, mut spec: AgentSpec, prompt: String) -> Finished {
     let started = Instant::now();
-    let uses = shared.uses.get(&spec.agent).cloned();
-    if let Some(uses) = &uses {
-        uses.apply(&mut spec);
-        if prompt.trim().is_empty() {
-            prompt = uses.task.clone();
-        }
-    }
-    // A prompt that starts with `/name` is the repository's slash command `name`.
-    let command = orch_workflows::commands::expand(&prompt, &shared.commands);
-    if let Ok(Some(expanded)) = &command {
-        expanded.apply(&mut spec);
-        prompt = expanded.prompt.clone();
-    }
+    let uses = shared.sources.uses.get(&spec.agent).map(|u| u.name.clone());
+    // Its `uses:` definition, and the repository's slash command `name` when the prompt
+    // starts with `/name`.
+    let prepared = crate::agent::prepare(&shared.sources, &mut spec, prompt);
     let item = spec.fan_out.as_ref().map(|f| f.item.clone());
     let mut report = AgentReport::empty(&spec.id, &spec.agent, item, AgentStatus::Failed, String::new());
     report.reason = None;
-    if let Err(e) = command {
-        report.reason = Some(e.to_string());
-        report.duration_ms = started.elapsed().as_millis() as u64;
-        return Finished { report, spec };
-    }
+    let mut prompt = match prepared {
+        Ok(prompt) => prompt,
+        Err(e) => {
+            report.reason = Some(e.to_string());
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            return Finished { report, spec };
+        }
+    };
     report.continue_on_failure = spec.continue_on_failure;
-    report.uses = uses.as_ref().map(|u| u.name.clone());
+    report.uses = uses;
     let file = safe_name(&spec.id).unwrap_or_else(|_| "agent".into());
     let transcript_rel = PathBuf::from("transcripts").join(format!("{file}.jsonl"));
     let transcript = match Transcript::create(&shared.run_dir.join(&transcript_rel)) {
@@ -206,17 +196,12 @@ fn finished_line(shared: &Shared, transcript: Option<&Transcript>, report: &Agen
         t.record(&line);
     }
     if shared.json {
-        super::events::print_json_line(&line);
+        shared.reporter.json_line(&line);
     }
 }
 
 fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
-}
-
-/// The agent's `limits.max_disk` (the plan fills in the default).
-fn max_disk(spec: &AgentSpec) -> orch_types::Size {
-    spec.limits.max_disk.unwrap_or(orch_types::limits::DEFAULT_MAX_DISK)
 }
 
 /// The agent's `limits.max_file_size` in bytes (the plan fills in the default).
@@ -231,12 +216,7 @@ fn max_file_size(spec: &AgentSpec) -> u64 {
 /// could write to its private tmp and home; the watcher's walks (one before the agent
 /// starts, one after, and one a second while it runs) are skipped.
 fn can_grow(shared: &Shared, spec: &AgentSpec) -> bool {
-    may_write(&spec.tools, !shared.extensions.hooks.is_empty())
-}
-
-/// [`can_grow`] from the agent's tools and whether any hook is configured.
-fn may_write(tools: &[String], hooks: bool) -> bool {
-    hooks || orch_types::tools::any_writes(tools) || tools.iter().any(|t| t.starts_with(orch_agents::mcp::PREFIX))
+    crate::agent::may_write(&spec.tools, !shared.sources.extensions.hooks.is_empty())
 }
 
 /// Where the agent's private tmp and home are made.
@@ -253,18 +233,6 @@ fn disk_limit(report: &mut AgentReport, why: String) {
     } else {
         report.status = AgentStatus::Partial;
         report.reason = Some(why);
-    }
-}
-
-/// The workflow's `model_settings` of an agent, as the loop takes them.
-fn model_settings(s: &orch_workflows::ModelSettings) -> orch_agents::model::ModelSettings {
-    orch_agents::model::ModelSettings {
-        first_byte_timeout: s.first_byte_timeout.map(|d| d.as_std()),
-        idle_timeout: s.idle_timeout.map(|d| d.as_std()),
-        retry_budget: s.retry_budget.map(|d| d.as_std()),
-        max_output_tokens: s.max_output_tokens,
-        context_window: s.context_window,
-        thinking: s.thinking.map(|t| orch_agents::model::Thinking { budget_tokens: t.budget_tokens }),
     }
 }
 
@@ -293,54 +261,14 @@ async fn drive(
         }
     };
     let at = Instant::now();
-    let cwd = worktree.path().to_path_buf();
     let git = worktree.git_paths();
-    let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
-    read.extend(git.read_only.iter().cloned());
+    let mut read = git.read_only.clone();
     read.extend(shared.cache_dir.iter().cloned());
-    // The skills it may load, and (read-only) the directory of their files.
-    let skills = if spec.tools.iter().any(|t| t == SKILL_TOOL) {
-        shared.skills.entries(spec.skills.as_deref())
-    } else {
-        Vec::new()
-    };
-    if !skills.is_empty() {
-        read.extend(shared.skills.root.iter().cloned());
-    }
-    let args = SandboxSpec {
-        backend: spec.sandbox.backend,
-        network: spec.sandbox.network.mode(),
-        read,
-        write: spec.sandbox.write.iter().map(PathBuf::from).collect(),
-        image: spec.sandbox.image.clone(),
-        source: SettingSource::Workflow,
-    };
-    let writes = orch_types::tools::any_writes(&spec.tools);
     // Its own directory of large results, readable by its sandbox: not the others'.
     let results = shared.run_dir.join("tool-results").join(safe_name(&spec.id).unwrap_or_else(|_| "agent".into()));
     if let Err(e) = std::fs::create_dir_all(&results) {
         tracing::warn!(agent = %spec.id, "cannot create {}: {e}", results.display());
     }
-    let private = private_dir(shared, spec);
-    let rules = RuleSet {
-        // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
-        mode: match spec.permissions.mode {
-            orch_agents::permissions::Mode::Default => None,
-            mode => Some(mode),
-        },
-        allow: spec.permissions.allow.clone(),
-        deny: spec.permissions.deny.clone(),
-        ask: spec.permissions.ask.clone(),
-        ..RuleSet::default()
-    };
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let repo_rules = &shared.extensions.permissions;
-    let (mode, merged) = crate::settings_permissions::merge(repo_rules, rules.mode, &rules.sourced());
-    let mut roots = vec![cwd.clone()];
-    roots.extend(crate::settings_permissions::additional_roots(repo_rules, &cwd, home.as_deref()));
-    let permissions = Permissions::from_rules(mode, &merged, &cwd, home.as_deref(), roots)
-        .map_err(|e| crate::error::Error::Message(format!("the permission rules of `{}` are invalid: {e}", spec.id)))?;
-    report.permissions = Some(crate::settings_permissions::listing(&permissions, repo_rules, rules.mode.is_some()));
     let sink = Arc::new(AgentSink {
         agent: spec.id.clone(),
         transcript: transcript.clone(),
@@ -351,27 +279,19 @@ async fn drive(
         reporter: shared.reporter.clone(),
         checkpoints,
     });
-    let egress = egress_grant(shared, &spec.id, &spec.sandbox.network, transcript.clone())?;
-    let session = SessionSpec {
+    let place = Place {
         run: shared.run_id.clone(),
-        agent: spec.id.clone(),
-        cwd: cwd.clone(),
-        sandbox: args,
-        writes,
-        read: vec![results.clone()],
-        private,
+        cwd: worktree.path().to_path_buf(),
+        read,
         env: git.env.iter().chain(shared.cache_env.iter()).cloned().collect(),
-        tools: spec.tools.clone(),
-        permissions,
-        results_dir: Some(results),
-        hooks: shared.extensions.hooks.clone(),
-        mcp_servers: shared.extensions.mcp_servers.clone(),
-        session_id: format!("{}/{}", shared.run_id, spec.id),
-        // No single file can grow past the agent's disk limit.
-        file_size_limit: Some(max_disk(spec).bytes()),
-        egress,
+        results,
+        private: private_dir(shared, spec),
+        egress: egress_grant(shared, &spec.id, &spec.sandbox.network, transcript.clone())?,
+        source: SettingSource::Workflow,
     };
-    let mut session = AgentSession::start(session, sink.clone(), cancel).await?;
+    let started = crate::agent::start(&shared.sources, spec, place, sink.clone(), cancel).await?;
+    report.permissions = Some(started.permissions);
+    let mut session = started.session;
     // What the sandbox hides stays as the base has it, for the agent's git and in
     // every commit (see `Worktree::keep_masked`).
     worktree.keep_masked(session.masked()).await?;
@@ -379,54 +299,23 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let outcome = async {
-        let model = spec.model.clone().unwrap_or_else(|| shared.default_model.clone());
-        let mut config = QueryConfig::new(&spec.id, &model);
-        config.fallback_model = shared.fallback_model.clone();
-        config.prices = shared.prices.clone();
-        config.system = session.instructions(&model, spec.instructions, cancel).await;
-        if let Some(uses) = shared.uses.get(&spec.agent)
-            && let Some(first) = config.system.first_mut()
-        {
-            first.text = uses.system_prompt.clone();
-        }
-        orch_agents::prompt::add_skills(&mut config.system, &skills);
-        let capped = shared.meter.cap(spec.limits);
-        config.limits = Limits {
-            max_turns: capped.max_turns,
-            max_tokens: capped.max_tokens,
-            max_cost_usd: capped.max_cost_usd,
-            timeout: capped.timeout,
-            ..Limits::default()
+        let models = Models {
+            provider: shared.provider.clone(),
+            default_model: shared.default_model.clone(),
+            fallback_model: shared.fallback_model.clone(),
+            prices: shared.prices.clone(),
         };
-        config.apply_settings(&model_settings(&spec.model_settings));
-        let records = Arc::new(std::sync::Mutex::new(Vec::new()));
-        if spec.tools.iter().any(|t| t == AGENT_TOOL) {
-            let tool = AgentTool::new(
-                shared.subagents.clone(),
-                shared.provider.clone(),
-                config.clone(),
-                sink.clone(),
-                records.clone(),
-            );
-            session.map_pool(|pool| tool.install(pool))?;
-        }
-        if spec.tools.iter().any(|t| t == SKILL_TOOL) {
-            let tool = SkillTool::new(skills.clone());
-            session.map_pool(|pool| tool.install(pool))?;
-        }
-        if spec.tools.iter().any(|t| t == WEB_SEARCH_TOOL) {
-            let provider = shared.provider.clone();
-            let tool =
-                WebSearchTool::new(provider, &config.agent_id, &config.model, config.timeouts, config.prices.clone());
-            session.offer_web_search(tool, shared.provider.name())?;
-        }
+        // Its own limits, capped by what the run has left.
+        let options = LoopOptions { limits: shared.meter.cap(spec.limits), setting: None };
+        let equipped =
+            crate::agent::equip(&shared.sources, spec, &models, options, &mut session, sink.clone(), cancel).await?;
         let Some(pool) = session.pool() else {
             return Err(crate::error::Error::Message(format!("the tool pool of `{}` is missing", spec.id)));
         };
         let at = Instant::now();
-        converse(shared, pool, config, prompt, schema.as_ref(), &sink, cancel, report).await;
+        converse(shared, pool, equipped.config, prompt, schema.as_ref(), &sink, cancel, report).await;
         report.timings.loop_ms = ms(at);
-        report.subagents = std::mem::take(&mut *records.lock().unwrap_or_else(|p| p.into_inner()));
+        report.subagents = std::mem::take(&mut *equipped.subagents.lock().unwrap_or_else(|p| p.into_inner()));
         Ok::<(), crate::error::Error>(())
     }
     .await;
@@ -456,6 +345,7 @@ fn egress_grant(
         return Err(crate::error::Error::Message(format!("`{id}` has a network allowlist but the run has no proxy")));
     };
     let json = shared.json;
+    let reporter = shared.reporter.clone();
     let sink: crate::proxy::EventSink = Arc::new(move |event: crate::proxy::ProxyEvent| {
         let step = RunStep::Network {
             host: event.host,
@@ -470,7 +360,7 @@ fn egress_grant(
             t.record(&line);
         }
         if json {
-            super::events::print_json_line(&line);
+            reporter.json_line(&line);
         }
     });
     proxy
@@ -501,7 +391,7 @@ async fn converse(
         t.record(&line);
     }
     if sink.json {
-        super::events::print_json_line(&line);
+        sink.reporter.json_line(&line);
     }
     let answer = super::output::ask(shared.provider.as_ref(), pool, config, text, schema, sink, cancel).await;
     report.turns += answer.turns;
@@ -570,20 +460,7 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
             report.too_large_files =
                 info.too_large.iter().map(|(path, size)| TooLargeFile { path: path.clone(), size: *size }).collect();
             report.commit = Some(info.commit);
-            report.changed_files = info
-                .files
-                .iter()
-                .map(|f| ChangedFile {
-                    path: f.path.clone(),
-                    kind: match f.kind {
-                        ChangeKind::Added => "added",
-                        ChangeKind::Modified => "modified",
-                        ChangeKind::Deleted => "deleted",
-                        ChangeKind::TypeChanged => "type_changed",
-                    }
-                    .into(),
-                })
-                .collect();
+            report.changed_files = info.files.iter().map(ChangedFile::of).collect();
             for skipped in &info.skipped {
                 tracing::warn!(agent = %spec.id, path = %skipped.display(), "left a nested repository out of the commit");
             }
@@ -610,24 +487,5 @@ async fn commit(shared: &Shared, spec: &AgentSpec, worktree: &Worktree, report: 
             let before = report.reason.take().map(|r| format!("{r}; ")).unwrap_or_default();
             report.reason = Some(format!("{before}cannot commit its work: {e}"));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::may_write;
-
-    fn tools(names: &[&str]) -> Vec<String> {
-        names.iter().map(|n| n.to_string()).collect()
-    }
-
-    #[test]
-    fn only_an_agent_that_can_write_gets_its_disk_watched() {
-        assert!(!may_write(&tools(&["Read", "LS", "Grep", "Glob"]), false));
-        assert!(!may_write(&[], false));
-        for writer in ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "mcp__files__put"] {
-            assert!(may_write(&tools(&["Read", writer]), false), "{writer}");
-        }
-        assert!(may_write(&tools(&["Read"]), true), "a hook command can write");
     }
 }

@@ -2,8 +2,8 @@
 //! `.claude/agents/*.md`), skills (`.orch/skills/`, `.claude/skills/`) and slash commands
 //! (`.orch/commands/`, `.claude/commands/`), read as blobs of one commit: never from the
 //! user's working tree, so no symlink or uncommitted file is followed. `orch run` picks
-//! the commit by the trust rule (`repo_config`): the base ref in a pull-request run,
-//! otherwise the run's base commit. The parsing itself takes file contents, whatever
+//! the commit by the trust rule (`repo_config`): the trusted ref when the checkout is
+//! another commit, otherwise the run's base commit. The parsing itself takes file contents, whatever
 //! their source.
 //!
 //! Skills are also copied out of that commit into the run directory (`skills/<name>/`),

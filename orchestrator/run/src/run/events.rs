@@ -66,11 +66,24 @@ impl Meter {
         let left_cost = self.limits.max_cost_usd.map(|l| (l - self.cost_usd()).max(0.0));
         let left_tokens = self.limits.max_tokens.map(|l| l.saturating_sub(self.tokens.load(Ordering::SeqCst)));
         let left_turns = self.limits.max_turns.map(|l| l.saturating_sub(self.turns.load(Ordering::SeqCst)));
+        // Every field named: a new budget must say whether the run caps it.
+        let orch_workflows::Limits {
+            max_turns,
+            max_tokens,
+            max_cost_usd,
+            timeout,
+            checkpoint_every,
+            max_disk,
+            max_file_size,
+        } = own;
         orch_workflows::Limits {
-            max_cost_usd: min_opt(own.max_cost_usd, left_cost, f64::min),
-            max_tokens: min_opt(own.max_tokens, left_tokens, u64::min),
-            max_turns: min_opt(own.max_turns, left_turns, u32::min),
-            ..own
+            max_cost_usd: min_opt(max_cost_usd, left_cost, f64::min),
+            max_tokens: min_opt(max_tokens, left_tokens, u64::min),
+            max_turns: min_opt(max_turns, left_turns, u32::min),
+            timeout,
+            checkpoint_every,
+            max_disk,
+            max_file_size,
         }
     }
 
@@ -126,7 +139,7 @@ fn min_opt<T: Copy>(a: Option<T>, b: Option<T>, min: fn(T, T) -> T) -> Option<T>
     }
 }
 
-/// The sink of one agent: transcript, meter, and `--json` lines on stdout.
+/// The sink of one agent: transcript, meter, and `--json` lines (through the reporter).
 pub struct AgentSink {
     pub agent: String,
     pub transcript: Option<Arc<Transcript>>,
@@ -155,7 +168,7 @@ impl EventSink for AgentSink {
             t.record(&line);
         }
         if self.json {
-            print_json_line(&line);
+            self.reporter.json_line(&line);
         }
         // A turn that stays within the run's turn limit runs to its end, tools included.
         let mut inner = &event;
@@ -171,26 +184,6 @@ impl EventSink for AgentSink {
             self.stop.set(reason);
             self.run_cancel.cancel();
         }
-    }
-}
-
-/// One JSON line on stdout, flushed.
-pub fn print_json_line(value: &serde_json::Value) {
-    if let Ok(text) = serde_json::to_string(value) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
-    }
-}
-
-/// Writes the run's answer (model text) to stdout, fenced in GitHub mode. A reader that
-/// went away (`orch run … | head`) is not an error: the report on disk has it all.
-pub fn print_answer(answer: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    let written = write!(out, "{}", crate::fence::untrusted(answer)).and_then(|()| out.flush());
-    match written {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
     }
 }
 

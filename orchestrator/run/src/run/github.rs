@@ -49,9 +49,8 @@ impl Actions {
     /// `::add-mask::` for every secret orch reads from the environment, so the runner
     /// hides them wherever they might appear in the log.
     pub fn mask_secrets(&self) {
-        let mut err = std::io::stderr().lock();
         for value in crate::secrets::values() {
-            let _ = writeln!(err, "::add-mask::{}", escape_data(&value));
+            crate::notice::text(format_args!("::add-mask::{}\n", escape_data(&value)));
         }
     }
 
@@ -88,9 +87,8 @@ impl Actions {
     /// `::error` for failed agents, `::warning` for partial ones, pointing at a file and
     /// line when the agent's answer or reason names one that exists in `repo`.
     pub fn annotate(&self, report: &RunReport) {
-        let mut err = std::io::stderr().lock();
         for line in annotations(report, &report.repo) {
-            let _ = writeln!(err, "{line}");
+            crate::notice::text(format_args!("{line}\n"));
         }
     }
 }
@@ -265,6 +263,7 @@ mod tests {
             timings: Default::default(),
             partial: false,
             publish: None,
+            resume_of: None,
         };
         let md = summary(&report, None);
         let row = md.lines().find(|l| l.starts_with("| `a`")).unwrap();
@@ -304,6 +303,7 @@ mod tests {
             timings: Default::default(),
             partial: false,
             publish: None,
+            resume_of: None,
         }
     }
 

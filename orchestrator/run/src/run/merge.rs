@@ -15,7 +15,7 @@ use crate::error::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{self, AgentReport, AgentStatus};
-use super::{conclude, events, exit_code, github, publish, synthesis};
+use super::{conclude, events, github, publish, synthesis};
 use crate::exit::{Code, UsageError};
 use crate::options::MergeOptions;
 use crate::{clock, provider, signals, workflow};
@@ -40,8 +40,8 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     }
     let (loaded, plan) = match &args.workflow {
         Some(path) => {
-            // The trust rule of `orch run`: in a pull-request run the workflow (whose
-            // synthesis prompt and model are used here) comes from the base ref. No
+            // The trust rule of `orch run`: off the trusted ref the workflow (whose
+            // synthesis prompt and model are used here) comes from that ref. No
             // agent runs here, so its sandbox settings are not checked.
             let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
             let workflow = match crate::workflow_trust::load(path, None, &trust)? {
@@ -159,7 +159,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         interrupted = interrupts.code();
     }
     merged.agents = agents;
-    let code = exit_code(&merged, false, interrupted);
+    let code = Code::for_run(&merged, false, interrupted);
     conclude(&mut merged, code, clock_start);
     // The merged result is published as `orch run` publishes a whole run.
     merged.publish = None;
@@ -168,17 +168,17 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         None => code,
     };
     publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;
-    eprintln!(
-        "orch: merged {} run directories, {} agents: {}; report: {}",
+    crate::notice::note(format_args!(
+        "merged {} run directories, {} agents: {}; report: {}",
         reports.len(),
         merged.agents.len(),
         super::status_word(merged.status),
         out.join("report.md").display()
-    );
+    ));
     if args.json {
-        events::print_json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
+        args.reporter.json_line(&crate::run_event::RunEvent::run_finished(&merged).to_value());
     } else if let Some(s) = &merged.synthesis {
-        events::print_answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
+        args.reporter.answer(s.text.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(code)
 }

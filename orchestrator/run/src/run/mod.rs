@@ -36,12 +36,14 @@ mod render;
 mod render_snapshots;
 pub mod report;
 mod reporter;
+pub(crate) mod reserve;
 mod schedule;
 mod select;
 mod setup;
+mod supersede;
 mod synthesis;
 
-pub(crate) use events::{Transcript, print_answer, print_json_line};
+pub(crate) use events::Transcript;
 pub use merge::run as merge;
 pub use reporter::Reporter;
 pub use select::{Shard, assign_shards};
@@ -74,7 +76,7 @@ pub enum StopReason {
     RunLimit(String),
     /// `fail_fast` and this agent failed.
     FailFast(String),
-    /// SIGINT or SIGTERM.
+    /// SIGINT, SIGTERM or SIGHUP.
     Interrupted(&'static str),
 }
 
@@ -126,18 +128,12 @@ pub struct Shared {
     pub cache_dir: Option<PathBuf>,
     pub cache_env: Vec<(String, String)>,
     pub reporter: Arc<dyn Reporter>,
-    /// The run's sub-agent limits and agent definitions, shared by every `Agent` tool.
-    pub subagents: Arc<orch_agents::subagent::SubagentRun>,
-    /// `uses:` of each workflow agent (by key), resolved against the definitions.
-    pub uses: std::collections::HashMap<String, orch_workflows::subagents::Uses>,
-    /// Hooks and MCP servers, from the trusted repository configuration and the workflow.
-    pub extensions: Arc<crate::hooks_config::Extensions>,
+    /// What the trusted repository configuration and the workflow give every agent:
+    /// hooks, MCP servers, settings permissions, agent definitions, `uses:`, skills and
+    /// slash commands.
+    pub sources: crate::agent::Sources,
     /// `--resume`: agents that run again from their work in the earlier run (by id).
     pub resume_from: std::collections::HashMap<String, git2::Oid>,
-    /// The repository's skills, copied where agents can read them.
-    pub skills: Arc<agent_defs::RunSkills>,
-    /// The repository's slash commands, for prompts that start with `/name`.
-    pub commands: Arc<orch_workflows::commands::Commands>,
     /// The run's egress proxy, when some agent or `setup:` has a network allowlist;
     /// stopped when the last reference goes with the run.
     pub proxy: Option<Arc<crate::proxy::run::RunProxy>>,
@@ -157,6 +153,36 @@ async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option
     if agents || setup { crate::proxy::run::RunProxy::start().await.map(Some) } else { Ok(None) }
 }
 
+/// Every model the run may call, with what uses it: each agent's, the synthesis's, the
+/// default and the fallback.
+fn models_used(plan: &Plan, models: &crate::options::ModelSpec) -> Vec<(String, String)> {
+    let mut out = vec![(models.model.clone(), "the run's model".to_string())];
+    out.extend(models.fallback_model.iter().map(|m| (m.clone(), "--fallback-model".to_string())));
+    for n in plan.nodes() {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        out.extend(spec.model.iter().map(|m| (m.clone(), format!("agent `{}`", spec.agent))));
+    }
+    out.extend(plan.synthesis.model.iter().map(|m| (m.clone(), "the synthesis".to_string())));
+    out
+}
+
+/// How a cost limit of the run was set, when one was: the run's, or the first agent's.
+fn cost_limit(plan: &Plan) -> Option<String> {
+    if plan.limits.max_cost_usd.is_some() {
+        return Some("the run's `limits.max_cost_usd`".into());
+    }
+    plan.nodes().find_map(|n| {
+        let spec = match n {
+            PlanNode::Agent(spec) => spec,
+            PlanNode::DynamicFanOut(d) => &d.template,
+        };
+        spec.limits.max_cost_usd.map(|_| format!("`limits.max_cost_usd` of agent `{}`", spec.agent))
+    })
+}
+
 /// `orch run`.
 pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Many agents, many tool hosts: fork them from one zygote (see `crate::zygote`).
@@ -167,7 +193,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(g) = &github {
         g.mask_secrets();
     }
-    // The trust rule covers the workflow: from the base ref in a pull-request run.
+    // The trust rule covers the workflow: from the trusted ref unless it is checked out.
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let (mut workflow, untrusted) = match crate::workflow_trust::load(&args.workflow, args.repo.as_deref(), &trust)? {
         Ok(loaded) => (loaded.workflow, loaded.untrusted),
@@ -188,7 +214,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Some(dir) = args.resume.as_deref()
         && recover::needs_recovery(dir)
     {
-        eprintln!("orch: the run in {} did not finish; recovering it first (as `orch recover` does)", dir.display());
+        crate::notice::note(format_args!(
+            "the run in {} did not finish; recovering it first (as `orch recover` does)",
+            dir.display()
+        ));
         recover::recover(dir, &author).await?;
     }
     let mut selection =
@@ -196,8 +225,13 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let mut model_args = args.models.with_default(|| plan.model.clone().unwrap_or_else(|| DEFAULT_MODEL.into()));
     let provider = crate::record::provider(&mut model_args, args.record.as_deref(), args.replay.as_deref())?;
     let prices = provider::prices(&model_args)?;
+    for warning in provider::check_prices(&prices, &models_used(&plan, &model_args), cost_limit(&plan).as_deref())? {
+        args.reporter.note(&format!("warning: {warning}"));
+    }
     let run_id = args.run_id.clone().unwrap_or_else(clock::run_id);
     crate::git::validate_run_id(&run_id).map_err(|e| UsageError(e.to_string()))?;
+    // One run per run id, as one run per run directory (`run.lock` below).
+    let run_id_lock = recover::hold_run_id(&run_id)?;
     let repo = match &args.repo {
         Some(r) => r.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
@@ -205,9 +239,13 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Absolute in the report; a missing path is reported by the run clone below.
     let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
     let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
-    let extensions = Arc::new(extensions);
     let run_dir = run_dir(args.out.as_deref(), &run_id)?;
     let run_lock = recover::hold_lock(&run_dir)?;
+    let reserve = reserve::Reserve::take(&run_dir);
+    // The run id, for `orch recover` when the run is killed before it has a report.
+    if let Err(e) = std::io::Write::write_all(&mut &*run_lock, run_id.as_bytes()) {
+        tracing::warn!("cannot write the run id into {}: {e}", run_dir.join(recover::LOCK_FILE).display());
+    }
     let at = Instant::now();
     let base = resolve_base(&repo, &args.base)?;
     let clone = RunClone::create(&repo, &run_dir, &base, &run_id).await.map_err(|e| match e {
@@ -217,9 +255,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         other => crate::error::Error::Failed { what: "cannot create the run clone".into(), cause: Box::new(other) },
     })?;
     let clone_ms = ms(at);
+    crate::fail_point::hit("clone-created");
     let resume_from = selection.carry_into(&clone);
-    // The trust rule: in a pull-request run, the base ref's definitions, skills and
-    // commands; otherwise the run's base commit.
+    // The trust rule: the trusted ref's definitions, skills and commands when the
+    // checkout is another commit; otherwise the run's base commit.
     let config_commit = match repo_config.commit() {
         Some((user_repo, commit)) => crate::repo_config::RepoConfig::at_commit(user_repo, commit),
         None => crate::repo_config::RepoConfig::at_commit(clone.git_dir(), clone.base()),
@@ -227,25 +266,24 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let repo_files = agent_defs::load(&config_commit)?;
     let named = repo_files.check(&workflow);
     if !named.is_empty() {
-        eprint!("{}", orch_workflows::render_diagnostics(&named));
-        eprintln!(
-            "orch: the workflow names skills or commands the repository does not have (read from {})",
+        crate::notice::text(orch_workflows::render_diagnostics(&named));
+        crate::notice::note(format_args!(
+            "the workflow names skills or commands the repository does not have (read from {})",
             config_commit.describe()
-        );
+        ));
         return Ok(Code::Usage);
     }
-    let agent_files = &repo_files.agents;
-    let uses = resolve_uses(&workflow, agent_files)?;
-    let limits = orch_agents::subagent::SubagentLimits {
-        max_depth: workflow.subagents.max_depth,
-        max_concurrent: workflow.subagents.max_concurrent,
-        max_total: workflow.subagents.max_total,
-    };
-    let definitions = agent_files.agents.iter().map(agent_defs::definition).collect();
-    let subagents = Arc::new(orch_agents::subagent::SubagentRun::new(limits, definitions));
+    let uses = resolve_uses(&workflow, &repo_files.agents)?;
     let run_dir = clone.git_dir().parent().map(Path::to_path_buf).unwrap_or(run_dir);
-    let skills = agent_defs::RunSkills::copy(&config_commit, repo_files.skills.clone(), &run_dir.join("skills"))?;
-    eprintln!("orch: run {run_id} of `{}`: {}", plan.name, run_dir.display());
+    let sources = crate::agent::Sources::new(
+        extensions,
+        repo_files,
+        &config_commit,
+        &workflow.subagents,
+        uses,
+        &run_dir.join("skills"),
+    )?;
+    crate::notice::note(format_args!("run {run_id} of `{}`: {}", plan.name, run_dir.display()));
 
     let run_cancel = CancellationToken::new();
     let interrupts = signals::watch(run_cancel.clone())?;
@@ -276,12 +314,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         cache_dir: None,
         cache_env: Vec::new(),
         reporter: args.reporter.clone(),
-        subagents,
-        uses,
-        extensions,
+        sources,
         resume_from,
-        skills: Arc::new(skills),
-        commands: Arc::new(repo_files.commands.clone()),
         proxy: start_proxy(&plan).await?,
     };
     let mut report = RunReport {
@@ -310,7 +344,15 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         totals: Totals::default(),
         timings: report::RunTimings { clone_ms, ..Default::default() },
         publish: None,
+        resume_of: args.resume.as_deref().map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())),
     };
+
+    // What `orch recover` starts from if the run is killed before dispatch.
+    let mut first = report.clone();
+    (first.status, first.exit_code, first.partial) = (RunStatus::Running, recover::KILLED, true);
+    if let Err(e) = report::write(&run_dir, &first) {
+        tracing::warn!("cannot write the first report: {e}");
+    }
 
     let mut setup_failed = None;
     let at = Instant::now();
@@ -333,7 +375,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     report.timings.setup_ms = ms(at);
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
-        eprintln!("orch: {why}");
+        crate::notice::note(format_args!("{why}"));
         let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
         report.stopped = Some(why.into());
         report.agents =
@@ -356,8 +398,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         };
         report.agents = schedule::run(&agent::Runner(shared.clone()), env, &plan, dispatch).await;
         report.timings.agents_ms = ms(at);
-        if let Some(code) = interrupts.code() {
-            stop.set(StopReason::Interrupted(if code == Code::Terminated { "SIGTERM" } else { "SIGINT" }));
+        if let Some(reason) = interrupts.reason() {
+            stop.set(reason);
         }
         // A share of the workflow (`--shard`, `--only`) leaves synthesis to `orch merge`.
         let whole = args.shard.is_none() && args.only.is_empty();
@@ -370,20 +412,35 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     let at = Instant::now();
     integrate(&shared, &plan, &mut report, args.prune_branches).await;
     report.timings.integrate_ms = ms(at);
-    match clone.remove().await {
-        Ok(crate::git::Removal::Removed) => {}
-        Ok(crate::git::Removal::Kept { worktrees }) => {
-            tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
-        }
-        Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+    crate::fail_point::hit("integrated");
+    if let Some(resumed) = report.resume_of.clone() {
+        let pruned = supersede::prune(clone.user_git_dir().to_path_buf(), resumed, &report).await;
+        report.integration.pruned.extend(pruned);
+    }
+    // Room for the teardown record and the final report, even on a full disk.
+    reserve.release();
+    // Killed from here on, the run is finished by `orch recover` from this record;
+    // without it, the run clone stays for recovery to start from.
+    match recover::begin_teardown(&run_dir, &report) {
+        Ok(()) => match clone.remove().await {
+            Ok(crate::git::Removal::Removed) => {}
+            Ok(crate::git::Removal::Kept { worktrees }) => {
+                tracing::info!(kept = worktrees.len(), "the run clone stays for the kept worktrees");
+            }
+            Err(e) => tracing::warn!("cannot remove the run clone: {e}"),
+        },
+        Err(e) => tracing::warn!(
+            "cannot write {} ({e}); the run clone stays in {} so that `orch recover` can finish the run",
+            recover::TEARDOWN,
+            run_dir.display()
+        ),
     }
 
     // Emptied as each sandbox was torn down.
     let _ = std::fs::remove_dir(run_dir.join("sandbox"));
-    drop(run_lock);
-    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    crate::fail_point::hit("removed-clone");
     shared.reporter.finish();
-    let code = exit_code(&report, setup_failed.is_some(), interrupts.code());
+    let code = Code::for_run(&report, setup_failed.is_some(), interrupts.code());
     report.stopped = report.stopped.take().or_else(|| stop.get().map(|s| s.to_string()));
     conclude(&mut report, code, clock_start);
     // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
@@ -394,6 +451,10 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         code
     };
     publish(&report, args.junit.as_deref(), github.as_ref())?;
+    // The final report is written: nothing is left to recover.
+    drop(run_lock);
+    let _ = std::fs::remove_file(run_dir.join(recover::LOCK_FILE));
+    drop(run_id_lock);
     finish_output(&args, &report)?;
     Ok(code)
 }
@@ -434,10 +495,19 @@ pub(crate) fn conclude(report: &mut RunReport, code: Code, started: Instant) {
 /// Writes a run's final report into `dir`: `report.json` and `report.md` (which replace
 /// the journal), then `report.html` (a warning if it cannot be written).
 pub(crate) fn write_final(dir: &Path, report: &RunReport) -> crate::error::Result<()> {
-    report::write(dir, report).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    report::write(dir, report).map_err(|e| {
+        let full = reserve::full_note(dir).map(|n| format!("; {n}")).unwrap_or_default();
+        crate::error::Error::Message(format!(
+            "cannot write the final report into {}: {e}{full}; report.json still holds the report written \
+             before (`running` or `partial`); once the problem is fixed, `orch recover {}` completes it",
+            dir.display(),
+            dir.display()
+        ))
+    })?;
     report::remove_journal(dir);
+    recover::end_teardown(dir);
     if let Err(e) = html::write(dir, report) {
-        eprintln!("warning: cannot write report.html into {}: {e}", dir.display());
+        tracing::warn!("cannot write report.html into {}: {e}", dir.display());
     }
     Ok(())
 }
@@ -492,8 +562,8 @@ fn resolve_uses(
     Ok(out)
 }
 
-/// Reads the hooks and MCP servers (repository files from the base ref in a
-/// pull-request run, see [`crate::repo_config`]). That every `mcp__` tool names a
+/// Reads the hooks and MCP servers (repository files from the trusted ref unless it is
+/// checked out, see [`crate::repo_config`]). That every `mcp__` tool names a
 /// configured server was checked when the workflow was loaded
 /// ([`crate::workflow::load_checked`]).
 fn load_extensions(
@@ -504,15 +574,14 @@ fn load_extensions(
 ) -> crate::error::Result<(crate::hooks_config::Extensions, crate::repo_config::RepoConfig)> {
     let trust = crate::repo_config::Trust::from_env(args.trust_repo_config, args.config_ref.clone());
     let config = crate::repo_config::RepoConfig::resolve(repo, &trust).map_err(|e| UsageError(e.to_string()))?;
-    if config.is_base_ref() {
-        eprintln!(
-            "orch: pull-request run: hooks, MCP servers, agent files, skills and commands come from {}",
+    if config.is_trusted_ref() {
+        crate::notice::note(format_args!(
+            "the checked-out commit is not the trusted ref: settings, hooks, MCP servers, agent files, skills \
+             and commands come from {}",
             config.describe()
-        );
+        ));
     }
-    let mut extensions = crate::hooks_config::load(&config, &workflow.hooks, &workflow.mcp_servers)
-        .map_err(|e| UsageError(format!("{e:#}")))?;
-    extensions.permissions = crate::settings_permissions::load(&config, repo).map_err(|e| UsageError(e.to_string()))?;
+    let extensions = crate::agent::extensions(&config, repo, &workflow.hooks, &workflow.mcp_servers)?;
     let bash_agents: Vec<&orch_workflows::AgentSpec> = plan
         .nodes()
         .map(|n| match n {
@@ -529,7 +598,7 @@ fn load_extensions(
     if !bash_agents.is_empty()
         && let Some(note) = crate::settings_permissions::bash_gap_note(denies)
     {
-        eprintln!("orch: {note}");
+        crate::notice::note(format_args!("{note}"));
     }
     Ok((extensions, config))
 }
@@ -568,7 +637,9 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     if base == crate::git::WORKTREE_BASE {
         let commit = crate::git::snapshot_worktree(repo)
             .map_err(|e| UsageError(format!("--base WORKTREE: cannot snapshot the working tree: {e}")))?;
-        eprintln!("orch: agents start from the working tree as it is (commit {commit}, not on any branch)");
+        crate::notice::note(format_args!(
+            "agents start from the working tree as it is (commit {commit}, not on any branch)"
+        ));
         return Ok(commit.to_string());
     }
     if base == "HEAD"
@@ -577,8 +648,8 @@ fn resolve_base(repo: &Path, base: &str) -> crate::error::Result<String> {
     {
         let shown: Vec<&str> = paths.iter().take(3).map(String::as_str).collect();
         let more = if paths.len() > 3 { format!(" and {} more", paths.len() - 3) } else { String::new() };
-        eprintln!(
-            "warning: the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
+        tracing::warn!(
+            "the checkout has {} uncommitted change{} ({}{more}); agents start from HEAD and will not see \
              them; pass --base WORKTREE to start from the working tree as it is",
             paths.len(),
             if paths.len() == 1 { "" } else { "s" },
@@ -719,30 +790,6 @@ fn integrate_name(i: IntegrateMode) -> &'static str {
     }
 }
 
-/// The exit code of a finished run (DESIGN.md, "CLI").
-pub(crate) fn exit_code(report: &RunReport, setup_failed: bool, interrupted: Option<Code>) -> Code {
-    if let Some(code) = interrupted {
-        return code;
-    }
-    let counted = || report.agents.iter().filter(|a| !a.continue_on_failure);
-    let synthesis_failed = report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Failed);
-    if counted().any(|a| a.status == AgentStatus::Failed && a.infrastructure) || report.integration.error.is_some() {
-        return Code::Infrastructure;
-    }
-    if setup_failed || synthesis_failed || counted().any(|a| a.status == AgentStatus::Failed) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Cancelled)) {
-        return Code::Failed;
-    }
-    if counted().any(|a| matches!(a.status, AgentStatus::Partial | AgentStatus::Skipped))
-        || report.synthesis.as_ref().is_some_and(|s| s.status == AgentStatus::Partial)
-    {
-        return Code::Partial;
-    }
-    Code::Success
-}
-
 /// The run's status in a few words.
 pub(crate) fn status_word(status: RunStatus) -> &'static str {
     match status {
@@ -758,8 +805,8 @@ pub(crate) fn status_word(status: RunStatus) -> &'static str {
 /// line with the report. A summary line goes to stderr.
 fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<()> {
     let t = &report.totals;
-    eprintln!(
-        "orch: run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
+    crate::notice::note(format_args!(
+        "run {} {}: {} succeeded, {} partial, {} failed, {} cancelled, {} skipped; {} turns, ${:.4}; \
          report: {}",
         report.run_id,
         status_word(report.status),
@@ -771,9 +818,9 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
         t.turns,
         t.cost_usd,
         report.run_dir.join("report.md").display()
-    );
+    ));
     if args.json {
-        events::print_json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
+        args.reporter.json_line(&crate::run_event::RunEvent::run_finished(&report).to_value());
         return Ok(());
     }
     let answer = match (&report.synthesis, report.agents.as_slice()) {
@@ -783,7 +830,7 @@ fn finish_output(args: &RunOptions, report: &RunReport) -> crate::error::Result<
     };
     if !answer.trim().is_empty() {
         // Model text: fenced in GitHub mode, so it cannot act as a workflow command.
-        events::print_answer(answer.trim_end()).context("cannot write the answer to stdout")?;
+        args.reporter.answer(answer.trim_end()).context("cannot write the answer to stdout")?;
     }
     Ok(())
 }

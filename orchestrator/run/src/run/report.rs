@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use orch_agents::{Terminal, Usage};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -16,7 +17,7 @@ use super::render::{self, Column};
 pub const REPORT_VERSION: u32 = 1;
 
 /// Everything a run did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RunReport {
     pub schema_version: u32,
     pub run_id: String,
@@ -56,10 +57,13 @@ pub struct RunReport {
     /// What `publish:` posted to GitHub, or would post (dry run): see `crate::publish`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<Value>,
+    /// The run directory this run resumed (`--resume DIR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_of: Option<PathBuf>,
 }
 
 /// Wall-clock phases of the run, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct RunTimings {
     /// Making the run clone.
     pub clone_ms: u64,
@@ -72,7 +76,7 @@ pub struct RunTimings {
 }
 
 /// Wall-clock phases of one agent, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentTimings {
     /// From the start of the agents' phase until it started (behind the concurrency
     /// limit, or waiting for its needs).
@@ -90,7 +94,7 @@ pub struct AgentTimings {
 }
 
 /// Which workflow ran.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct WorkflowInfo {
     pub name: String,
     pub file: String,
@@ -99,7 +103,7 @@ pub struct WorkflowInfo {
 }
 
 /// How the run as a whole ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Succeeded,
@@ -112,7 +116,7 @@ pub enum RunStatus {
 }
 
 /// How one agent ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentStatus {
     /// Completed, and its output (if it has a schema) is valid.
@@ -159,7 +163,7 @@ impl AgentStatus {
 }
 
 /// One agent's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AgentReport {
     /// Unique in the run: the key, or `<key>/<slug>` for a fan-out instance.
     pub id: String,
@@ -253,7 +257,7 @@ pub struct AgentReport {
 }
 
 /// A file an agent wrote that was too large to commit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TooLargeFile {
     /// Relative to the repository root.
     pub path: PathBuf,
@@ -308,11 +312,24 @@ impl AgentReport {
 }
 
 /// A file an agent changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChangedFile {
     pub path: PathBuf,
     /// `added`, `modified`, `deleted` or `type_changed`.
     pub kind: String,
+}
+
+impl ChangedFile {
+    /// A file that differs between two trees, as the report lists it.
+    pub fn of(change: &crate::git::FileChange) -> ChangedFile {
+        let kind = match change.kind {
+            crate::git::ChangeKind::Added => "added",
+            crate::git::ChangeKind::Modified => "modified",
+            crate::git::ChangeKind::Deleted => "deleted",
+            crate::git::ChangeKind::TypeChanged => "type_changed",
+        };
+        ChangedFile { path: change.path.clone(), kind: kind.into() }
+    }
 }
 
 /// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
@@ -346,7 +363,7 @@ fn network_lines(md: &mut String, r: &RunReport) {
 }
 
 /// The `setup:` commands.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SetupReport {
     pub commands: Vec<SetupCommand>,
     /// Their combined output, relative to the run directory.
@@ -359,7 +376,7 @@ pub struct SetupReport {
 }
 
 /// One `setup:` command.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SetupCommand {
     pub command: String,
     /// Its exit status (absent when it could not start or was killed).
@@ -369,7 +386,7 @@ pub struct SetupCommand {
 }
 
 /// The synthesis step.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisReport {
     /// `succeeded`, `partial`, `failed` or `skipped`.
     pub status: AgentStatus,
@@ -403,7 +420,7 @@ pub struct SynthesisReport {
 }
 
 /// The levels of a tree synthesis, lowest first.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisTree {
     /// Most items per group (`None`: as many as fit the budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -412,7 +429,7 @@ pub struct SynthesisTree {
 }
 
 /// One level of a tree synthesis: its groups, in agent order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisLevel {
     /// 1 for the groups of agents' reports, 2 for groups of level-1 answers, ...
     pub level: u32,
@@ -420,7 +437,7 @@ pub struct SynthesisLevel {
 }
 
 /// One group request of a tree synthesis.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SynthesisGroup {
     /// `L<level>-G<n>`.
     pub id: String,
@@ -464,7 +481,7 @@ impl SynthesisReport {
 }
 
 /// A file changed by more than one agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Overlap {
     pub path: PathBuf,
     /// The agents that changed it, in agent order.
@@ -472,7 +489,7 @@ pub struct Overlap {
 }
 
 /// What `integrate` did with the agents' branches.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct IntegrationReport {
     /// `none`, `branches` or `merge`.
     pub mode: String,
@@ -485,27 +502,29 @@ pub struct IntegrationReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `--prune-branches`/`integrate.prune`: agents' branches deleted because the
-    /// integration branch holds their work (never fetched into the repository).
+    /// integration branch holds their work (never fetched into the repository); and
+    /// after `--resume`, earlier runs' branches deleted from the repository because a
+    /// branch of this run holds them (see `supersede.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pruned: Vec<String>,
 }
 
 /// A branch now in the user's repository.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FetchedBranch {
     pub branch: String,
     pub commit: String,
 }
 
 /// The merges into the integration branch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct MergeReport {
     pub branch: String,
     pub merges: Vec<MergeEntry>,
 }
 
 /// One agent branch merged (or not) into the integration branch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct MergeEntry {
     pub agent: String,
     pub branch: String,
@@ -515,7 +534,7 @@ pub struct MergeEntry {
 }
 
 /// Sums over the agents and synthesis.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Totals {
     pub turns: u32,
     pub usage: Usage,
@@ -595,7 +614,9 @@ pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
     use std::io::Write;
     let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?.write_all(&line)
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?;
+    file.write_all(&line)?;
+    file.sync_data()
 }
 
 /// Removes the journal once the final report holds everything in it.
@@ -610,7 +631,7 @@ pub fn remove_journal(dir: &Path) {
 /// Lays the journal's agents over a report in progress: an agent that ended replaces
 /// its `running`, `pending` or interrupted entry. A line cut short by a crash is
 /// skipped.
-fn overlay_journal(dir: &Path, report: &mut RunReport) {
+pub(crate) fn overlay_journal(dir: &Path, report: &mut RunReport) {
     let Ok(text) = std::fs::read(dir.join(JOURNAL)) else { return };
     let mut at: std::collections::HashMap<String, usize> =
         report.agents.iter().enumerate().map(|(i, a)| (a.id.clone(), i)).collect();
@@ -639,10 +660,29 @@ pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
     write_atomic(&dir.join("report.md"), markdown(report).as_bytes())
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+/// Writes `bytes` to `path` through `<path>.tmp`: written, flushed to disk (`fsync`),
+/// renamed over `path`, and the directory flushed, so after a crash or a power cut
+/// `path` holds the old bytes or the new ones, never part of either. A write that fails
+/// (a full disk) leaves `path` as it was and removes the temporary file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())));
+    }
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
 
 /// The columns of `report.md`'s agent table.

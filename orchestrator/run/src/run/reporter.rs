@@ -1,5 +1,8 @@
 //! The interface through which a run tells its observers what happens; the binary
-//! implements it for the terminal (live view, plain or grouped lines).
+//! implements it for the terminal (live view, plain or grouped lines on stderr, data on
+//! stdout). The library never writes to stdout or stderr itself: data goes through
+//! [`Reporter::json_line`] and [`Reporter::answer`], notes through [`Reporter::note`]
+//! or [`crate::notice`].
 
 use orch_agents::Event;
 
@@ -14,4 +17,9 @@ pub trait Reporter: Send + Sync {
     fn note(&self, line: &str);
     /// Clears any live display; called once at the end.
     fn finish(&self) {}
+    /// A line of the `--json` (or `--output-format stream-json`/`json`) stream, for stdout.
+    fn json_line(&self, line: &serde_json::Value);
+    /// The run's answer (model text), for stdout. A reader that went away is not an
+    /// error; any other failure is returned.
+    fn answer(&self, text: &str) -> std::io::Result<()>;
 }

@@ -152,7 +152,7 @@ impl AgentSession {
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
-            eprintln!("orch: {warning}");
+            crate::notice::note(format_args!("{warning}"));
         }
         if let Some(bytes) = spec.file_size_limit {
             sandbox.policy.limits.file_size_bytes = Some(bytes);

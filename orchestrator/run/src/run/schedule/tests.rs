@@ -175,6 +175,13 @@ impl Reporter for Lines {
     fn note(&self, line: &str) {
         lock(&self.0).push(format!("note {line}"));
     }
+    fn json_line(&self, line: &serde_json::Value) {
+        lock(&self.0).push(format!("json {line}"));
+    }
+    fn answer(&self, text: &str) -> std::io::Result<()> {
+        lock(&self.0).push(format!("answer {text}"));
+        Ok(())
+    }
 }
 
 /// What the live report was given, one line per call, and its shortest interval.

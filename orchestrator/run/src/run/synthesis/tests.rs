@@ -110,6 +110,10 @@ impl Reporter for Notes {
     fn note(&self, line: &str) {
         self.0.lock().unwrap().push(line.to_string());
     }
+    fn json_line(&self, _line: &serde_json::Value) {}
+    fn answer(&self, _text: &str) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn turns(text: &str, n: usize) -> Vec<ScriptedTurn> {

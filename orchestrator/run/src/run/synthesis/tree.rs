@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::stream::{self, StreamExt as _};
 use orch_agents::prompt::{Environment, system_prompt};
 use orch_agents::tool::NoTools;
-use orch_agents::{Limits, Message, QueryConfig, SystemPart, Terminal, Usage, query};
+use orch_agents::{Message, QueryConfig, SystemPart, Terminal, Usage, query};
 use orch_workflows::SynthesisStrategy;
 use tokio_util::sync::CancellationToken;
 
@@ -272,12 +272,7 @@ async fn call(env: &SynthesisEnv<'_>, settings: &Settings, call: &Call, prompt: 
         config.context.reserve = config.context.reserve.min(window / 5);
     }
     let capped = env.meter.cap(orch_workflows::Limits { max_turns: Some(3), ..Default::default() });
-    config.limits = Limits {
-        max_turns: capped.max_turns,
-        max_tokens: capped.max_tokens,
-        max_cost_usd: capped.max_cost_usd,
-        ..Limits::default()
-    };
+    config.limits = capped;
     let sink = AgentSink {
         agent: call.name.clone(),
         transcript,
