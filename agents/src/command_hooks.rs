@@ -13,7 +13,7 @@
 //! - anything else: a non-blocking error, reported.
 //!
 //! Hooks never run in the coordinator: each run is the internal host request
-//! [`HOOK_REQUEST`] to the agent's tool host, so the command runs in the agent's sandbox
+//! [`HostRequest::Hook`] to the agent's tool host, so the command runs in the agent's sandbox
 //! with its environment. No pool offers that request as a tool, so the model cannot
 //! call it. Each run has a timeout and capped output; a crash or a timeout is reported
 //! as an [`Event::Hook`] and never stops the loop.
@@ -23,7 +23,7 @@
 //! (`bash` in `bash -c '…'`, `python3` in `python3 hook.py`, after assignments and
 //! wrappers such as `env`), and, when that program is a script, the interpreter of its
 //! `#!` line. Before an agent works, [`check`] asks its tool host
-//! ([`CHECK_REQUEST`]) whether all of that exists there: in a container image without
+//! ([`HostRequest::HookCheck`]) whether all of that exists there: in a container image without
 //! `bash`, a `bash` hook fails the agent's start (fails closed) instead of failing at
 //! every event while the agent goes on.
 
@@ -40,16 +40,9 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::hooks::{DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PostToolUse, PreToolUse};
 use crate::permissions::{Rule, RuleError};
+use crate::protocol::{HookRun, HostRequest, ToolExecutor};
 use crate::tool::{ToolCall, ToolOutput};
 use crate::tools::DynTool;
-use crate::tools::host::{HostRequest, ToolExecutor};
-
-/// The internal host request that runs one hook command.
-pub const HOOK_REQUEST: &str = "__hook";
-
-/// The internal host request that checks that hook commands can start in the tool
-/// host's sandbox (see [`check`]).
-pub const CHECK_REQUEST: &str = "__hook_check";
 
 /// The shell every hook command runs with (`sh -c`).
 pub const SHELL: &str = "/bin/sh";
@@ -131,15 +124,6 @@ struct Compiled {
     hook: CommandHook,
     matcher: Matcher,
     condition: Option<Rule>,
-}
-
-/// What the tool host is asked to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HookRun {
-    pub command: String,
-    pub stdin: String,
-    pub timeout_ms: u64,
-    pub cap: usize,
 }
 
 /// What came of one run, as the tool host reports it.
@@ -319,13 +303,7 @@ impl CommandHooks {
             timeout_ms: hook.timeout.as_millis() as u64,
             cap: OUTPUT_CAP,
         };
-        let request = match serde_json::to_value(&run) {
-            Ok(input) => HostRequest::new(HOOK_REQUEST, input),
-            Err(e) => {
-                self.report(event, hook, format!("could not encode the hook request: {e}"), true, started);
-                return Reply::default();
-            }
-        };
+        let request = HostRequest::Hook(run);
         let result = match self.executor.execute(request, self.cancel.child_token()).await {
             Ok(output) if !output.is_error => serde_json::from_str::<HookResult>(&output.content)
                 .map_err(|e| format!("the tool host sent a bad hook result: {e}")),
@@ -520,14 +498,10 @@ impl Hooks for CommandHooks {
     }
 }
 
-/// The tool-host side of [`HOOK_REQUEST`]: runs the command with `sh -c` in `cwd`, the
+/// The tool-host side of [`HostRequest::Hook`]: runs the command with `sh -c` in `cwd`, the
 /// event on stdin, in its own process group (killed whole at the timeout or on
 /// cancel), keeping at most `cap` bytes of stdout and of stderr.
-pub async fn run_in_host(input: Value, cwd: &Path, cancel: CancellationToken) -> ToolOutput {
-    let run: HookRun = match serde_json::from_value(input) {
-        Ok(r) => r,
-        Err(e) => return ToolOutput::error(format!("bad hook request: {e}")),
-    };
+pub async fn run_in_host(run: HookRun, cwd: &Path, cancel: CancellationToken) -> ToolOutput {
     let result = execute(&run, cwd, cancel).await;
     match serde_json::to_string(&result) {
         Ok(json) => ToolOutput::ok(json),
@@ -611,7 +585,7 @@ pub async fn check(
     if commands.is_empty() {
         return Ok(());
     }
-    let request = HostRequest::new(CHECK_REQUEST, json!({ "commands": commands }));
+    let request = HostRequest::HookCheck { commands: commands.iter().map(|c| c.to_string()).collect() };
     let unknown =
         |why: String| vec![MissingInterpreter { command: commands.join("; "), missing: SHELL.into(), needed_by: why }];
     let missing: Vec<MissingInterpreter> = match executor.execute(request, cancel).await {
@@ -623,14 +597,9 @@ pub async fn check(
     if missing.is_empty() { Ok(()) } else { Err(missing) }
 }
 
-/// The tool-host side of [`CHECK_REQUEST`]: for `{"commands": [..]}`, what each one
-/// lacks in this process's filesystem and `PATH`, as a JSON list of
-/// [`MissingInterpreter`].
-pub fn check_in_host(input: Value, cwd: &Path) -> ToolOutput {
-    let commands: Vec<String> = match input.get("commands").cloned().map(serde_json::from_value) {
-        Some(Ok(c)) => c,
-        _ => return ToolOutput::error("bad hook check request: `commands` must be a list of strings"),
-    };
+/// The tool-host side of [`HostRequest::HookCheck`]: what each command lacks in this
+/// process's filesystem and `PATH`, as a JSON list of [`MissingInterpreter`].
+pub fn check_in_host(commands: &[String], cwd: &Path) -> ToolOutput {
     let path = std::env::var("PATH").unwrap_or_default();
     let missing: Vec<MissingInterpreter> = commands.iter().filter_map(|c| missing_interpreter(c, cwd, &path)).collect();
     match serde_json::to_string(&missing) {
@@ -947,12 +916,14 @@ mod tests {
         assert_eq!(missing("env-missing").unwrap().0, "no-such-program-xyz");
         std::fs::write(cwd.join("local.sh"), "#!/no/such/bash\n").unwrap();
         assert_eq!(missing("./local.sh").unwrap().0, "/no/such/bash");
-        let out = check_in_host(json!({"commands": ["tool", "no-such-program-xyz"]}), cwd);
+        let out = check_in_host(&["tool".into(), "no-such-program-xyz".into()], cwd);
         assert!(!out.is_error, "{}", out.content);
         let list: Vec<MissingInterpreter> = serde_json::from_str(&out.content).unwrap();
         // `check_in_host` reads this process's PATH, where `no-such-program-xyz` is not.
         assert_eq!(list.iter().map(|m| m.missing.as_str()).collect::<Vec<_>>(), ["tool", "no-such-program-xyz"]);
-        assert!(check_in_host(json!({"commands": "x"}), cwd).is_error);
+        // A malformed check no longer reaches this far: the typed request fails to decode.
+        let bad = serde_json::from_value::<HostRequest>(json!({"request": "hook_check", "commands": "x"}));
+        assert!(bad.is_err());
     }
 
     #[tokio::test]

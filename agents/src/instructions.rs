@@ -4,7 +4,8 @@
 //! with their `@path` imports followed at most [`MAX_IMPORT_DEPTH`] levels deep.
 //!
 //! Collection ([`collect`]) runs inside the agent's tool host, answering the internal
-//! request [`HOST_REQUEST`], which is no tool of the pool, so the model cannot call it.
+//! request [`HostRequest::ProjectInstructions`], which is no tool call, so the model cannot
+//! make it.
 //! The coordinator asks for it with [`load`]. Reading in the host means the sandbox
 //! decides what is reachable; on top of that every file is resolved (symlinks
 //! included) and refused unless it lies inside the repository. Only text files are
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::host::{HostRequest, ToolExecutor};
+use crate::protocol::{HostRequest, ToolExecutor};
 
 /// The file names collected in each directory, in this order. As in Claude Code, the
 /// project file may sit in `.claude/`, and `CLAUDE.local.md` (personal, usually not
@@ -38,9 +39,6 @@ pub const MAX_FILE_CHARS: usize = 40_000;
 
 /// Bytes read of a file at most (a file is cut at [`MAX_FILE_CHARS`] anyway).
 const MAX_READ_BYTES: u64 = 4 * MAX_FILE_CHARS as u64 + 4;
-
-/// The tool-host request that collects the instructions. It is not a tool of any pool.
-pub const HOST_REQUEST: &str = "__project_instructions";
 
 /// One instruction file as it goes into the prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,25 +105,13 @@ fn start(cwd: &Path) -> Option<(Collector, Vec<PathBuf>)> {
     Some((c, dirs))
 }
 
-/// The tools whose calls can bring in a subdirectory's instructions, with the input
-/// field that names the path they touch.
-pub const TOUCHING_TOOLS: &[(&str, &str)] = &[
-    ("Read", "file_path"),
-    ("Edit", "file_path"),
-    ("Write", "file_path"),
-    ("MultiEdit", "file_path"),
-    ("NotebookEdit", "notebook_path"),
-    ("Glob", "path"),
-    ("Grep", "path"),
-    ("LS", "path"),
-];
-
 /// The path a call of `tool` with `input` touches, as the model gave it; `None` for
 /// other tools and for calls without a path (they work in the working directory, whose
 /// instructions are in the prompt already).
 pub fn touched_path<'a>(tool: &str, input: &'a serde_json::Value) -> Option<&'a str> {
-    let (_, field) = TOUCHING_TOOLS.iter().find(|(name, _)| *name == tool)?;
-    input.get(*field)?.as_str().filter(|p| !p.is_empty())
+    // The catalog names the input field of each tool that works on a path.
+    let field = orch_types::tools::lookup(tool)?.path_field?;
+    input.get(field)?.as_str().filter(|p| !p.is_empty())
 }
 
 /// The subdirectory instructions one agent scope has been given: the files already in
@@ -329,7 +315,7 @@ pub fn imports(text: &str) -> Vec<String> {
 
 /// Asks the agent's tool host for the instructions of its working directory.
 pub async fn load(executor: &dyn ToolExecutor, cancel: CancellationToken) -> Result<Instructions, String> {
-    let request = HostRequest::new(HOST_REQUEST, serde_json::Value::Null);
+    let request = HostRequest::ProjectInstructions;
     let output = executor.execute(request, cancel).await?;
     if output.is_error {
         return Err(output.content);
@@ -538,7 +524,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_host_attaches_them_to_the_result_once_per_scope() {
-        use crate::tools::host::{HostRequest, HostTools};
+        use crate::protocol::{HostRequest, ToolRequest};
+        use crate::tools::host::HostTools;
         use crate::tools::{Session, core_tools};
         let r = repo();
         let p = r.path();
@@ -547,9 +534,13 @@ mod tests {
         fs::write(p.join("sub/a.txt"), "alpha\n").unwrap();
         let host = HostTools::new(core_tools(), std::sync::Arc::new(Session::new(p)));
         let read = |scope: Option<&str>| {
-            let mut request = HostRequest::new("Read", serde_json::json!({"file_path": "sub/a.txt"}));
-            request.scope = scope.map(str::to_string);
-            host.run(request, CancellationToken::new())
+            let request = ToolRequest {
+                tool: "Read".into(),
+                input: serde_json::json!({"file_path": "sub/a.txt"}),
+                scope: scope.map(str::to_string),
+                hidden: Vec::new(),
+            };
+            host.run(HostRequest::Tool(request), CancellationToken::new())
         };
         let first = read(None).await;
         assert!(!first.is_error, "{}", first.content);
@@ -562,7 +553,7 @@ mod tests {
         assert!(!read(Some("sub-1")).await.content.contains("SUB-RULES"));
         // A failed call brings nothing.
         let ls = host
-            .run(HostRequest::new("Read", serde_json::json!({"file_path": "sub/missing"})), CancellationToken::new());
+            .run(HostRequest::tool("Read", serde_json::json!({"file_path": "sub/missing"})), CancellationToken::new());
         assert!(!ls.await.content.contains("SUB-RULES"));
     }
 }

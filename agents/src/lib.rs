@@ -18,6 +18,7 @@ pub mod model;
 pub mod permissions;
 pub mod pipeline;
 pub mod prompt;
+pub mod protocol;
 pub mod query;
 pub mod subagent;
 pub mod tool;

@@ -4,8 +4,8 @@
 //!
 //! The MCP clients themselves live in the binary (`orch`): stdio servers are started
 //! and called inside the agent's tool host, HTTP servers from the coordinator. This
-//! module only carries the shapes they exchange ([`McpToolInfo`], the internal request
-//! [`LIST_REQUEST`]) and the tool objects.
+//! module only carries the shapes they exchange ([`McpToolInfo`], [`McpListing`], the
+//! answer to [`crate::protocol::HostRequest::McpTools`]) and the tool objects.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -16,10 +16,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::tools::{DynTool, ToolContext, ToolError};
-
-/// The internal host request that starts the tool host's stdio servers (once) and
-/// lists their tools as a [`McpListing`].
-pub const LIST_REQUEST: &str = "__mcp_tools";
 
 /// The prefix of every MCP tool name.
 pub const PREFIX: &str = "mcp__";

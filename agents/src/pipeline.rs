@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::hooks::{HookDecision, Hooks, NoHooks};
 use crate::message::ToolSpec;
 use crate::permissions::{Decision, Permissions};
+use crate::protocol::{HostRequest, ToolExecutor, ToolRequest};
 use crate::tool::{ToolCall, ToolOutput, ToolRunner};
 use crate::tools::DynTool;
-use crate::tools::host::{HostRequest, ToolExecutor};
 use crate::usage::Usage;
 
 /// How much of an oversized result the model sees inline.
@@ -227,7 +227,7 @@ impl ToolPool {
     /// The entry of `name`, or of the tool it is another name for (`Task` is `Agent`).
     fn entry(&self, name: &str) -> Option<&Entry> {
         let find = |n: &str| self.entries.iter().find(|e| e.tool.name() == n);
-        find(name).or_else(|| find(crate::subagent::canonical_tool_name(name)))
+        find(name).or_else(|| find(orch_types::tools::canonical(name)))
     }
 
     /// Steps 1 to 3: lookup, schema, `validate`.
@@ -298,12 +298,12 @@ impl ToolPool {
             let ordinal = self.local_calls.fetch_add(1, Ordering::SeqCst) + 1;
             local.call(self, ordinal, call, input.clone(), cancel).await
         } else {
-            let request = HostRequest {
+            let request = HostRequest::Tool(ToolRequest {
                 tool: call.name.clone(),
                 input: input.clone(),
                 scope: self.scope.clone(),
                 hidden: self.permissions.hidden_paths(&call.name),
-            };
+            });
             match self.executor.execute(request, cancel).await {
                 Ok(output) => output,
                 Err(message) => {

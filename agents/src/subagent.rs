@@ -59,13 +59,17 @@ pub const TASK_TOOL: &str = "Task";
 /// How long a sub-agent call waits for a free slot by default.
 pub const DEFAULT_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// The tool a name stands for: `Task` is `Agent`; any other name is itself.
-pub fn canonical_tool_name(name: &str) -> &str {
-    if name == TASK_TOOL { AGENT_TOOL } else { name }
+/// The tools the built-in `Explore` and `Plan` types get: the catalog's read-only file
+/// tools, by name.
+fn read_only_tools() -> Vec<String> {
+    let mut names: Vec<String> = orch_types::tools::CATALOG
+        .iter()
+        .filter(|t| t.read_only && t.rule == orch_types::tools::RuleKind::Path)
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
 }
-
-/// The tools the built-in `Explore` and `Plan` types get (read-only ones).
-const READ_ONLY_TOOLS: &[&str] = &["Glob", "Grep", "LS", "Read"];
 
 const EXPLORE_PROMPT: &str = "You explore a code base to answer a question about it. \
 You can only look: find files by name with Glob, search contents with Grep, list \
@@ -81,7 +85,7 @@ what to test, and the risks or open questions you see.";
 /// The agent types every run has: `general-purpose` (the caller's prompt and tools, as
 /// with no type), `Explore` and `Plan` (read-only tools, their own prompt).
 pub fn builtin_definitions() -> Vec<AgentDefinition> {
-    let read_only = Some(READ_ONLY_TOOLS.iter().map(|t| t.to_string()).collect());
+    let read_only = Some(read_only_tools());
     vec![
         AgentDefinition {
             name: "general-purpose".into(),
@@ -440,7 +444,8 @@ impl AgentTool {
     ) -> Result<Vec<String>, String> {
         let have: Vec<&str> = pool.tool_names();
         let canonical = |names: &[String]| -> Vec<String> {
-            let mut out: Vec<String> = names.iter().map(|t| canonical_tool_name(t.trim()).to_string()).collect();
+            let mut out: Vec<String> =
+                names.iter().map(|t| orch_types::tools::canonical(t.trim()).to_string()).collect();
             out.dedup();
             out
         };

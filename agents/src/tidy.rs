@@ -10,7 +10,7 @@ use crate::message::Message;
 use crate::tools::{CORE_TOOL_NAMES, core_tools};
 use crate::usage::Usage;
 use orch_types::HookEvent;
-use orch_types::tools::{CATALOG, lookup};
+use orch_types::tools::{CATALOG, Runs, lookup};
 
 /// The smallest input that parses: every required property with a plain value of its
 /// type. (A read-only tool whose sample does not parse reads as not read-only, so the
@@ -34,24 +34,151 @@ fn sample_input(schema: &Value) -> Value {
 }
 
 #[test]
-fn core_tools_are_the_catalogs_core_entries_with_the_same_flags() {
+fn core_tools_are_the_catalogs_host_entries_with_the_same_flags() {
     let implemented: BTreeSet<&str> = core_tools().iter().map(|t| t.name()).collect();
-    let catalog: BTreeSet<&str> = CATALOG.iter().filter(|t| t.core).map(|t| t.name).collect();
+    let catalog: BTreeSet<&str> = CATALOG.iter().filter(|t| t.runs == Runs::Host).map(|t| t.name).collect();
     assert_eq!(implemented, catalog);
     assert_eq!(CORE_TOOL_NAMES.iter().copied().collect::<BTreeSet<_>>(), catalog);
-    let not_core: Vec<&str> = CATALOG.iter().filter(|t| !t.core).map(|t| t.name).collect();
+    let in_coordinator: Vec<&str> = CATALOG.iter().filter(|t| t.runs == Runs::Coordinator).map(|t| t.name).collect();
     assert_eq!(
-        not_core,
+        in_coordinator,
         [crate::subagent::AGENT_TOOL, crate::tools::skill::SKILL_TOOL, crate::tools::web_search::WEB_SEARCH_TOOL]
     );
     for tool in core_tools() {
         let Some(info) = lookup(tool.name()) else { continue };
         let input = sample_input(&tool.input_schema());
         assert_eq!(tool.is_read_only(&input), info.read_only, "{}: read_only differs from the catalog", tool.name());
+        assert_eq!(
+            tool.is_concurrency_safe(&input),
+            info.concurrency_safe,
+            "{}: concurrency_safe differs from the catalog",
+            tool.name()
+        );
         if !tool.writes(&input).is_empty() {
             assert!(info.writes, "{} writes files but the catalog says it does not", tool.name());
         }
+        // A file tool's subject is the path in the field the catalog names.
+        if let Some(field) = info.path_field {
+            let mut input = input.clone();
+            input[field] = json!("some/file");
+            assert_eq!(tool.permission_subject(&input).as_deref(), Some("some/file"), "{}", tool.name());
+        }
     }
+}
+
+/// Where the README's tool table starts and ends; between them is
+/// [`orch_types::tools::markdown_table`].
+const TABLE_START: &str = "<!-- the tool table: made from orchestrator/types/src/tools.rs by `UPDATE_README=1 cargo nextest run -p orch-agents readme_tool_table` -->\n";
+const TABLE_END: &str = "<!-- end of the tool table -->";
+
+#[test]
+fn the_readme_tool_table_is_made_from_the_catalog() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&path).expect("the README is readable");
+    let (before, rest) = readme.split_once(TABLE_START).expect("the README has the tool table's start marker");
+    let (table, after) = rest.split_once(TABLE_END).expect("the README has the tool table's end marker");
+    let made = orch_types::tools::markdown_table();
+    if table != made {
+        if std::env::var_os("UPDATE_README").is_some() {
+            std::fs::write(&path, format!("{before}{TABLE_START}{made}{TABLE_END}{after}"))
+                .expect("the README is writable");
+        } else {
+            panic!(
+                "the README's tool table differs from the catalog; rerun this test with UPDATE_README=1 to remake it"
+            );
+        }
+    }
+}
+
+/// The places in `text` that keep tool names by hand: a `const` or `static` that names
+/// two catalog tools or more, a match pattern of two (`"Agent" | "Task"`), or a literal
+/// list of more than half the catalog.
+fn hand_kept_lists(text: &str) -> Vec<String> {
+    let is_tool = |s: &str| lookup(s).is_some();
+    // The string literals of `span`, without their quotes (escapes are rare enough here).
+    let literals = |span: &str| -> Vec<String> { span.split('"').skip(1).step_by(2).map(str::to_string).collect() };
+    let mut found = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        let item = line.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        if item.starts_with("const ") || item.starts_with("static ") {
+            let end = lines[i..].iter().position(|l| l.trim_end().ends_with(';')).map_or(lines.len(), |n| i + n + 1);
+            let names = literals(&lines[i..end].join("\n")).into_iter().filter(|s| is_tool(s)).count();
+            if names >= 2 {
+                found.push(format!("line {}: a constant that lists tools", i + 1));
+            }
+        }
+        let parts: Vec<&str> = line.split('|').map(str::trim).collect();
+        let quoted_tool = |p: &str| p.strip_prefix('"').and_then(|p| p.split('"').next()).is_some_and(is_tool);
+        let ends_quoted_tool = |p: &str| p.strip_suffix('"').and_then(|p| p.rsplit('"').next()).is_some_and(is_tool);
+        if parts.windows(2).any(|w| ends_quoted_tool(w[0]) && quoted_tool(w[1])) {
+            found.push(format!("line {}: a pattern of tool names", i + 1));
+        }
+    }
+    let bytes = text.as_bytes();
+    let mut opens = Vec::new();
+    let mut in_string = false;
+    for (at, &b) in bytes.iter().enumerate() {
+        match b {
+            b'"' if at == 0 || bytes[at - 1] != b'\\' => in_string = !in_string,
+            b'[' if !in_string => opens.push(at),
+            b']' if !in_string => {
+                let Some(open) = opens.pop() else { continue };
+                let names: BTreeSet<String> = literals(&text[open..at]).into_iter().filter(|s| is_tool(s)).collect();
+                if names.len() * 2 > CATALOG.len() {
+                    let line = text[..open].lines().count();
+                    found.push(format!("line {line}: a list of most tools"));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn the_scan_for_hand_kept_lists_finds_them() {
+    let kept =
+        "const PLAIN: &[&str] =\n    &[\"TodoWrite\", \"KillShell\"];\nif matches!(t, \"Agent\" | \"Task\") {}\n";
+    assert_eq!(hand_kept_lists(kept).len(), 2, "{:?}", hand_kept_lists(kept));
+    let all: Vec<String> = CATALOG.iter().map(|t| format!("\"{}\"", t.name)).collect();
+    assert_eq!(hand_kept_lists(&format!("let x = [{}];", all.join(", "))).len(), 1);
+    let fine = "const NAME: &str = \"Read\";\nlet input = [\"Read\", \"Bash\"];\nlet x = a | b;\n";
+    assert!(hand_kept_lists(fine).is_empty(), "{:?}", hand_kept_lists(fine));
+}
+
+#[test]
+fn no_list_of_tool_names_is_kept_outside_the_catalog() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let catalog = root.join("orchestrator/types/src/tools.rs");
+    let mut dirs: Vec<std::path::PathBuf> =
+        ["agents", "orchestrator", "workflows", "sandbox", "tests"].iter().map(|d| root.join(d)).collect();
+    let mut offenders = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "target" && name != "fixtures" && name != "node_modules" {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") && path != catalog {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for place in hand_kept_lists(&text) {
+                    offenders.push(format!("{}: {place}", path.strip_prefix(&root).unwrap_or(&path).display()));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "tool names kept by hand outside orchestrator/types/src/tools.rs; derive them from the catalog:\n{}",
+        offenders.join("\n")
+    );
 }
 
 /// One value of every terminal reason. The match fails to compile when a reason is

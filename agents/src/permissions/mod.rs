@@ -9,7 +9,7 @@
 //! Permissions section for the modes and orch's default when no mode is named.
 
 mod bash;
-mod paths;
+pub(crate) mod paths;
 mod rules;
 
 use std::path::{Component, Path, PathBuf};
@@ -17,7 +17,9 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tools::{DynTool, normalize};
+use crate::tools::DynTool;
+use orch_types::tools::{RuleKind, lookup};
+use paths::normalize;
 
 pub use paths::{Bases, PathFilter, PathPattern};
 use rules::Spec;
@@ -130,9 +132,11 @@ struct Call {
     read_only: bool,
 }
 
-/// Tools that run without approval in every mode but plan's write ban does not touch:
-/// they start a sub-agent, which gets the stricter of the two modes.
-const NO_APPROVAL: &[&str] = &["Agent", "Task"];
+/// Whether `name` runs without approval in every mode and plan's write ban does not
+/// touch it: it starts a sub-agent, which gets the stricter of the two modes.
+fn needs_no_approval(name: &str) -> bool {
+    lookup(name).is_some_and(|t| t.starts_agent)
+}
 
 impl Permissions {
     /// Parses `rules` for an agent working in `cwd` that may write under `writable_roots`.
@@ -330,7 +334,7 @@ impl Permissions {
                 from(rule)
             ));
         }
-        let no_approval = NO_APPROVAL.contains(&name);
+        let no_approval = needs_no_approval(name);
         if self.mode == Some(Mode::Plan) && !call.read_only && !no_approval {
             return Decision::Deny(format!(
                 "{name} changes things, and this agent runs in plan mode: read-only tools only"
@@ -394,9 +398,15 @@ fn describe(tool: &dyn DynTool, input: &Value, cwd: &Path) -> Call {
     let name = tool.name();
     let subject = tool.permission_subject(input);
     let writes: Vec<PathBuf> = tool.writes(input).iter().map(|p| absolute(cwd, p)).collect();
-    let is_bash = name == "Bash";
-    // Every other tool's subject is the path it works on.
-    let path_subject = !(is_bash || NO_APPROVAL.contains(&name) || name.starts_with("mcp__"));
+    let kind = lookup(name).map(|t| t.rule);
+    let is_bash = kind == Some(RuleKind::Command);
+    // A catalog tool's subject is a path only if its rules take one (`WebFetch`'s is a
+    // host, `Skill`'s a name); any other tool but an MCP one is taken for a path, the
+    // conservative reading.
+    let path_subject = match kind {
+        Some(kind) => kind == RuleKind::Path,
+        None => !name.starts_with("mcp__"),
+    };
     let mut reads: Vec<PathBuf> = Vec::new();
     if path_subject && let Some(s) = subject.as_deref() {
         reads.push(absolute(cwd, Path::new(s)));

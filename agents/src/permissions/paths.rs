@@ -11,7 +11,36 @@ use std::path::{Path, PathBuf};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::tools::normalize;
+/// Folds `.` and `..` without touching the file system.
+pub fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+tokio::task_local! {
+    static HIDDEN: std::sync::Arc<PathFilter>;
+}
+
+/// The paths the current call must not show, set by the tool host for the duration of
+/// the call ([`hiding`]); empty outside one.
+pub fn hidden_paths() -> std::sync::Arc<PathFilter> {
+    HIDDEN.try_with(std::sync::Arc::clone).unwrap_or_default()
+}
+
+/// Runs `call` with `filter` as the paths it must not show.
+pub async fn hiding<F: std::future::Future>(filter: std::sync::Arc<PathFilter>, call: F) -> F::Output {
+    HIDDEN.scope(filter, call).await
+}
 
 /// One gitignore pattern and the directory it is relative to. This is what travels to
 /// the tool host so it can hide what the pattern covers.

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use orch_types::tools::{CATALOG, FOREIGN, RuleKind, lookup, rule_kind};
+
 use super::bash::CommandPattern;
 use super::paths::{Bases, PathMatcher, PathPattern};
 
@@ -75,16 +77,21 @@ pub struct RuleError {
     pub at: Option<Box<RuleSource>>,
 }
 
-/// Tools whose rules take a path specifier.
-const PATH_TOOLS: &[&str] =
-    &["Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead", "Glob", "Grep", "LS"];
-/// Rules on these name every writing tool (Claude Code's `Edit` rules do).
-pub(crate) const EDIT_FAMILY: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
-/// Tools known by name whose specifier is free text (a domain, a skill, an agent type).
-const NAMED_TOOLS: &[&str] = &["Agent", "Task", "WebFetch", "WebSearch", "Skill", "SlashCommand"];
-/// Tools whose rules take no specifier.
-const PLAIN_TOOLS: &[&str] =
-    &["TodoWrite", "BashOutput", "KillShell", "KillBash", "ExitPlanMode", "ListMcpResources", "ReadMcpResource"];
+/// Whether rules on `tool` name every writing tool (Claude Code's `Edit` rules do): the
+/// catalog's file tools that write.
+pub(crate) fn in_edit_family(tool: &str) -> bool {
+    lookup(tool).is_some_and(|t| t.writes && t.rule == RuleKind::Path)
+}
+
+/// The names a rule may start with, for the error on one that names no tool.
+fn known_names() -> String {
+    let names: Vec<&str> = CATALOG
+        .iter()
+        .flat_map(|t| std::iter::once(t.name).chain(t.aliases.iter().copied()))
+        .chain(FOREIGN.iter().map(|(n, _)| *n))
+        .collect();
+    names.join(", ")
+}
 
 /// One parsed rule.
 #[derive(Debug, Clone)]
@@ -138,28 +145,28 @@ impl Rule {
             }
         } else if tool.contains('*') {
             return Err(err("a wildcard in a tool name only works for MCP tools (`mcp__server__*`)".into()));
-        } else if !PATH_TOOLS.contains(&tool)
-            && !NAMED_TOOLS.contains(&tool)
-            && !PLAIN_TOOLS.contains(&tool)
-            && tool != "Bash"
-        {
-            return Err(err(format!(
-                "there is no tool named `{tool}`, so the rule would never match; the tools are Bash, {}, {}, {} and mcp__server__tool",
-                PATH_TOOLS.join(", "),
-                NAMED_TOOLS.join(", "),
-                PLAIN_TOOLS.join(", ")
-            )));
         }
-        let spec = match inner {
-            None | Some("") | Some("*") | Some("**") => Spec::Any,
-            Some(p) if tool == "Bash" => Spec::Command(CommandPattern::parse(p).map_err(err)?),
-            Some(p) if PATH_TOOLS.contains(&tool) => {
+        // MCP rules take no specifier, like plain tools.
+        let kind = if tool.starts_with("mcp__") {
+            RuleKind::Plain
+        } else {
+            rule_kind(tool).ok_or_else(|| {
+                err(format!(
+                    "there is no tool named `{tool}`, so the rule would never match; the tools are {} and mcp__server__tool",
+                    known_names()
+                ))
+            })?
+        };
+        let spec = match (inner, kind) {
+            (None | Some("") | Some("*") | Some("**"), _) => Spec::Any,
+            (Some(p), RuleKind::Command) => Spec::Command(CommandPattern::parse(p).map_err(err)?),
+            (Some(p), RuleKind::Path) => {
                 let pattern = PathPattern::from_specifier(p, bases).map_err(err)?;
                 let matcher = pattern.compile().map_err(err)?;
                 Spec::Paths(pattern, matcher)
             }
-            Some(p) if NAMED_TOOLS.contains(&tool) => Spec::Name(p.to_string()),
-            Some(_) => {
+            (Some(p), RuleKind::Domain | RuleKind::Name) => Spec::Name(p.to_string()),
+            (Some(_), RuleKind::Plain) => {
                 return Err(err(format!(
                     "`{tool}` has no paths or commands, so a specifier cannot match; write `{tool}`"
                 )));
@@ -186,7 +193,8 @@ impl Rule {
 
     /// Whether this rule's tool part names `tool` (before looking at the specifier).
     /// `Read` names every tool that reads paths, an `Edit`-family name every tool that
-    /// writes, `Agent` and `Task` the same tool, `mcp__s` every tool of server `s`.
+    /// writes, a tool and its aliases (`Agent`, `Task`) the same tool, `mcp__s` every
+    /// tool of server `s`.
     pub(crate) fn names(&self, tool: &str, reads_paths: bool, writes_paths: bool) -> bool {
         let rule = self.tool.as_str();
         if let Some(prefix) = rule.strip_suffix('*') {
@@ -197,8 +205,8 @@ impl Rule {
         }
         rule == tool
             || (rule == "Read" && reads_paths)
-            || (EDIT_FAMILY.contains(&rule) && writes_paths)
-            || (matches!(rule, "Agent" | "Task") && matches!(tool, "Agent" | "Task"))
+            || (in_edit_family(rule) && writes_paths)
+            || lookup(rule).is_some_and(|r| lookup(tool).is_some_and(|t| r.name == t.name))
     }
 
     /// Whether the rule is for reading tools as a family (a `Read` rule).
@@ -207,7 +215,7 @@ impl Rule {
     }
 
     pub(crate) fn is_edit_family(&self) -> bool {
-        EDIT_FAMILY.contains(&self.tool.as_str())
+        in_edit_family(&self.tool)
     }
 }
 

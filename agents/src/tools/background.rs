@@ -412,8 +412,9 @@ pub(super) fn start_for_bash(command: &str, ctx: &ToolContext) -> Result<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::HostRequest;
     use crate::tools::bash::Bash;
-    use crate::tools::host::{HostRequest, HostTools};
+    use crate::tools::host::HostTools;
     use crate::tools::{DynTool, Session, core_tools};
     use serde_json::{Value, json};
 
@@ -553,7 +554,7 @@ mod tests {
         for _ in 0..2 {
             let out = host
                 .run(
-                    HostRequest::new(
+                    HostRequest::tool(
                         "Bash",
                         json!({ "command": "sleep 60 & echo $!; wait", "run_in_background": true }),
                     ),

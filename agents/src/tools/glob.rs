@@ -14,8 +14,8 @@ use ignore::WalkBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Tool, ToolContext, ToolError, normalize};
-use crate::permissions::PathFilter;
+use super::{Tool, ToolContext, ToolError};
+use crate::permissions::paths::{PathFilter, hidden_paths, normalize};
 
 /// At most this many paths are returned.
 const MAX_RESULTS: usize = 100;
@@ -79,7 +79,7 @@ impl Tool for Glob {
         let cwd = normalize(ctx.session.cwd());
         let absolute = input.pattern.starts_with('/');
         let ctx = ctx.clone();
-        let hidden = super::host::hidden_paths();
+        let hidden = hidden_paths();
         tokio::task::spawn_blocking(move || find(&root, &cwd, &matcher, absolute, &hidden, &ctx))
             .await
             .map_err(|e| ToolError(format!("Glob failed: {e}")))?

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::glob::{cancelled, display, existing_path, subject, walker};
-use super::{Tool, ToolContext, ToolError, normalize};
-use crate::permissions::PathFilter;
+use super::{Tool, ToolContext, ToolError};
+use crate::permissions::paths::{PathFilter, hidden_paths, normalize};
 
 /// Lines longer than this many characters are cut.
 const MAX_LINE_CHARS: usize = 500;
@@ -142,7 +142,7 @@ impl Tool for Grep {
         let overrides = plan.overrides(&root).map_err(ToolError)?;
         let cwd = normalize(ctx.session.cwd());
         let cancel = ctx.cancel.clone();
-        let hidden = super::host::hidden_paths();
+        let hidden = hidden_paths();
         tokio::task::spawn_blocking(move || plan.run(&root, &cwd, overrides, &hidden, &cancel))
             .await
             .map_err(|e| ToolError(format!("Grep failed: {e}")))?

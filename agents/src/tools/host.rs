@@ -1,59 +1,21 @@
-//! The two ends of a tool call that crosses into the tool host: the request and reply
-//! shapes, the coordinator-side [`ToolExecutor`] interface, and the host-side
-//! [`HostTools`] that runs the call against the agent's [`Session`].
+//! The tool host's side of the host protocol ([`crate::protocol`]): [`HostTools`]
+//! answers each request, running a tool call against the agent's [`Session`] and the
+//! other services (hooks, the hook check, project instructions) in the host's process.
 //!
-//! A request also carries the path patterns the agent's permission rules deny reading;
-//! the search tools leave what they cover out of their results ([`hidden_paths`]).
+//! A tool call also carries the path patterns the agent's permission rules deny reading;
+//! the search tools leave what they cover out of their results
+//! ([`crate::permissions::paths::hidden_paths`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{DynTool, Session, ToolContext};
-use crate::permissions::{PathFilter, PathPattern};
+use crate::permissions::paths::{PathFilter, hiding};
+use crate::protocol::{HostRequest, ToolExecutor, ToolRequest};
 use crate::tool::ToolOutput;
-
-tokio::task_local! {
-    static HIDDEN: Arc<PathFilter>;
-}
-
-/// The paths the current call must not show, set by [`HostTools::run`] for the duration
-/// of the call (empty outside one).
-pub fn hidden_paths() -> Arc<PathFilter> {
-    HIDDEN.try_with(Arc::clone).unwrap_or_default()
-}
-
-/// A call as it travels to the tool host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostRequest {
-    pub tool: String,
-    pub input: Value,
-    /// The sub-agent the call is made for (`None`: the agent the host was started for).
-    /// Each scope has its own read stamps and todo list; see [`Session::scoped`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
-    /// Paths the call must not show in its results (denied for reading).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hidden: Vec<PathPattern>,
-}
-
-impl HostRequest {
-    /// A request of the host's own agent that hides nothing.
-    pub fn new(tool: impl Into<String>, input: Value) -> Self {
-        Self { tool: tool.into(), input, scope: None, hidden: Vec::new() }
-    }
-}
-
-/// Runs calls where the agent's tools live. The product's executor talks to the
-/// agent's confined tool host; the error is the host failing, not the tool.
-#[async_trait]
-pub trait ToolExecutor: Send + Sync {
-    async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String>;
-}
 
 /// The host side: the tools of one agent and their shared session.
 #[derive(Debug)]
@@ -97,23 +59,29 @@ impl HostTools {
     }
 
     /// Runs one request. Unknown tools and bad input are error results, not failures.
-    /// The internal request [`crate::instructions::HOST_REQUEST`] collects the project
-    /// instructions of the working directory, and [`crate::command_hooks::HOOK_REQUEST`]
-    /// runs a hook command; they are no tools, so no pool offers them.
+    /// The services other than tool calls are no tools, so no pool offers them; the MCP
+    /// ones are answered before this by the run crate's stdio servers, and reach here
+    /// only in a host started without any.
     pub async fn run(&self, request: HostRequest, cancel: CancellationToken) -> ToolOutput {
-        if request.tool == crate::instructions::HOST_REQUEST {
-            let found = crate::instructions::collect(self.session.cwd());
-            return match serde_json::to_string(&found) {
-                Ok(json) => ToolOutput::ok(json),
-                Err(e) => ToolOutput::error(format!("cannot encode the project instructions: {e}")),
-            };
+        match request {
+            HostRequest::Tool(call) => self.call(call, cancel).await,
+            HostRequest::Hook(run) => crate::command_hooks::run_in_host(run, self.session.cwd(), cancel).await,
+            HostRequest::HookCheck { commands } => crate::command_hooks::check_in_host(&commands, self.session.cwd()),
+            HostRequest::ProjectInstructions => {
+                let found = crate::instructions::collect(self.session.cwd());
+                match serde_json::to_string(&found) {
+                    Ok(json) => ToolOutput::ok(json),
+                    Err(e) => ToolOutput::error(format!("cannot encode the project instructions: {e}")),
+                }
+            }
+            HostRequest::McpTools | HostRequest::McpStderr => {
+                ToolOutput::error("this tool host was started without MCP servers")
+            }
         }
-        if request.tool == crate::command_hooks::HOOK_REQUEST {
-            return crate::command_hooks::run_in_host(request.input, self.session.cwd(), cancel).await;
-        }
-        if request.tool == crate::command_hooks::CHECK_REQUEST {
-            return crate::command_hooks::check_in_host(request.input, self.session.cwd());
-        }
+    }
+
+    /// Runs one tool call.
+    async fn call(&self, request: ToolRequest, cancel: CancellationToken) -> ToolOutput {
         let Some(tool) = self.tools.iter().find(|t| t.name() == request.tool) else {
             return ToolOutput::error(format!("the tool host has no tool named `{}`", request.tool));
         };
@@ -123,7 +91,7 @@ impl HostTools {
         };
         let ctx = ToolContext { session: self.session(request.scope.as_deref()), cancel };
         let touched = crate::instructions::touched_path(&request.tool, &request.input).map(|p| ctx.session.resolve(p));
-        match HIDDEN.scope(hidden, tool.call_with_attachments(request.input, &ctx)).await {
+        match hiding(hidden, tool.call_with_attachments(request.input, &ctx)).await {
             Ok(mut rich) => {
                 // A directory with its own instruction files, reached for the first
                 // time: its files go with this result, once.
@@ -142,7 +110,7 @@ impl HostTools {
 
     /// Decodes a request payload, runs it, and encodes the reply.
     pub async fn handle_json(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
-        let request: HostRequest = serde_json::from_value(payload).map_err(|e| format!("bad tool request: {e}"))?;
+        let request: HostRequest = serde_json::from_value(payload).map_err(|e| format!("bad host request: {e}"))?;
         let output = self.run(request, cancel).await;
         serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"))
     }

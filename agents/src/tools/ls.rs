@@ -9,8 +9,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::glob::{cancelled, display, existing_path};
-use super::{Tool, ToolContext, ToolError, normalize};
-use crate::permissions::PathFilter;
+use super::{Tool, ToolContext, ToolError};
+use crate::permissions::paths::{PathFilter, hidden_paths, normalize};
 
 /// The listing stops after this many entries.
 const MAX_ENTRIES: usize = 1000;
@@ -81,7 +81,7 @@ impl Tool for Ls {
         let ignore = overrides(&root, input.ignore.as_deref().unwrap_or(&[])).map_err(ToolError)?;
         let cwd = normalize(ctx.session.cwd());
         let ctx = ctx.clone();
-        let hidden = super::host::hidden_paths();
+        let hidden = hidden_paths();
         tokio::task::spawn_blocking(move || list(&root, &cwd, ignore, &hidden, &ctx))
             .await
             .map_err(|e| ToolError(format!("LS failed: {e}")))?

@@ -162,7 +162,8 @@ async fn read_head(file: &mut tokio::fs::File, buf: &mut [u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::host::{HostRequest, HostTools};
+    use crate::protocol::HostRequest;
+    use crate::tools::host::HostTools;
     use crate::tools::{Session, core_tools};
     use serde_json::json;
     use std::sync::Arc;
@@ -193,7 +194,7 @@ mod tests {
     async fn read_via_host(dir: &Path, name: &str) -> crate::tool::ToolOutput {
         let host = HostTools::new(core_tools(), Arc::new(Session::new(dir)));
         // The input Claude Code's model sends to Read.
-        host.run(HostRequest::new("Read", json!({ "file_path": dir.join(name) })), CancellationToken::new()).await
+        host.run(HostRequest::tool("Read", json!({ "file_path": dir.join(name) })), CancellationToken::new()).await
     }
 
     #[tokio::test]
@@ -256,7 +257,7 @@ mod tests {
         let host = HostTools::new(core_tools(), Arc::new(Session::new(dir)));
         // The input Claude Code's model sends to Read for part of a PDF.
         let input = json!({ "file_path": dir.join(name), "pages": pages });
-        host.run(HostRequest::new("Read", input), CancellationToken::new()).await
+        host.run(HostRequest::tool("Read", input), CancellationToken::new()).await
     }
 
     fn document_bytes(out: &crate::tool::ToolOutput) -> Vec<u8> {

@@ -36,7 +36,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use session::{FileStamp, Session, Todo, TodoStatus, normalize};
+pub use session::{FileStamp, Session, Todo, TodoStatus};
 
 /// A failed tool call; the message goes to the model as an error result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

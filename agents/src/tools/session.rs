@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::background::Shells;
+use crate::permissions::paths::normalize;
 
 /// What a file looked like when the agent read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,22 +134,6 @@ impl Session {
     pub fn todos(&self) -> Vec<Todo> {
         self.todos.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
-}
-
-/// Folds `.` and `..` without touching the file system.
-pub fn normalize(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

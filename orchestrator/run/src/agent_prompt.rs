@@ -9,7 +9,7 @@ use std::path::Path;
 use orch_agents::SystemPart;
 use orch_agents::instructions;
 use orch_agents::prompt::{Environment, GitSnapshot, system_prompt};
-use orch_agents::tools::host::ToolExecutor;
+use orch_agents::protocol::ToolExecutor;
 use tokio_util::sync::CancellationToken;
 
 /// The system prompt of an agent working in `cwd` (whose git snapshot is `git`) on

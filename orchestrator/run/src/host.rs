@@ -21,7 +21,8 @@ use std::time::Duration;
 use crate::error::Context as _;
 use async_trait::async_trait;
 use orch_agents::ToolOutput;
-use orch_agents::tools::host::{HostRequest, HostTools, ToolExecutor};
+use orch_agents::protocol::{HostRequest, ToolExecutor};
+use orch_agents::tools::host::HostTools;
 use orch_agents::tools::{DynTool, Session, core_tools};
 use orch_sandbox::Handover;
 use orch_sandbox::container::{ContainerHost, ContainerOptions};
@@ -227,14 +228,17 @@ struct Serve(HostTools, Option<crate::mcp::HostMcp>);
 #[async_trait]
 impl Handler for Serve {
     async fn handle(&self, payload: Value, cancel: CancellationToken) -> Result<Value, String> {
+        let request: HostRequest = serde_json::from_value(payload).map_err(|e| format!("bad host request: {e}"))?;
         // MCP requests (the listing, `mcp__` calls) go to this host's stdio servers.
-        if let Some(mcp) = &self.1
-            && let Ok(request) = serde_json::from_value::<HostRequest>(payload.clone())
-            && let Some(output) = mcp.handle(&request, cancel.clone()).await
-        {
-            return serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"));
-        }
-        self.0.handle_json(payload, cancel).await
+        let mcp = match &self.1 {
+            Some(mcp) => mcp.handle(&request, cancel.clone()).await,
+            None => None,
+        };
+        let output = match mcp {
+            Some(output) => output,
+            None => self.0.run(request, cancel).await,
+        };
+        serde_json::to_value(output).map_err(|e| format!("cannot encode the tool result: {e}"))
     }
 }
 

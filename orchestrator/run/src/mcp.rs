@@ -5,7 +5,7 @@
 //! - **stdio** servers are processes, so they run where the agent's tools run: the
 //!   agent's tool host starts them (as its children, inside its sandbox, with the
 //!   sandbox's environment plus the server's `env`) on the internal request
-//!   [`LIST_REQUEST`], keeps their clients, and serves `mcp__` calls itself. They stop
+//!   [`HostRequest::McpTools`], keeps their clients, and serves `mcp__` calls itself. They stop
 //!   with the tool host, that is with the agent.
 //! - **HTTP** servers (streamable HTTP) are reached from the coordinator: the sandbox
 //!   usually has no network, and talking to a declared URL runs no repository code.
@@ -17,7 +17,7 @@
 //!
 //! A stdio server's stderr is captured ([`StderrLog`]): the last [`STDERR_TAIL`] bytes
 //! are kept for the reason a start failed (its last lines) and for the report, and what
-//! it wrote since the coordinator last asked ([`STDERR_REQUEST`]) goes to the agent's
+//! it wrote since the coordinator last asked ([`HostRequest::McpStderr`]) goes to the agent's
 //! transcript. A server that exits before the handshake fails at once: the wait ends
 //! when its stdout closes, not at [`START_TIMEOUT`]. Under `network: none`, npm and uv
 //! run offline ([`OFFLINE_ENV`], [`offline_package_managers`]), so an `npx -y` or
@@ -31,10 +31,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orch_agents::ToolOutput;
-use orch_agents::mcp::{LIST_REQUEST, McpListing, McpTool, McpToolInfo, split_name};
+use orch_agents::mcp::{McpListing, McpTool, McpToolInfo, split_name};
 use orch_agents::message::{ContentBlock, MediaSource};
+use orch_agents::protocol::{HostRequest, ToolExecutor, ToolRequest};
 use orch_agents::tools::DynTool;
-use orch_agents::tools::host::{HostRequest, ToolExecutor};
 use orch_workflows::extensions::{McpServer, McpTransport};
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
@@ -52,16 +52,12 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a server's stderr is kept for the report: its last 4 KiB.
 pub const STDERR_TAIL: usize = 4 * 1024;
 
-/// How much stderr waits for the coordinator between two [`STDERR_REQUEST`]s; beyond
+/// How much stderr waits for the coordinator between two [`HostRequest::McpStderr`]s; beyond
 /// it the oldest part is dropped (and the drop is said).
 const STDERR_PENDING: usize = 64 * 1024;
 
 /// How many of a server's last stderr lines a failure reason carries.
 const REASON_LINES: usize = 5;
-
-/// The internal host request that answers what each stdio server wrote to stderr
-/// ([`ServerStderr`] by server name).
-pub const STDERR_REQUEST: &str = "__mcp_stderr";
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -505,7 +501,7 @@ fn render(result: &Value) -> ToolOutput {
 }
 
 /// The tool-host side: the stdio servers of the agent, started on the first
-/// [`LIST_REQUEST`].
+/// [`HostRequest::McpTools`].
 pub struct HostMcp {
     servers: BTreeMap<String, McpServer>,
     cwd: std::path::PathBuf,
@@ -523,28 +519,30 @@ impl HostMcp {
 
     /// Answers the request if it is an MCP one (the listing or a call).
     pub async fn handle(&self, request: &HostRequest, cancel: CancellationToken) -> Option<ToolOutput> {
-        if request.tool == LIST_REQUEST {
-            let (_, listing) = self.hub().await;
-            return Some(match serde_json::to_string(listing) {
-                Ok(json) => ToolOutput::ok(json),
-                Err(e) => ToolOutput::error(format!("cannot encode the MCP listing: {e}")),
-            });
+        match request {
+            HostRequest::McpTools => {
+                let (_, listing) = self.hub().await;
+                Some(match serde_json::to_string(listing) {
+                    Ok(json) => ToolOutput::ok(json),
+                    Err(e) => ToolOutput::error(format!("cannot encode the MCP listing: {e}")),
+                })
+            }
+            HostRequest::McpStderr => {
+                let stderr = match self.hub.get() {
+                    Some((hub, _)) => hub.stderr(),
+                    None => BTreeMap::new(),
+                };
+                Some(match serde_json::to_string(&stderr) {
+                    Ok(json) => ToolOutput::ok(json),
+                    Err(e) => ToolOutput::error(format!("cannot encode the MCP servers' stderr: {e}")),
+                })
+            }
+            HostRequest::Tool(ToolRequest { tool, input, .. }) if split_name(tool).is_some() => {
+                let (hub, _) = self.hub().await;
+                Some(hub.call(tool, input.clone(), cancel).await)
+            }
+            _ => None,
         }
-        if request.tool == STDERR_REQUEST {
-            let stderr = match self.hub.get() {
-                Some((hub, _)) => hub.stderr(),
-                None => BTreeMap::new(),
-            };
-            return Some(match serde_json::to_string(&stderr) {
-                Ok(json) => ToolOutput::ok(json),
-                Err(e) => ToolOutput::error(format!("cannot encode the MCP servers' stderr: {e}")),
-            });
-        }
-        if split_name(&request.tool).is_some() {
-            let (hub, _) = self.hub().await;
-            return Some(hub.call(&request.tool, request.input.clone(), cancel).await);
-        }
-        None
     }
 
     /// Closes the servers, if they were started.
@@ -565,10 +563,10 @@ pub struct McpRouter {
 #[async_trait]
 impl ToolExecutor for McpRouter {
     async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String> {
-        if let Some(hub) = &self.http
-            && hub.serves(&request.tool)
+        if let (Some(hub), HostRequest::Tool(call)) = (&self.http, &request)
+            && hub.serves(&call.tool)
         {
-            return Ok(hub.call(&request.tool, request.input, cancel).await);
+            return Ok(hub.call(&call.tool, call.input.clone(), cancel).await);
         }
         self.host.execute(request, cancel).await
     }
@@ -576,7 +574,7 @@ impl ToolExecutor for McpRouter {
 
 /// Asks the tool host for its stdio servers' tools.
 pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -> McpListing {
-    let request = HostRequest::new(LIST_REQUEST, Value::Null);
+    let request = HostRequest::McpTools;
     match host.execute(request, cancel.child_token()).await {
         Ok(out) if !out.is_error => serde_json::from_str(&out.content).unwrap_or_else(|e| McpListing {
             tools: Vec::new(),
@@ -590,7 +588,7 @@ pub async fn host_listing(host: &dyn ToolExecutor, cancel: &CancellationToken) -
 /// Asks the tool host what its stdio servers wrote to stderr since the last time (an
 /// empty map when it cannot say).
 pub async fn host_stderr(host: &dyn ToolExecutor, cancel: &CancellationToken) -> BTreeMap<String, ServerStderr> {
-    let request = HostRequest::new(STDERR_REQUEST, Value::Null);
+    let request = HostRequest::McpStderr;
     match host.execute(request, cancel.child_token()).await {
         Ok(out) if !out.is_error => serde_json::from_str(&out.content).unwrap_or_else(|e| {
             tracing::debug!("a bad MCP stderr report from the tool host: {e}");

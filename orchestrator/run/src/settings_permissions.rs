@@ -208,15 +208,16 @@ pub fn additional_roots(repo: &RepoPermissions, cwd: &Path, home: Option<&Path>)
         .collect()
 }
 
-/// Tools whose deny rules take a path: what the sandbox would have to hide from Bash.
-const PATH_RULE_TOOLS: &[&str] = &["Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Glob", "Grep", "LS"];
-
 /// The note said once per run (and by `orch validate`) when a deny rule covers paths:
 /// what the sandbox hides from Bash (see `crate::masks`) and what it cannot.
 pub fn bash_gap_note<'a>(denies: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let example = denies.into_iter().find(|rule| {
         let rule = rule.trim();
-        rule.split_once('(').is_some_and(|(tool, _)| PATH_RULE_TOOLS.contains(&tool.trim()))
+        // Rules on tools whose specifier is a path: what the sandbox would have to hide
+        // from Bash.
+        rule.split_once('(').is_some_and(|(tool, _)| {
+            orch_types::tools::lookup(tool.trim()).is_some_and(|t| t.rule == orch_types::tools::RuleKind::Path)
+        })
     })?;
     Some(format!(
         "note: path deny rules such as `{example}` stop the file tools and any Bash command that names a denied \

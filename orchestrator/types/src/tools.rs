@@ -1,10 +1,38 @@
 //! The catalog of built-in tools: one entry per tool, from which every list of tool
-//! names derives (the names a workflow may list, the default tools, the tools the
-//! agent loop implements, the results compaction may clear, the tools that need a
-//! writable worktree).
+//! names derives (the names a workflow may list, the default tools, the tools the tool
+//! host runs, the results compaction may clear, the tools that need a writable
+//! worktree, what each tool's permission rules take, the README's tool table).
 //!
 //! Adding a tool means adding its [`ToolInfo`] to [`CATALOG`] (and implementing it);
-//! the tidy tests of `orch-workflows` and `orch-agents` fail until both agree.
+//! the tidy tests of `orch-workflows` and `orch-agents` fail until both agree, and
+//! until no list of tool names is kept anywhere else.
+
+/// What the specifier of a permission rule on a tool means: `Read(src/**)` is a path
+/// pattern, `Bash(git diff:*)` a command pattern, `WebFetch(domain:example.com)` a host,
+/// `Agent(reviewer)` a name; a plain tool takes no specifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleKind {
+    /// The path the call works on (gitignore-style patterns).
+    Path,
+    /// The shell command line.
+    Command,
+    /// The host a call reaches, as `domain:example.com`.
+    Domain,
+    /// Free text with `*` wildcards: a sub-agent type, a skill, a search query.
+    Name,
+    /// No specifier: a rule names every call of the tool.
+    Plain,
+}
+
+/// Where a call of the tool runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// In the agent's confined tool host, across the host protocol.
+    Host,
+    /// In the coordinator, beside the agent loop (it starts agents, reads what the
+    /// coordinator holds, or asks the model's API).
+    Coordinator,
+}
 
 /// What the rest of orch needs to know about one built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,63 +41,179 @@ pub struct ToolInfo {
     pub name: &'static str,
     /// Other names the model may call it by (`Task` for `Agent`).
     pub aliases: &'static [&'static str],
+    /// What its permission rules' specifier means.
+    pub rule: RuleKind,
+    /// Where its calls run.
+    pub runs: Runs,
     /// It can change files, so an agent given it needs a writable worktree.
     pub writes: bool,
     /// Every call of it is read-only, whatever its input (`Bash` is read-only only for
     /// some commands, so it is not).
     pub read_only: bool,
+    /// Every call of it may run beside other such calls of one answer (`Bash` may only
+    /// for read-only commands, so it is not).
+    pub concurrency_safe: bool,
     /// Its old results may be cleared from the context, because calling it again gives
     /// them back.
     pub refetchable: bool,
     /// An agent gets it when neither the agent nor `defaults` lists any tools.
     pub default: bool,
-    /// The agent loop implements it among its core tools (`Agent` is set up by the
-    /// coordinator instead, because it starts other agents).
-    pub core: bool,
+    /// It starts a sub-agent: it needs no approval, and the sub-agent gets the stricter
+    /// permission mode instead.
+    pub starts_agent: bool,
     /// It reaches the network from the tool host, so it is offered only to an agent
     /// whose network is not `none` (without one it is absent from the pool).
     pub network: bool,
+    /// The input field naming the path it works on, whose directory's instruction files
+    /// come with the result the first time.
+    pub path_field: Option<&'static str>,
+    /// One line of documentation: the README's tool table.
+    pub doc: &'static str,
 }
 
-const fn tool(name: &'static str) -> ToolInfo {
+const fn tool(name: &'static str, doc: &'static str) -> ToolInfo {
     ToolInfo {
         name,
         aliases: &[],
+        rule: RuleKind::Plain,
+        runs: Runs::Host,
         writes: false,
         read_only: false,
+        concurrency_safe: false,
         refetchable: false,
         default: false,
-        core: true,
+        starts_agent: false,
         network: false,
+        path_field: None,
+        doc,
     }
+}
+
+/// A tool that only looks at the files under a path.
+const fn looks(name: &'static str, field: &'static str, doc: &'static str) -> ToolInfo {
+    ToolInfo {
+        rule: RuleKind::Path,
+        read_only: true,
+        concurrency_safe: true,
+        refetchable: true,
+        default: true,
+        path_field: Some(field),
+        ..tool(name, doc)
+    }
+}
+
+/// A tool that changes the file under a path.
+const fn edits(name: &'static str, field: &'static str, doc: &'static str) -> ToolInfo {
+    ToolInfo { rule: RuleKind::Path, writes: true, path_field: Some(field), ..tool(name, doc) }
 }
 
 /// Every built-in tool, in the order documentation and messages list them.
 pub const CATALOG: &[ToolInfo] = &[
-    ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Read") },
-    ToolInfo { writes: true, ..tool("Write") },
-    ToolInfo { writes: true, ..tool("Edit") },
-    ToolInfo { writes: true, ..tool("MultiEdit") },
-    ToolInfo { writes: true, ..tool("NotebookEdit") },
-    ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Glob") },
-    ToolInfo { read_only: true, refetchable: true, default: true, ..tool("Grep") },
-    ToolInfo { read_only: true, refetchable: true, default: true, ..tool("LS") },
-    ToolInfo { writes: true, refetchable: true, ..tool("Bash") },
+    looks("Read", "file_path", DOC_READ),
+    edits("Write", "file_path", DOC_WRITE),
+    edits("Edit", "file_path", DOC_EDIT),
+    edits("MultiEdit", "file_path", DOC_MULTI_EDIT),
+    edits("NotebookEdit", "notebook_path", DOC_NOTEBOOK_EDIT),
+    looks("Glob", "path", DOC_GLOB),
+    looks("Grep", "path", DOC_GREP),
+    looks("LS", "path", DOC_LS),
+    ToolInfo { rule: RuleKind::Command, writes: true, refetchable: true, ..tool("Bash", DOC_BASH) },
     // Reading a background command's output consumes it: not refetchable.
-    ToolInfo { read_only: true, ..tool("BashOutput") },
-    ToolInfo { ..tool("KillShell") },
-    ToolInfo { read_only: true, default: true, ..tool("TodoWrite") },
-    ToolInfo { aliases: &["Task"], core: false, ..tool("Agent") },
-    // Runs in the coordinator: it returns a skill's text, which calling again gives back.
-    ToolInfo { read_only: true, refetchable: true, core: false, ..tool("Skill") },
-    ToolInfo { read_only: true, refetchable: true, network: true, ..tool("WebFetch") },
-    // Runs in the coordinator as a request to the model's API (its server-side search).
-    ToolInfo { read_only: true, core: false, network: true, ..tool("WebSearch") },
+    ToolInfo { read_only: true, concurrency_safe: true, ..tool("BashOutput", DOC_BASH_OUTPUT) },
+    tool("KillShell", DOC_KILL_SHELL),
+    ToolInfo { read_only: true, default: true, ..tool("TodoWrite", DOC_TODO_WRITE) },
+    ToolInfo {
+        aliases: &["Task"],
+        rule: RuleKind::Name,
+        runs: Runs::Coordinator,
+        concurrency_safe: true,
+        starts_agent: true,
+        ..tool("Agent", DOC_AGENT)
+    },
+    // It returns a skill's text, which calling again gives back.
+    ToolInfo {
+        rule: RuleKind::Name,
+        runs: Runs::Coordinator,
+        read_only: true,
+        concurrency_safe: true,
+        refetchable: true,
+        ..tool("Skill", DOC_SKILL)
+    },
+    ToolInfo {
+        rule: RuleKind::Domain,
+        read_only: true,
+        concurrency_safe: true,
+        refetchable: true,
+        network: true,
+        ..tool("WebFetch", DOC_WEB_FETCH)
+    },
+    // A request to the model's API (its server-side search).
+    ToolInfo {
+        rule: RuleKind::Name,
+        runs: Runs::Coordinator,
+        read_only: true,
+        concurrency_safe: true,
+        network: true,
+        ..tool("WebSearch", DOC_WEB_SEARCH)
+    },
 ];
+
+/// Claude Code's tools that orch does not have, which permission rules may still name
+/// so that a settings file shared with Claude Code loads (the rule matches nothing).
+pub const FOREIGN: &[(&str, RuleKind)] = &[
+    ("NotebookRead", RuleKind::Path),
+    ("SlashCommand", RuleKind::Name),
+    ("KillBash", RuleKind::Plain),
+    ("ExitPlanMode", RuleKind::Plain),
+    ("ListMcpResources", RuleKind::Plain),
+    ("ReadMcpResource", RuleKind::Plain),
+];
+
+/// What a rule's specifier means for `name`, a catalog tool, one of its aliases or a
+/// [`FOREIGN`] one; `None` for any other name.
+pub fn rule_kind(name: &str) -> Option<RuleKind> {
+    lookup(name).map(|t| t.rule).or_else(|| FOREIGN.iter().find(|(n, _)| *n == name).map(|(_, k)| *k))
+}
+
+/// The README's tool table, in Markdown: one row per tool, where it runs and what it does.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| tool | runs in | what it does |\n|---|---|---|\n");
+    for tool in CATALOG {
+        let runs = match tool.runs {
+            Runs::Host => "tool host",
+            Runs::Coordinator => "coordinator",
+        };
+        out.push_str(&format!("| `{}` | {runs} | {} |\n", tool.name, tool.doc));
+    }
+    out
+}
+
+const DOC_READ: &str = r#"numbered lines (`offset`, `limit`; 2000 lines by default); refuses binary files and directories; reads UTF-8 and UTF-16. Images as image blocks; PDFs as document blocks: one of more than 10 pages needs `pages` (`"3"`, `"1-5"`, at most 20 pages), and only those pages are sent (cut with `lopdf`)"#;
+const DOC_WRITE: &str = r#"writes a file; overwriting needs a prior `Read` and an unchanged file"#;
+const DOC_EDIT: &str = r#"replaces `old_string` by `new_string` (`replace_all`); needs a prior `Read`, refuses a stale file, a missing match, or several matches without `replace_all` (saying how many); keeps CRLF, BOMs and UTF-16; tolerates curly versus straight quotes; `$` in the replacement is literal"#;
+const DOC_MULTI_EDIT: &str = r#"several `Edit`s of one file (`edits: [{old_string, new_string, replace_all}]`), applied in order and written once: all or nothing, with the error naming the entry that failed; same read and staleness rules as `Edit`"#;
+const DOC_NOTEBOOK_EDIT: &str = r#"replaces, inserts or deletes one cell of a `.ipynb` (`cell_id`, `new_source`, `cell_type`, `edit_mode`); the rest of the notebook's JSON is kept, written back as Jupyter writes it"#;
+const DOC_GLOB: &str = r#"files matching a glob, newest first, 100 at most, honouring `.gitignore`"#;
+const DOC_GREP: &str = r#"ripgrep's engine: `content`, `files_with_matches` or `count` modes, `-i`, `-n`, `-A`/`-B`/`-C`, `glob` and `type` filters, `head_limit`, `multiline`"#;
+const DOC_LS: &str = r#"a directory tree, honouring `.gitignore`"#;
+const DOC_BASH: &str = r#"`bash -c` in the working tree, in its own process group; 2 min timeout by default, 10 min at most; the whole group is killed at the end; exit codes reported; output over 30,000 characters is cut in the middle. `run_in_background: true` returns at once with a shell id (`bash_1`, ...)"#;
+const DOC_BASH_OUTPUT: &str = r#"a background shell's new output since the last call (`bash_id`, optional `filter` regex) and its status; unread output is kept up to 30,000 characters per stream"#;
+const DOC_KILL_SHELL: &str = r#"stops a background shell and its process group (`shell_id`); at most 16 run at once, and all are killed when the agent ends"#;
+const DOC_TODO_WRITE: &str = r#"the agent's task list"#;
+const DOC_AGENT: &str = r#"starts a sub-agent (`prompt`, optional `description`, `subagent_type`, `tools`) with its own context and limits, and returns its final answer; see [Sub-agents](#sub-agents-and-agent-files)"#;
+const DOC_SKILL: &str = r#"loads one of the repository's skills (`skill`, optional `args`): its full text and the directory of its files; see [Skills](#skills)"#;
+const DOC_WEB_FETCH: &str = r#"fetches one page (`url`, `prompt`) from the tool host, through the sandbox's proxy environment; http is upgraded to https (not for loopback hosts), redirects are followed only within one host (another host is reported to the model), HTML becomes Markdown (`htmd`), bodies are capped at 10 MB and text at 100,000 characters. Claude Code answers `prompt` with a small model; orch returns the page with the prompt restated above it, for the agent's own model to answer. Offered only when the agent's network is not `none`"#;
+const DOC_WEB_SEARCH: &str = r#"searches the web (`query`, `allowed_domains` or `blocked_domains`) as Claude Code does: a nested request to the Anthropic API offering only its `web_search` server tool (with the domain filters, at most 8 searches); the results (titles, URLs, ages) and the model's summary are the tool result, and its tokens count against the agent's budgets. Offered only with the `anthropic` provider and a network that is not `none`"#;
 
 /// The catalog entry of `name`, which may be an alias (`Task` finds `Agent`).
 pub fn lookup(name: &str) -> Option<&'static ToolInfo> {
     CATALOG.iter().find(|t| t.name == name || t.aliases.contains(&name))
+}
+
+/// The tool a name stands for: an alias is its tool (`Task` is `Agent`); any other
+/// name is itself.
+pub fn canonical(name: &str) -> &str {
+    lookup(name).map_or(name, |t| t.name)
 }
 
 /// Whether an agent given these tools can change files, and so needs a writable
@@ -96,7 +240,7 @@ pub enum Selection {
     All,
     /// The tools an agent gets by default.
     Default,
-    /// The tools the agent loop implements.
+    /// The tools that run in the tool host (the agent loop's core tools).
     Core,
     /// The tools whose results may be cleared and fetched again.
     Refetchable,
@@ -107,7 +251,7 @@ impl Selection {
         match self {
             Selection::All => true,
             Selection::Default => tool.default,
-            Selection::Core => tool.core,
+            Selection::Core => matches!(tool.runs, Runs::Host),
             Selection::Refetchable => tool.refetchable,
         }
     }
@@ -219,6 +363,23 @@ mod tests {
         // A default tool must never be one that changes files.
         assert!(CATALOG.iter().filter(|t| t.default).all(|t| t.read_only && !t.writes));
         assert!(CATALOG.iter().filter(|t| t.read_only).all(|t| !t.writes));
+    }
+
+    #[test]
+    fn path_tools_name_their_path_field() {
+        for tool in CATALOG {
+            assert_eq!(tool.path_field.is_some(), tool.rule == RuleKind::Path, "{}", tool.name);
+            assert!(!tool.doc.is_empty() && !tool.doc.contains('\n'), "{}: one line of documentation", tool.name);
+        }
+        assert!(CATALOG.iter().filter(|t| t.starts_agent).all(|t| t.runs == Runs::Coordinator));
+        assert_eq!(rule_kind("Task"), Some(RuleKind::Name));
+        assert_eq!(rule_kind("NotebookRead"), Some(RuleKind::Path));
+        assert_eq!(rule_kind("WebFetch"), Some(RuleKind::Domain));
+        assert_eq!(rule_kind("Nope"), None);
+        assert!(FOREIGN.iter().all(|(n, _)| lookup(n).is_none()));
+        let table = markdown_table();
+        assert_eq!(table.lines().count(), CATALOG.len() + 2);
+        assert!(table.contains("| `WebSearch` | coordinator |") && table.contains("| `Read` | tool host |"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use common::{Collect, TestTools, anthropic};
 use orch_agents::context::{CLEARED_PREFIX, SUMMARY_HEADER};
-use orch_agents::instructions::{self, HOST_REQUEST};
+use orch_agents::instructions;
 use orch_agents::permissions::{Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
 use orch_agents::prompt::{Environment, GitSnapshot, system_prompt};
@@ -476,11 +476,12 @@ async fn instructions_come_through_the_tool_host_and_the_model_cannot_ask_for_th
     assert!(!prompt[1].text.contains("SECRET"));
     assert!(prompt[1].text.find("root rules").unwrap() < prompt[1].text.find("leaf rules").unwrap());
 
-    // The model cannot reach the internal request: the pool knows no such tool.
+    // The model cannot reach the host's instruction service: a call by its wire name is
+    // a tool call of a tool the pool does not know.
     let permissions = Permissions::new(&RuleSet::default(), &cwd, None, vec![cwd.clone()]).unwrap();
     let pool = ToolPool::new("a", core_tools(), executor, permissions).unwrap();
-    let call = ToolCall { id: "t1".into(), name: HOST_REQUEST.into(), input: Value::Null };
+    let call = ToolCall { id: "t1".into(), name: "project_instructions".into(), input: Value::Null };
     let out = pool.run(&call, CancellationToken::new()).await;
     assert!(out.is_error && out.content.contains("no tool named"), "{}", out.content);
-    assert!(pool.specs().iter().all(|s| s.name != HOST_REQUEST));
+    assert!(pool.specs().iter().all(|s| !s.name.contains("instructions")));
 }

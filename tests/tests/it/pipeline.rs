@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use orch_agents::hooks::{HookDecision, Hooks, PostToolUse, PreToolUse};
 use orch_agents::permissions::{Mode, Permissions, RuleSet};
 use orch_agents::pipeline::ToolPool;
-use orch_agents::tools::host::{HostRequest, HostTools, InProcess, ToolExecutor};
+use orch_agents::protocol::{HostRequest, ToolExecutor};
+use orch_agents::tools::host::{HostTools, InProcess};
 use orch_agents::tools::{Session, core_tools};
 use orch_agents::{ToolCall, ToolOutput, ToolRunner};
 use serde_json::{Value, json};
@@ -38,7 +39,9 @@ struct Recording {
 #[async_trait]
 impl ToolExecutor for Recording {
     async fn execute(&self, request: HostRequest, cancel: CancellationToken) -> Result<ToolOutput, String> {
-        self.trace.push(format!("call {} {}", request.tool, request.input));
+        if let HostRequest::Tool(call) = &request {
+            self.trace.push(format!("call {} {}", call.tool, call.input));
+        }
         if self.fail {
             return Err("the tool host exited (signal 9)".into());
         }

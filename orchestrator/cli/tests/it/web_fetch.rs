@@ -111,6 +111,40 @@ async fn web_fetch_reads_a_page_and_reports_a_cross_host_redirect() {
     assert!(seen.iter().all(|s| s.contains("(WebFetch)")), "{seen:?}");
 }
 
+/// `--deny Read` denies reading files, not fetching pages: a `WebFetch` subject is a
+/// host, which the catalog says, so a path rule never covers it (it once did, for every
+/// tool whose subject was not a path). The page is fetched, the file read is denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_deny_does_not_deny_web_fetch() {
+    let (base, seen) = serve();
+    let fx = Fixture::new("t-webfetch-deny-read", &[("secret.txt", "SECRET-TEXT\n")]);
+    let mock = MockServer::start().await;
+    mock.push(Step::tool("Read", json!({ "file_path": "secret.txt" })));
+    mock.push(Step::tool("WebFetch", json!({ "url": format!("{base}/page"), "prompt": "Which version?" })));
+    mock.push(Step::text("Version 2.1."));
+    let mut cmd = crate::support::orch();
+    cmd.current_dir(&fx.repo).env("ANTHROPIC_API_KEY", "test").env("ANTHROPIC_BASE_URL", mock.url()).args([
+        "exec",
+        "--tools",
+        "Read,WebFetch",
+        "--network",
+        "full",
+        "--deny",
+        "Read",
+        "read the notes",
+    ]);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let requests = mock.requests();
+    let results = tool_results(requests[1].messages());
+    assert!(results[0].contains("denied by the permission rule `Read`"), "{}", results[0]);
+    assert!(!results[0].contains("SECRET-TEXT"), "{}", results[0]);
+    let results = tool_results(requests[2].messages());
+    assert!(results[1].contains("# Release notes"), "the page was fetched: {}", results[1]);
+    assert_eq!(seen.lock().unwrap().len(), 1, "the tool host fetched the page once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_network_web_fetch_is_absent_from_the_pool() {
     let (base, seen) = serve();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::Context as _;
-use orch_agents::tools::host::HostRequest;
+use orch_agents::protocol::HostRequest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -130,7 +130,7 @@ pub async fn run(
         let at = Instant::now();
         let _ = writeln!(log, "$ {command}");
         tracing::info!("setup: {command}");
-        let request = HostRequest::new(
+        let request = HostRequest::tool(
             "Bash",
             json!({ "command": command, "timeout": COMMAND_TIMEOUT_MS, "description": "setup" }),
         );

@@ -29,8 +29,8 @@ use orch_agents::permissions::Permissions;
 use orch_agents::pipeline::ToolPool;
 
 use orch_agents::pipeline::PoolError;
+use orch_agents::protocol::ToolExecutor;
 use orch_agents::subagent::AGENT_TOOL;
-use orch_agents::tools::host::ToolExecutor;
 use orch_agents::tools::skill::SKILL_TOOL;
 use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{EventSink, SystemPart};
@@ -513,7 +513,7 @@ struct Stopped;
 impl ToolExecutor for Stopped {
     async fn execute(
         &self,
-        _request: orch_agents::tools::host::HostRequest,
+        _request: orch_agents::protocol::HostRequest,
         _cancel: CancellationToken,
     ) -> Result<orch_agents::ToolOutput, String> {
         Err("the session has stopped".into())
