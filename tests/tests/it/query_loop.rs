@@ -289,7 +289,6 @@ async fn retryable_faults_end_in_success() {
         ("529", Step::status(529)),
         ("stream cut midway", Step::CutAfter { turn: Turn::text("partial answer that never ends"), events: 4 }),
         ("connection dropped before any event", Step::CutAfter { turn: Turn::text("x"), events: 0 }),
-        ("malformed event", Step::Malformed { turn: Turn::text("garbled") }),
         ("overloaded error event", Step::overloaded_mid_stream()),
     ];
     for (name, fault) in faults {
@@ -302,6 +301,21 @@ async fn retryable_faults_end_in_success() {
         assert!(events.kinds().contains(&"retry".to_string()), "{name}: no retry event");
         assert_eq!(out.turns, 1, "{name}: a retry counted as a turn");
     }
+}
+
+/// A malformed event is a protocol error: named at once, never retried.
+#[tokio::test]
+async fn a_malformed_event_is_named_at_once() {
+    let mock = MockServer::start().await;
+    mock.push_all([Step::Malformed { turn: Turn::text("garbled") }, Step::text("never asked for")]);
+    let (out, events) = run(&anthropic(&mock.url()), &config()).await;
+    assert!(
+        matches!(&out.terminal, Terminal::ModelError { message, .. } if message.contains("cannot read")),
+        "{:?}",
+        out.terminal
+    );
+    assert_eq!(mock.requests().len(), 1, "a protocol error was retried");
+    assert!(!events.kinds().contains(&"retry".to_string()));
 }
 
 #[tokio::test]
