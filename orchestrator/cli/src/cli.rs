@@ -180,6 +180,15 @@ pub struct ExecArgs {
     /// The agent id (selects its turns in a script).
     #[arg(long, default_value = "main")]
     pub agent_id: String,
+    /// Read settings, hooks, `.mcp.json`, agent files, skills and commands from the
+    /// checkout even when the checked-out commit is not the trusted ref (as `orch run
+    /// --trust-repo-config`).
+    #[arg(long)]
+    pub trust_repo_config: bool,
+    /// The trusted ref to read configuration from unless it is checked out (as `orch run
+    /// --config-ref`).
+    #[arg(long, value_name = "REF")]
+    pub config_ref: Option<String>,
     /// Most model calls before the agent stops.
     #[arg(long, default_value_t = 40)]
     pub max_turns: u32,
@@ -400,6 +409,8 @@ impl ExecArgs {
         agent.instructions = !self.no_instructions;
         Ok(ExecOptions {
             prompt,
+            trust_repo_config: self.trust_repo_config,
+            config_ref: self.config_ref,
             output_format,
             output_schema,
             allow_outside_repo: self.allow_outside_repo,

@@ -63,7 +63,8 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .context("cannot create the private directory for large tool results")?;
-    let sources = sources(&cwd, &results_dir.path().join("skills"))?;
+    let trust = Trust::from_env(args.trust_repo_config, args.config_ref.clone());
+    let sources = sources(&cwd, &results_dir.path().join("skills"), &trust)?;
     let mut spec = args.agent.clone();
     // A prompt that starts with `/name` is the repository's slash command `name`.
     let prompt =
@@ -278,9 +279,8 @@ fn result_line(report: &AgentReport, answer: &Answer, run: &str, interrupted: Op
 /// What the repository around `cwd` configures for its agents, read as `orch run` reads
 /// it (from the base ref in a pull-request run, see [`crate::repo_config`]), with the
 /// skills copied into `skills_dir`; nothing when that cannot be resolved.
-fn sources(cwd: &Path, skills_dir: &Path) -> crate::error::Result<Sources> {
-    let trust = Trust::from_env(false, None);
-    let config = match RepoConfig::resolve(cwd, &trust) {
+fn sources(cwd: &Path, skills_dir: &Path, trust: &Trust) -> crate::error::Result<Sources> {
+    let config = match RepoConfig::resolve(cwd, trust) {
         Ok(config) => config,
         Err(e) => {
             crate::notice::note(format_args!(

@@ -101,6 +101,10 @@ pub struct SandboxSpec {
 /// `orch exec`: one ad-hoc agent, a one-agent run in place.
 pub struct ExecOptions {
     pub prompt: String,
+    /// Trust the checkout's configuration even when it is not the trusted ref.
+    pub trust_repo_config: bool,
+    /// The trusted ref, instead of the base or default branch.
+    pub config_ref: Option<String>,
     pub model: ModelSpec,
     /// The agent, as a workflow would plan it: id, tools, limits, model settings,
     /// permissions, sandbox, instructions (made as every run's agent is, see

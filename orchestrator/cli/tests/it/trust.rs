@@ -395,3 +395,47 @@ fn trust_repo_config_runs_the_checked_out_configuration() {
         run.stderr
     );
 }
+
+/// `orch exec` in the same checkout: the trusted ref's settings hook blocks the
+/// command and the head's hooks never run; with `--trust-repo-config` they do.
+#[test]
+fn exec_follows_the_trust_rule_and_takes_its_flags() {
+    let v = Victims::new();
+    let fx = checked_out_head("t-trust-exec", &v);
+    let script = fx.write(
+        "exec-script.yaml",
+        &format!(
+            "version: 1\nagents:\n  main:\n    - tool_calls: [{{ name: Bash, input: {{ command: \"echo x > {}\" }} }}]\n    \
+             - text: Done.\n",
+            v.agent.display()
+        ),
+    );
+    let exec = |extra: &[&str]| {
+        orch()
+            .current_dir(&fx.repo)
+            .env_remove("GITHUB_EVENT_PATH")
+            .env_remove("GITHUB_ACTIONS")
+            .args(["exec", "--provider", "scripted", "--script"])
+            .arg(&script)
+            .args(["--tools", "Bash", "--permission-mode", "bypassPermissions", "--output-format", "json"])
+            .args(extra)
+            .arg("Go.")
+            .output()
+            .unwrap()
+    };
+    let out = exec(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("blocked by a PreToolUse hook: blocked by the trusted ref"), "{stderr}");
+    assert!(
+        !v.hook.exists() && !v.session_hook.exists() && !v.agent.exists(),
+        "the head's configuration ran: {:?}",
+        v.present()
+    );
+    // Trusted, the head's settings hook is the one that runs (inside exec's sandbox,
+    // which keeps it from writing the victim outside: its attempt shows).
+    let out = exec(&["--trust-repo-config"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hook = v.hook.display().to_string();
+    assert!(v.hook.exists() || stderr.contains(&hook), "--trust-repo-config: the head's hook did not run\n{stderr}");
+    assert!(!stderr.contains("blocked by the trusted ref"), "{stderr}");
+}
