@@ -217,7 +217,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub allow_outside_repo: bool,
     /// The tools the agent may use, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite")]
+    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite", value_parser = parse_tool)]
     pub tools: Vec<String>,
     /// The agent's working directory (default: the current one).
     #[arg(short = 'C', long)]
@@ -531,8 +531,8 @@ pub struct RunArgs {
     pub inputs: Vec<(String, serde_json::Value)>,
     #[command(flatten)]
     pub models: WorkflowModelArgs,
-    /// Most agents running at once (replaces the workflow's `concurrency:`).
-    #[arg(long)]
+    /// Most agents running at once, 1 to 1024 (replaces the workflow's `concurrency:`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: Option<u32>,
     /// The run directory (default: $ORCH_RUNS_DIR/<run-id>, else
     /// $XDG_STATE_HOME/orch/runs/<run-id>, else ~/.local/state/orch/runs/<run-id>).
@@ -830,6 +830,27 @@ fn parse_mode(text: &str) -> Result<orch_agents::permissions::Mode, String> {
 
 /// Parses a duration in orch's one grammar (`500ms`, `90s`, `1.5h`, `1h30m`, or a bare
 /// number of seconds) and keeps it between zero and a week.
+/// A tool name as a workflow's `tools:` takes it: a core tool or `mcp__<server>__<tool>`;
+/// an unknown one gets the closest name.
+pub fn parse_tool(text: &str) -> Result<String, String> {
+    if orch_workflows::is_known_tool(text) {
+        return Ok(text.to_string());
+    }
+    let closest = orch_workflows::KNOWN_TOOLS
+        .iter()
+        .map(|name| (strsim::jaro_winkler(&text.to_lowercase(), &name.to_lowercase()), *name))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let hint = match closest {
+        Some((_, name)) => format!("did you mean `{name}`? "),
+        None => String::new(),
+    };
+    Err(format!(
+        "unknown tool `{text}`; {hint}the tools are {} (or mcp__<server>__<tool>)",
+        orch_workflows::KNOWN_TOOLS.join(", ")
+    ))
+}
+
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let duration = orch_types::Duration::parse(text).map_err(|e| format!("{e}; write it like 90s, 10m or 1.5h"))?;
     let duration = duration.as_std();

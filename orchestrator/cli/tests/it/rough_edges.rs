@@ -397,3 +397,18 @@ fn a_dirty_checkout_is_named_and_base_worktree_uses_it() {
     assert!(!run.stderr.contains("warning: the checkout has"), "{}", run.stderr);
     assert_eq!(fx2.snapshot_user_repo(), before, "the run changed the user's checkout");
 }
+
+/// Out-of-range `--concurrency` and a misspelt `--tools` name are usage errors (exit 2)
+/// that say what is allowed, with the closest tool name.
+#[test]
+fn flag_values_out_of_range_and_unknown_tools_are_refused() {
+    for value in ["0", "100000"] {
+        let out = orch().args(["run", "w.yaml", "--concurrency", value]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "--concurrency {value}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("1..=1024"), "--concurrency {value}");
+    }
+    let out = orch().args(["exec", "--tools", "Glob,Raed", "hello"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown tool `Raed`; did you mean `Read`?"), "{stderr}");
+}
