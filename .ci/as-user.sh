@@ -67,8 +67,17 @@ sudo_for_user() {
         # Nor the cgroup an earlier run's sudo delegated to it (empty directories only).
         local uid
         uid=$(id -u "$USER_NAME")
-        find /sys/fs/cgroup -depth -type d -name "orch-u$uid" -exec sh -c \
-            'find "$1" -depth -type d -exec rmdir {} + 2>/dev/null' _ {} \; 2>/dev/null || true
+        # A process of the last suite may still be leaving it: retry for a few seconds,
+        # or the next suite without sudo finds a delegated cgroup it should not have.
+        local try
+        for try in 1 2 3 4 5 6 7 8 9 10; do
+            find /sys/fs/cgroup -depth -type d -name "orch-u$uid" -exec sh -c \
+                'find "$1" -depth -type d -exec rmdir {} + 2>/dev/null' _ {} \; 2>/dev/null || true
+            [ -z "$(find /sys/fs/cgroup -type d -name "orch-u$uid" 2>/dev/null | head -1)" ] && break
+            sleep 1
+        done
+        [ -n "$(find /sys/fs/cgroup -type d -name "orch-u$uid" 2>/dev/null | head -1)" ] &&
+            say "warning: cannot remove the cgroup orch-u$uid delegated by an earlier run"
         say "$USER_NAME has no sudo"
     fi
 }
