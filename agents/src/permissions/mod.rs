@@ -19,9 +19,8 @@ use serde_json::Value;
 
 use crate::tools::DynTool;
 use orch_types::tools::{RuleKind, lookup};
-use paths::normalize;
 
-pub use paths::{Bases, PathFilter, PathPattern};
+pub use paths::{Bases, PathFilter, PathPattern, normalize};
 use rules::Spec;
 pub use rules::{Rule, RuleError, RuleSource, SourcedRule, Verdict};
 

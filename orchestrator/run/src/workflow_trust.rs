@@ -7,8 +7,9 @@
 //! the checkout's to change and is used as it is. Such an untrusted run also refuses the
 //! settings that take the sandbox away: `backend: none` and `network: full`.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use orch_agents::permissions::normalize;
 use orch_workflows::{Backend, NetworkSetting, Plan, PlanNode, Workflow};
 
 use crate::exit::{Code, UsageError};
@@ -70,21 +71,6 @@ fn inside(path: &Path, root: &Path) -> Option<PathBuf> {
     }
     let dir = std::fs::canonicalize(lexical.parent()?).ok()?;
     dir.join(lexical.file_name()?).strip_prefix(&root).ok().map(Path::to_path_buf)
-}
-
-/// `path` with `.` and `..` resolved by name.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// In an untrusted run, refuses an agent (or the setup that runs with the first
