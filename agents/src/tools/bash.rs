@@ -33,6 +33,8 @@ use tokio::task::JoinSet;
 use super::bash_readonly;
 use super::{Tool, ToolContext, ToolError};
 
+// This file is declared with a `#[path]` (see build.rs), so its own submodules are too.
+#[path = "bash/spawn.rs"]
 mod spawn;
 pub(super) use spawn::Child;
 

@@ -189,9 +189,9 @@ pub struct ExecArgs {
     /// --config-ref`).
     #[arg(long, value_name = "REF")]
     pub config_ref: Option<String>,
-    /// Most model calls before the agent stops.
-    #[arg(long, default_value_t = 40)]
-    pub max_turns: u32,
+    /// Most model calls before the agent stops (default 40).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
     /// Most tokens (input, cache and output) before the agent stops.
     #[arg(long)]
     pub max_tokens: Option<u64>,
@@ -201,6 +201,10 @@ pub struct ExecArgs {
     /// Wall-clock limit, such as `90s`, `10m` or `1h`.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<std::time::Duration>,
+    /// Any key of a workflow's `limits:`, as KEY=VALUE (repeatable), such as
+    /// `--limit max_disk=1GiB`; the flags above win over it.
+    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = parse_limit)]
+    pub limits: Vec<(String, serde_json::Value)>,
     /// Stream events as JSON lines on stdout (the final answer is in the last event);
     /// the same as `--output-format stream-json`.
     #[arg(long, conflicts_with = "output_format")]
@@ -388,15 +392,14 @@ impl ExecArgs {
         // The agent a one-agent workflow with these settings would plan.
         let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
         agent.tools = self.tools;
-        agent.limits = orch_workflows::Limits {
-            max_turns: Some(self.max_turns),
-            max_tokens: self.max_tokens,
-            max_cost_usd: self.max_cost_usd,
-            timeout: self.timeout.map(orch_workflows::Duration::from_std),
-            checkpoint_every: None,
-            max_disk: None,
-            max_file_size: None,
-        };
+        // Through the workflow key's own parser, so every `limits:` key is a flag too.
+        let mut limits: orch_workflows::Limits = serde_json::from_value(serde_json::Value::Object(self.limits.into_iter().collect()))
+            .map_err(|e| UsageError(format!("--limit: {e}")))?;
+        limits.max_turns = self.max_turns.or(limits.max_turns).or(Some(DEFAULT_EXEC_TURNS));
+        limits.max_tokens = self.max_tokens.or(limits.max_tokens);
+        limits.max_cost_usd = self.max_cost_usd.or(limits.max_cost_usd);
+        limits.timeout = self.timeout.map(orch_workflows::Duration::from_std).or(limits.timeout);
+        agent.limits = limits;
         agent.model_settings = self.model_settings.settings();
         let PermissionArgs { permission_mode, allow, deny, ask } = self.permissions;
         agent.permissions = orch_workflows::PermissionsSpec {
@@ -849,6 +852,20 @@ pub fn parse_tool(text: &str) -> Result<String, String> {
         "unknown tool `{text}`; {hint}the tools are {} (or mcp__<server>__<tool>)",
         orch_workflows::KNOWN_TOOLS.join(", ")
     ))
+}
+
+/// The turn limit of `orch exec` when no flag sets one.
+const DEFAULT_EXEC_TURNS: u32 = 40;
+
+/// One `--limit KEY=VALUE`: the value as JSON when it reads as JSON (`5`, `2.5`), else
+/// as text (`1GiB`, `90s`), for the `limits:` parser to check.
+fn parse_limit(text: &str) -> Result<(String, serde_json::Value), String> {
+    let Some((key, value)) = text.split_once('=') else {
+        return Err(format!("`{text}` is not KEY=VALUE; write it like max_disk=1GiB"));
+    };
+    let value = value.trim();
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((key.trim().to_string(), value))
 }
 
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

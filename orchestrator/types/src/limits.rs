@@ -62,9 +62,39 @@ impl Limits {
         }
     }
 
+    /// The three budgets a run shares out among its agents (turns, tokens, cost), with
+    /// every other limit unset: what a run has left, for [`Limits::capped_by`].
+    pub fn budgets(max_turns: Option<u32>, max_tokens: Option<u64>, max_cost_usd: Option<f64>) -> Limits {
+        Limits { max_turns, max_tokens, max_cost_usd, ..Limits::default() }
+    }
+
+    /// `self`, with each limit lowered to `left`'s where `left` sets a lower one. Every
+    /// field is named, so a new limit must say here whether what a run has left caps it
+    /// (the time and disk bounds are each agent's own: a run does not share them out).
+    pub fn capped_by(self, left: Limits) -> Limits {
+        let Limits { max_turns, max_tokens, max_cost_usd, timeout, checkpoint_every, max_disk, max_file_size } = self;
+        Limits {
+            max_turns: min_opt(max_turns, left.max_turns, u32::min),
+            max_tokens: min_opt(max_tokens, left.max_tokens, u64::min),
+            max_cost_usd: min_opt(max_cost_usd, left.max_cost_usd, f64::min),
+            timeout,
+            checkpoint_every,
+            max_disk,
+            max_file_size,
+        }
+    }
+
     /// Whether no limit is set.
     pub fn is_empty(&self) -> bool {
         *self == Limits::default()
+    }
+}
+
+/// The lower of two optional limits; unset is unlimited.
+fn min_opt<T>(a: Option<T>, b: Option<T>, min: fn(T, T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(min(a, b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -81,6 +111,17 @@ mod tests {
         assert_eq!(merged.max_cost_usd, Some(2.0));
         assert!(merged.timeout.is_none() && !merged.is_empty());
         assert!(Limits::default().is_empty());
+    }
+
+    #[test]
+    fn capped_by_lowers_only_the_budgets() {
+        let own = Limits { max_turns: Some(8), max_cost_usd: Some(3.0), timeout: Some(Duration::from_std(std::time::Duration::from_secs(60))), ..Limits::default() };
+        let capped = own.capped_by(Limits::budgets(Some(5), Some(100), Some(9.0)));
+        assert_eq!(capped.max_turns, Some(5));
+        assert_eq!(capped.max_tokens, Some(100));
+        assert_eq!(capped.max_cost_usd, Some(3.0));
+        assert_eq!(capped.timeout, own.timeout);
+        assert_eq!(Limits::default().capped_by(Limits::default()), Limits::default());
     }
 
     #[test]

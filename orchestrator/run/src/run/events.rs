@@ -66,25 +66,7 @@ impl Meter {
         let left_cost = self.limits.max_cost_usd.map(|l| (l - self.cost_usd()).max(0.0));
         let left_tokens = self.limits.max_tokens.map(|l| l.saturating_sub(self.tokens.load(Ordering::SeqCst)));
         let left_turns = self.limits.max_turns.map(|l| l.saturating_sub(self.turns.load(Ordering::SeqCst)));
-        // Every field named: a new budget must say whether the run caps it.
-        let orch_workflows::Limits {
-            max_turns,
-            max_tokens,
-            max_cost_usd,
-            timeout,
-            checkpoint_every,
-            max_disk,
-            max_file_size,
-        } = own;
-        orch_workflows::Limits {
-            max_cost_usd: min_opt(max_cost_usd, left_cost, f64::min),
-            max_tokens: min_opt(max_tokens, left_tokens, u64::min),
-            max_turns: min_opt(max_turns, left_turns, u32::min),
-            timeout,
-            checkpoint_every,
-            max_disk,
-            max_file_size,
-        }
+        own.capped_by(orch_workflows::Limits::budgets(left_turns, left_tokens, left_cost))
     }
 
     /// Which run limit is used up, if any: then nothing new may start.
@@ -129,13 +111,6 @@ impl Meter {
             Event::Subagent { event, .. } => self.add(event),
             _ => {}
         }
-    }
-}
-
-fn min_opt<T: Copy>(a: Option<T>, b: Option<T>, min: fn(T, T) -> T) -> Option<T> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(min(a, b)),
-        (a, b) => a.or(b),
     }
 }
 
