@@ -412,3 +412,17 @@ fn flag_values_out_of_range_and_unknown_tools_are_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown tool `Raed`; did you mean `Read`?"), "{stderr}");
 }
+
+/// `orch exec --limit` goes through the `limits:` parser: an unknown key or a value of the
+/// wrong kind is a usage error (exit 2) naming the flag.
+#[test]
+fn exec_limit_flags_are_checked_by_the_limits_parser() {
+    for (flag, expect) in
+        [("max_turn=3", "unknown field `max_turn`"), ("max_disk=lots", "--limit"), ("max_turns", "KEY=VALUE")]
+    {
+        let out = orch().args(["exec", "--limit", flag, "hello"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "--limit {flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expect), "--limit {flag}: {stderr}");
+    }
+}
