@@ -40,7 +40,7 @@ fn main() {
     }
     let list: String = tools.iter().map(|t| format!("        Arc::new({t}),\n")).collect();
     let registry = format!("vec![\n{list}    ]\n");
-    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).to_path_buf();
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     write_if_changed(&out.join("tool_modules.rs"), &modules);
     write_if_changed(&out.join("core_tools.rs"), &registry);
 }

@@ -393,8 +393,9 @@ impl ExecArgs {
         let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
         agent.tools = self.tools;
         // Through the workflow key's own parser, so every `limits:` key is a flag too.
-        let mut limits: orch_workflows::Limits = serde_json::from_value(serde_json::Value::Object(self.limits.into_iter().collect()))
-            .map_err(|e| UsageError(format!("--limit: {e}")))?;
+        let mut limits: orch_workflows::Limits =
+            serde_json::from_value(serde_json::Value::Object(self.limits.into_iter().collect()))
+                .map_err(|e| UsageError(format!("--limit: {e}")))?;
         limits.max_turns = self.max_turns.or(limits.max_turns).or(Some(DEFAULT_EXEC_TURNS));
         limits.max_tokens = self.max_tokens.or(limits.max_tokens);
         limits.max_cost_usd = self.max_cost_usd.or(limits.max_cost_usd);

@@ -115,7 +115,12 @@ mod tests {
 
     #[test]
     fn capped_by_lowers_only_the_budgets() {
-        let own = Limits { max_turns: Some(8), max_cost_usd: Some(3.0), timeout: Some(Duration::from_std(std::time::Duration::from_secs(60))), ..Limits::default() };
+        let own = Limits {
+            max_turns: Some(8),
+            max_cost_usd: Some(3.0),
+            timeout: Some(Duration::from_std(std::time::Duration::from_secs(60))),
+            ..Limits::default()
+        };
         let capped = own.capped_by(Limits::budgets(Some(5), Some(100), Some(9.0)));
         assert_eq!(capped.max_turns, Some(5));
         assert_eq!(capped.max_tokens, Some(100));
