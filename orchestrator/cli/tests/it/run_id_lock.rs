@@ -72,8 +72,12 @@ fn a_second_run_with_a_run_id_in_use_is_refused() {
     run.expect_code(0);
     assert_eq!(fx.show(&fx.branch("a"), "a.txt"), "a\n");
 
-    // The first run is over: its id is free again.
+    // The first run is over: its id is free again. (Its branch stays in the repository;
+    // the next run with that id would refuse to move it to another commit, which it
+    // makes whenever the two runs commit in different seconds, so it goes first.)
+    crate::support::git(&fx.repo, &["branch", "-D", &fx.branch("a")]);
     let third_out = fx.dir.path().join("out3");
     let out = run_into(&fx, &third_out);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = std::fs::read_to_string(third_out.join("report.md")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{}\n{report}", String::from_utf8_lossy(&out.stderr));
 }
