@@ -102,24 +102,33 @@ fn requote(front: &str) -> String {
     lines.join("\n")
 }
 
+/// Why a block is not YAML, and the line of the block (1-based) where, when known.
+type NotYaml = (String, Option<usize>);
+
+/// The first of `errors`, with its line.
+fn first_error(errors: &[crate::yaml::YamlError], fallback: &str) -> NotYaml {
+    match errors.first() {
+        Some(e) => (e.message.clone(), Some(e.span.start.line).filter(|l| *l > 0)),
+        None => (fallback.to_string(), None),
+    }
+}
+
 /// The block as a mapping: `Ok(None)` when it parses to something else (nothing, a
 /// list, a scalar), `Err` when it is not YAML.
-fn mapping(front: &str) -> Result<Option<BTreeMap<String, Value>>, String> {
+fn mapping(front: &str) -> Result<Option<BTreeMap<String, Value>>, NotYaml> {
     match crate::yaml::parse(front) {
         // The `yaml` package Claude Code uses refuses a key given twice.
-        Ok((_, duplicates)) if !duplicates.is_empty() => {
-            Err(duplicates.first().map(|e| e.message.clone()).unwrap_or_else(|| "duplicate key".to_string()))
-        }
+        Ok((_, duplicates)) if !duplicates.is_empty() => Err(first_error(&duplicates, "duplicate key")),
         Ok((Some(node), _)) => {
             if node.entries().is_none() {
                 return Ok(None);
             }
             crate::de::from_node::<BTreeMap<String, Value>>(&node, Vec::new(), None)
                 .map(Some)
-                .map_err(|e| e.to_string())
+                .map_err(|e| (e.to_string(), None))
         }
         Ok((None, _)) => Ok(None),
-        Err(errors) => Err(errors.first().map(|e| e.message.clone()).unwrap_or_else(|| "invalid YAML".to_string())),
+        Err(errors) => Err(first_error(&errors, "invalid YAML")),
     }
 }
 
@@ -137,7 +146,16 @@ pub fn parse(text: &str) -> FrontMatter {
                 out.fields = fields.unwrap_or_default();
                 out.requoted = true;
             }
-            Err(e) => out.problem = Some(format!("the front matter is not valid YAML ({e})")),
+            Err((e, line)) => {
+                // The block starts on the line after the opening `---` (or later, after
+                // blank lines); `requote` keeps the lines where they were.
+                let offset = (front.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+                let first = text.get(..offset).unwrap_or_default().matches('\n').count() + 1;
+                out.problem = Some(match line {
+                    Some(line) => format!("line {}: the front matter is not valid YAML ({e})", first + line - 1),
+                    None => format!("the front matter is not valid YAML ({e})"),
+                });
+            }
         },
     }
     out
@@ -227,6 +245,23 @@ mod tests {
         let fm = parse("---\nname: a\ndescription: Use it. Examples:\n<example>\nuser: hi\n</example>\n---\nb");
         assert!(fm.fields.is_empty());
         assert!(fm.problem.as_deref().unwrap_or("").contains("not valid YAML"));
+    }
+
+    #[test]
+    fn a_problem_names_the_line_of_the_file() {
+        // The entry that breaks starts on the file's third line (the block on its second);
+        // the parser may point at it or at the line after.
+        let fm = parse("---\nname: a\ndescription: Use it. Examples:\n<example>\nuser: hi\n---\nb");
+        let problem = fm.problem.unwrap_or_default();
+        let line: usize = problem
+            .strip_prefix("line ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no line in {problem:?}"));
+        assert!((3..=5).contains(&line), "{problem}");
+        // Blank lines before the block move it down.
+        let later = parse("---\n\n\nname: a\ndescription: Use it. Examples:\n<example>\nuser: hi\n---\nb");
+        assert!(later.problem.unwrap_or_default().starts_with(&format!("line {}:", line + 2)));
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub struct AgentFile {
 }
 
 /// An agent definition file that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{file}: {message}")]
 pub struct AgentFileError {
     pub file: String,
@@ -376,6 +376,9 @@ pub struct AgentFiles {
     pub clashes: Vec<Clash>,
     /// What was ignored or could not be read, one line each.
     pub warnings: Vec<String>,
+    /// The files that could not be used at all (also among the warnings).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<AgentFileError>,
 }
 
 impl AgentFiles {
@@ -397,7 +400,10 @@ impl AgentFiles {
                     out.warnings.extend(warnings);
                     parsed.push(file);
                 }
-                Err(e) => out.warnings.push(format!("{e}; the file is ignored")),
+                Err(e) => {
+                    out.warnings.push(format!("{e}; the file is ignored"));
+                    out.rejected.push(e);
+                }
             }
         }
         // Stable: within one origin, the callers' order stands.
@@ -423,6 +429,44 @@ impl AgentFiles {
 
     pub fn get(&self, name: &str) -> Option<&AgentFile> {
         self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// Every `uses:` of `workflow` that names no definition, as an error at the `uses:`
+    /// key: with the closest name, the names there are, and the file that would have
+    /// defined it when that file was rejected.
+    pub fn check_workflow(&self, workflow: &Workflow) -> Vec<crate::Diagnostic> {
+        use crate::yaml::Seg;
+        let known: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
+        let mut out = Vec::new();
+        for agent in &workflow.agents {
+            let Some(name) = &agent.uses else { continue };
+            if known.contains(&name.as_str()) {
+                continue;
+            }
+            let path = [Seg::key("agents"), Seg::key(&agent.id), Seg::key("uses")];
+            let location = match workflow.source.tree.find(&path).or_else(|| workflow.source.tree.find(&path[..2])) {
+                Some((node, _)) => workflow.source.file.span(node.span),
+                None => workflow.source.file.at(1, 0, 1),
+            };
+            let mut hint = crate::load::did_you_mean(name, known.iter().copied());
+            if let Some(e) = self.rejected.iter().find(|e| stem(&e.file) == name.as_str()) {
+                crate::load::push_sentence(&mut hint, &format!("{} is not loaded: {}.", e.file, e.message));
+            }
+            let listed = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+            crate::load::push_sentence(
+                &mut hint,
+                &format!(
+                    "the agent definitions (<name>.md in {}, at the commit the run reads) are: {listed}",
+                    AGENT_DIRS.join(" or ")
+                ),
+            );
+            out.push(crate::Diagnostic::new(
+                format!("agent `{}` says `uses: {name}`, but no agent definition has that name", agent.id),
+                location,
+                hint,
+            ));
+        }
+        out
     }
 
     /// Resolves every `uses:` of `plan` (made from `workflow`) against these definitions,

@@ -47,7 +47,14 @@ fn repo_config(trust: &Trust) -> Option<(RepoFiles, RepoConfig)> {
     let cwd = std::env::current_dir().ok()?;
     let read = RepoConfig::resolve(&cwd, trust).and_then(|config| Ok((config.extension_files()?, config)));
     match read {
-        Ok(found) => Some(found),
+        Ok(found) => {
+            // What Claude Code would not load either (a file that does not parse, with
+            // its line) is named here, so that `validate` and `plan` do not hide it.
+            for warning in found.0.warnings() {
+                say!("warning: {warning}");
+            }
+            Some(found)
+        }
         Err(e) => {
             say!("warning: the repository's agent files, skills and commands were not read: {e}");
             None

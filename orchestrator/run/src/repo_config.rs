@@ -461,10 +461,11 @@ impl RepoFiles {
         self.agents.warnings.iter().chain(&self.skills.warnings).chain(&self.commands.warnings)
     }
 
-    /// What the workflow names that these files do not have (skills, slash commands),
-    /// with positions.
+    /// What the workflow names that these files do not have (agent definitions, skills,
+    /// slash commands), with positions.
     pub fn check(&self, workflow: &orch_workflows::Workflow) -> Vec<orch_workflows::Diagnostic> {
-        let mut out = self.skills.check_workflow(workflow);
+        let mut out = self.agents.check_workflow(workflow);
+        out.extend(self.skills.check_workflow(workflow));
         out.extend(orch_workflows::commands::check_workflow(workflow, &self.commands));
         out.sort_by_key(|d| (d.location.line, d.location.column));
         out

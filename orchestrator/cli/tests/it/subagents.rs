@@ -168,7 +168,70 @@ fn uses_of_an_unknown_definition_is_a_usage_error() {
     let run = fx.run(workflow, "version: 1\nagents: {}\n", &[]);
     run.expect_code(2);
     assert!(run.stderr.contains("`uses: security-auditor`"), "{}", run.stderr);
-    assert!(run.stderr.contains("found: fixer, code-reviewer"), "{}", run.stderr);
+    assert!(run.stderr.contains("are: fixer, code-reviewer"), "{}", run.stderr);
+    assert!(run.stderr.contains("workflow.yaml:4:"), "the error points at the `uses:` line: {}", run.stderr);
+}
+
+/// A definition file as Claude Code rejects it: the description's continuation lines
+/// are not indented, so the front matter is not YAML.
+const BROKEN: &str = "---
+name: security-auditor
+description: Audits code. Examples:
+<example>
+user: check this
+</example>
+---
+
+You audit code.
+";
+
+/// `orch validate`, `orch plan` and `orch run` agree on agent files: one that does not
+/// parse is named with its line, and a `uses:` that names no definition is an error
+/// at its line with the closest name and the names there are (exit 2), whether the
+/// name is misspelt or its file was rejected.
+#[test]
+fn validate_plan_and_run_name_broken_files_and_unknown_uses() {
+    let fx = Fixture::new(
+        "t-sub-broken",
+        &[
+            ("notes.txt", "x\n"),
+            (".claude/agents/code-reviewer.md", REVIEWER),
+            (".claude/agents/security-auditor.md", BROKEN),
+        ],
+    );
+    let typo = fx.write("typo.yaml", "version: 1\nagents:\n  review:\n    uses: code-reviewr\n");
+    let broken = fx.write("broken.yaml", "version: 1\nagents:\n  audit:\n    uses: security-auditor\n");
+    let fine = fx.write("fine.yaml", "version: 1\nagents:\n  review:\n    uses: code-reviewer\n");
+    let cmd = |args: &[&str], file: &std::path::Path| {
+        let out = orch().current_dir(&fx.repo).args(args).arg(file).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    for verb in [&["validate"][..], &["plan"][..]] {
+        let (code, stderr, _) = cmd(verb, &typo);
+        assert_eq!(code, Some(2), "{verb:?}: {stderr}");
+        assert!(stderr.contains("typo.yaml:4:"), "{verb:?}: {stderr}");
+        assert!(stderr.contains("did you mean `code-reviewer`?"), "{verb:?}: {stderr}");
+        let (code, stderr, _) = cmd(verb, &broken);
+        assert_eq!(code, Some(2), "{verb:?}: {stderr}");
+        assert!(stderr.contains("`uses: security-auditor`"), "{verb:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                ".claude/agents/security-auditor.md is not loaded: line 3: the front matter is not valid YAML"
+            ),
+            "{verb:?}: {stderr}"
+        );
+        // The file is named even when nothing uses it.
+        let (code, stderr, _) = cmd(verb, &fine);
+        assert_eq!(code, Some(0), "{verb:?}: {stderr}");
+        assert!(stderr.contains("warning: .claude/agents/security-auditor.md: line 3:"), "{verb:?}: {stderr}");
+    }
+    let run = fx.run(&std::fs::read_to_string(&typo).unwrap(), "version: 1\nagents: {}\n", &[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("did you mean `code-reviewer`?"), "{}", run.stderr);
 }
 
 #[tokio::test]

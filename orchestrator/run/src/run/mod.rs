@@ -268,7 +268,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if !named.is_empty() {
         crate::notice::text(orch_workflows::render_diagnostics(&named));
         crate::notice::note(format_args!(
-            "the workflow names skills or commands the repository does not have (read from {})",
+            "the workflow names agent definitions, skills or commands the repository does not have (read from {})",
             config_commit.describe()
         ));
         return Ok(Code::Usage);
