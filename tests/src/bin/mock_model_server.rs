@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn] [--log FILE]
+//!                   [--bodies FILE]
 //! ```
 //!
 //! Prints `listening on http://127.0.0.1:PORT` as its first stdout line, then serves
@@ -14,6 +15,8 @@
 //! it received, in order: `{"n": 1, "tools": 3, "bytes": 5120, "tokens": 1280}` (the
 //! number of tools offered, the body's size, and the loop's estimate of its tokens:
 //! a quarter of its bytes). Benchmarks read request sizes from it.
+//! `--bodies FILE`: on SIGINT, the server also writes every request body it received,
+//! one JSON line each, in order (what reference captures of other clients compare).
 //!
 //! The script is a YAML (or JSON) list of steps, each the serde form of
 //! `orch_testkit::mock::Step` (see `orch_testkit::mock::parse_steps`):
@@ -44,8 +47,8 @@ use std::time::Duration;
 
 use orch_testkit::mock::{MockServer, Step, parse_steps};
 
-const USAGE: &str =
-    "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn] [--log FILE]";
+const USAGE: &str = "usage: mock-model-server --script FILE [--port N] [--latency-ms N] [--repeat-default | --by-turn] \
+                     [--log FILE] [--bodies FILE]";
 
 #[derive(Debug)]
 struct Args {
@@ -55,6 +58,7 @@ struct Args {
     repeat_default: bool,
     by_turn: bool,
     log: Option<PathBuf>,
+    bodies: Option<PathBuf>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -64,6 +68,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut repeat_default = false;
     let mut by_turn = false;
     let mut log = None;
+    let mut bodies = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -77,12 +82,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--repeat-default" => repeat_default = true,
             "--by-turn" => by_turn = true,
             "--log" => log = Some(PathBuf::from(value("--log")?)),
+            "--bodies" => bodies = Some(PathBuf::from(value("--bodies")?)),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     let script = script.ok_or(format!("--script is required\n{USAGE}"))?;
-    Ok(Args { script, port, latency_ms, repeat_default, by_turn, log })
+    Ok(Args { script, port, latency_ms, repeat_default, by_turn, log, bodies })
 }
 
 fn load_script(path: &Path) -> Result<Vec<Step>, String> {
@@ -116,6 +122,9 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(path) = &args.log {
         write_log(path, &server).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    if let Some(path) = &args.bodies {
+        write_bodies(path, &server).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -130,6 +139,17 @@ fn write_log(path: &Path, server: &MockServer) -> std::io::Result<()> {
             "tokens": (r.body.len() as u64).div_ceil(4),
         });
         writeln!(out, "{line}")?;
+    }
+    out.flush()
+}
+
+/// Every request body received, one line each (a body that is not JSON as a string).
+fn write_bodies(path: &Path, server: &MockServer) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in server.requests() {
+        let body: serde_json::Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&r.body).into_owned()));
+        writeln!(out, "{body}")?;
     }
     out.flush()
 }
@@ -165,6 +185,10 @@ mod tests {
         assert_eq!((parsed.port, parsed.latency_ms, parsed.repeat_default), (4000, 25, true));
         assert!(args(&["--script", "s.yaml", "--by-turn"]).unwrap().by_turn);
         assert_eq!(args(&["--script", "s.yaml", "--log", "r.jsonl"]).unwrap().log, Some(PathBuf::from("r.jsonl")));
+        assert_eq!(
+            args(&["--script", "s.yaml", "--bodies", "b.jsonl"]).unwrap().bodies,
+            Some(PathBuf::from("b.jsonl"))
+        );
 
         let defaults = args(&["--script", "s.json"]).unwrap();
         assert_eq!((defaults.port, defaults.latency_ms, defaults.repeat_default), (0, 0, false));
