@@ -267,7 +267,10 @@ impl CwdFile {
         if ended.is_empty() {
             return None;
         }
-        let ended = Path::new(ended);
+        // Canonical, so that no `..` or link written into the file leads out of the
+        // worktree by a path that only looks inside it. Gone already: nothing to follow.
+        let ended = std::fs::canonicalize(ended).ok()?;
+        let ended = ended.as_path();
         let root = session.cwd();
         let canonical_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
         match ended.strip_prefix(&canonical_root) {
@@ -857,6 +860,30 @@ mod tests {
         let err = bash(&ctx, json!({"command": "cd ..; exit 4"})).await.unwrap_err().0;
         assert!(err.contains("exit code 4") && err.ends_with(&format!("root {}.)", root.display())), "{err}");
         assert_eq!(pwd(&ctx).await, root.display().to_string());
+    }
+
+    #[test]
+    fn the_recorded_directory_is_checked_as_a_real_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("src")).unwrap();
+        let session = Session::new(&root);
+        let file = CwdFile { path: root.join("cwd-file") };
+        // A `..` that only looks inside the worktree does not lead out of it.
+        std::fs::write(&file.path, format!("{}/src/../..\n", root.display())).unwrap();
+        let note = file.follow(&session).expect("a note");
+        assert!(note.contains("outside the worktree"), "{note}");
+        assert_eq!(session.shell_cwd(), root);
+        std::fs::write(&file.path, format!("{}/src/.\n", root.display())).unwrap();
+        assert_eq!(file.follow(&session), None);
+        assert_eq!(session.shell_cwd(), root.join("src"));
+        // A link inside that points outside is outside.
+        std::os::unix::fs::symlink("/", root.join("up")).unwrap();
+        std::fs::write(&file.path, format!("{}/up\n", root.display())).unwrap();
+        assert!(file.follow(&session).is_some());
+        assert_eq!(session.shell_cwd(), root);
+        drop(file);
+        assert!(!root.join("cwd-file").exists(), "the file goes with its guard");
     }
 
     #[tokio::test]
