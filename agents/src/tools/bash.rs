@@ -120,7 +120,8 @@ impl Tool for Bash {
          --yes or --no-pager where a tool might ask.\n\
          The working directory carries over: after `cd src`, the next command starts in \
          src (within the worktree; a command that ends outside it leaves the next one at the \
-         worktree root). Shell variables and functions do not carry over, so chain steps \
+         worktree root); relative paths given to the other tools (Read, Edit, Glob, ...) stay \
+         relative to the worktree root. Shell variables and functions do not carry over, so chain steps \
          that need them with &&. Quote paths that contain spaces.\n\
          A command still running after 120000 ms (2 minutes) by default is moved to the \
          background, not killed, and the result gives its shell id; set `timeout` in \
