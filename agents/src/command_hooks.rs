@@ -515,6 +515,7 @@ async fn execute(run: &HookRun, cwd: &Path, cancel: CancellationToken) -> HookRe
         .arg("-c")
         .arg(&run.command)
         .current_dir(cwd)
+        .envs(crate::tools::bash::CLAUDE_CODE_ENV.iter().copied())
         .env("CLAUDE_PROJECT_DIR", cwd)
         .env("ORCH_PROJECT_DIR", cwd)
         .stdin(std::process::Stdio::piped())
@@ -931,5 +932,13 @@ mod tests {
         let run = HookRun { command: "cat".into(), stdin: "{\"a\":1}".into(), timeout_ms: 5_000, cap: 100 };
         let r = execute(&run, &std::env::temp_dir(), CancellationToken::new()).await;
         assert_eq!((r.code, r.stdout.as_str()), (Some(0), "{\"a\":1}"));
+    }
+
+    #[tokio::test]
+    async fn hooks_get_claude_codes_environment() {
+        let command = "printf '%s|%s|%s' \"$CLAUDECODE\" \"$CLAUDE_CODE_ENTRYPOINT\" \"$GIT_EDITOR\"";
+        let run = HookRun { command: command.into(), stdin: String::new(), timeout_ms: 5_000, cap: 100 };
+        let r = execute(&run, &std::env::temp_dir(), CancellationToken::new()).await;
+        assert_eq!((r.code, r.stdout.as_str()), (Some(0), "1|sdk-cli|true"));
     }
 }

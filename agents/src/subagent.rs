@@ -281,6 +281,14 @@ pub struct AgentInput {
     /// (or those the agent definition names).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// The model the sub-agent runs on: `sonnet`, `opus`, `haiku` or a full model id.
+    /// Omit it for the agent definition's model, or else yours.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Accepted for Claude Code's sake; orch runs the sub-agent to the end before the
+    /// call returns, and its result says so.
+    #[serde(default)]
+    pub run_in_background: Option<bool>,
 }
 
 const DESCRIPTION: &str = "Starts a sub-agent: a fresh agent that works on one task \
@@ -319,6 +327,9 @@ impl Tool for AgentToolSpec {
     fn validate(&self, input: &AgentInput) -> Result<(), String> {
         if input.prompt.trim().is_empty() {
             return Err("`prompt` is empty; give the sub-agent its whole task".into());
+        }
+        if input.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err("`model` is empty; give sonnet, opus, haiku or a model id, or leave it out".into());
         }
         Ok(())
     }
@@ -591,6 +602,10 @@ impl LocalTool for AgentTool {
         if let Some(model) = definition.and_then(|d| d.model.clone()) {
             config.model = model;
         }
+        // The call's own choice wins over the definition's; `inherit` keeps the caller's.
+        if let Some(asked) = input.model.as_deref() {
+            config.model = orch_types::model::model_id(asked).unwrap_or_else(|| self.config.model.clone());
+        }
         if let Some(d) = definition.filter(|_| !general) {
             let part = SystemPart { text: d.system_prompt.clone(), cache: true };
             match config.system.first_mut() {
@@ -660,6 +675,14 @@ impl LocalTool for AgentTool {
             outcome.cost_usd
         );
         let report = outcome.final_text.trim();
+        let stats = if input.run_in_background == Some(true) {
+            format!(
+                "{stats}\n(run_in_background: orch has no background sub-agents, so this one ran to the end \
+                 before the call returned; its report is above)"
+            )
+        } else {
+            stats
+        };
         match outcome.terminal {
             crate::event::Terminal::Completed => ToolOutput::ok(format!("{report}\n\n{stats}")),
             terminal => {

@@ -355,3 +355,72 @@ fn compaction_reasons_keep_their_strings() {
     assert_eq!(names, ["microcompact", "autocompact", "prompt_too_long"]);
     assert_eq!(CompactionReason::PromptTooLong.to_string(), "prompt_too_long");
 }
+
+/// Every built-in tool's input schema: the host tools and the coordinator's.
+fn tool_schemas() -> Vec<(&'static str, Value)> {
+    use crate::tools::DynTool;
+    let mut all: Vec<(&'static str, Value)> = core_tools().iter().map(|t| (t.name(), t.input_schema())).collect();
+    for tool in [
+        &crate::subagent::AgentToolSpec as &dyn DynTool,
+        &crate::tools::skill::SkillToolSpec,
+        &crate::tools::web_search::WebSearchSpec,
+    ] {
+        all.push((tool.name(), tool.input_schema()));
+    }
+    all
+}
+
+#[test]
+fn tool_schemas_have_claude_codes_shapes() {
+    for (name, schema) in tool_schemas() {
+        let text = schema.to_string();
+        // Optional fields are plain types left out of `required`, never unions with null.
+        assert!(!text.contains("\"null\""), "{name}: a null in the schema: {text}");
+        assert!(!text.contains("anyOf") && !text.contains("oneOf"), "{name}: {text}");
+        assert!(!text.contains("$ref") && schema.get("$defs").is_none(), "{name}: not written in place: {text}");
+        assert_eq!(schema["type"], "object", "{name}");
+        insta::assert_json_snapshot!(format!("schema_{name}"), schema);
+    }
+    let notebook = tool_schemas().into_iter().find(|(n, _)| *n == "NotebookEdit").unwrap().1;
+    assert_eq!(notebook["properties"]["cell_type"]["enum"], json!(["code", "markdown"]));
+    assert_eq!(notebook["properties"]["cell_type"]["type"], "string");
+    assert_eq!(notebook["properties"]["edit_mode"]["enum"], json!(["replace", "insert", "delete"]));
+    assert_eq!(notebook["required"], json!(["notebook_path", "new_source"]));
+}
+
+#[test]
+fn claude_code_shape_rewrites_unions_refs_and_null_enums() {
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "type": {"type": ["string", "null"], "default": null},
+            "mode": {"anyOf": [{"$ref": "#/$defs/Mode"}, {"type": "null"}], "description": "how"},
+            "inline": {"type": ["string", "null"], "enum": ["a", "b", null]},
+            "list": {"type": "array", "items": {"$ref": "#/$defs/Mode"}}
+        },
+        "required": [],
+        "$defs": {"Mode": {"type": "string", "enum": ["x", "y"]}}
+    });
+    crate::tools::claude_code_shape(&mut schema);
+    assert_eq!(
+        schema,
+        json!({
+            "type": "object",
+            "properties": {
+                "type": {"type": "string"},
+                "mode": {"type": "string", "enum": ["x", "y"], "description": "how"},
+                "inline": {"type": "string", "enum": ["a", "b"]},
+                "list": {"type": "array", "items": {"type": "string", "enum": ["x", "y"]}}
+            },
+            "required": []
+        })
+    );
+    // A recursive definition keeps its `$ref` and its definitions.
+    let mut recursive = json!({
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/Node"}},
+        "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}
+    });
+    crate::tools::claude_code_shape(&mut recursive);
+    assert!(recursive.get("$defs").is_some(), "{recursive}");
+}

@@ -167,16 +167,7 @@ fn bad(source: &str, message: impl Into<String>) -> AgentFileError {
 
 /// Claude Code's model aliases, as model ids; `None` for `inherit`.
 pub(crate) fn model_id(model: &str) -> Option<String> {
-    if model.eq_ignore_ascii_case("inherit") {
-        return None;
-    }
-    let id = match model {
-        "sonnet" => "claude-sonnet-4-5",
-        "opus" => "claude-opus-4-1",
-        "haiku" => "claude-haiku-4-5",
-        other => other,
-    };
-    Some(id.to_string())
+    orch_types::model::model_id(model)
 }
 
 fn permission_mode(text: &str) -> Option<PermissionMode> {

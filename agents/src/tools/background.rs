@@ -2,7 +2,9 @@
 //! `KillShell` tools that read and stop them.
 //!
 //! A background command runs in the tool host like any `Bash` command (its own process
-//! group, no stdin), but the call returns at once with an id (`bash_1`, ...). Its output
+//! group, no stdin, in the shell's current directory), but the call returns at once
+//! with an id (`bash_1`, ...). A `Bash` command that runs past its timeout is taken over
+//! the same way ([`Shells::adopt`]). Its output
 //! is kept until read, bounded: past [`MAX_UNREAD_CHARS`] per stream the oldest unread
 //! output is dropped and counted. At most [`MAX_SHELLS`] run at once. Every background
 //! shell of an agent (sub-agents included) is killed when the agent's session goes away
@@ -10,6 +12,7 @@
 //! the agent.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,9 +24,10 @@ use nix::unistd::Pid;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
-use super::bash::{self, Running};
+use super::bash::{self, Child, CwdFile, Running};
 use super::{Tool, ToolContext, ToolError};
 
 /// Background shells running at once, per agent.
@@ -165,8 +169,8 @@ impl Shells {
         killed
     }
 
-    /// Starts `command` in the background and returns its id.
-    pub(super) fn start(&self, command: &str, ctx: &ToolContext) -> Result<String, ToolError> {
+    /// Starts `command` in the background in `cwd` and returns its id.
+    pub(super) fn start(&self, command: &str, cwd: &Path) -> Result<String, ToolError> {
         if self.running() >= MAX_SHELLS {
             return Err(ToolError(format!(
                 "{MAX_SHELLS} background shells are already running, the most an agent may have; \
@@ -174,9 +178,27 @@ impl Shells {
             )));
         }
         let mut running = Running::new();
-        let mut child = bash::start(command, ctx)?;
+        let mut child = bash::start(command, cwd)?;
         let pgid = child.id().and_then(|id| i32::try_from(id).ok());
         running.register(pgid);
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        Ok(self.adopt(command, child, stdout, stderr, running, None))
+    }
+
+    /// Takes over a started command (its shell, the pipes of its output not read yet,
+    /// its registration among the running groups) as a background shell, and returns
+    /// its id. `cwd_file` is removed when it ends. The caller checked [`MAX_SHELLS`].
+    pub(super) fn adopt(
+        &self,
+        command: &str,
+        mut child: Child,
+        stdout: Option<pipe::Receiver>,
+        stderr: Option<pipe::Receiver>,
+        running: Running,
+        cwd_file: Option<CwdFile>,
+    ) -> String {
+        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
         let id = format!("bash_{}", self.next.fetch_add(1, Ordering::SeqCst) + 1);
         let shell = Arc::new(Shell {
             command: command.to_string(),
@@ -186,8 +208,6 @@ impl Shells {
             done: CancellationToken::new(),
         });
         self.shells.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), shell.clone());
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
         tokio::spawn(async move {
             let mut readers = tokio::task::JoinSet::new();
             if let Some(pipe) = stdout {
@@ -220,9 +240,10 @@ impl Shells {
                 }
             }
             drop(running);
+            drop(cwd_file);
             shell.done.cancel();
         });
-        Ok(id)
+        id
     }
 }
 
@@ -400,9 +421,9 @@ impl Tool for KillShell {
     }
 }
 
-/// Starts a background command for `Bash` and says how to follow it.
-pub(super) fn start_for_bash(command: &str, ctx: &ToolContext) -> Result<String, ToolError> {
-    let id = ctx.session.shells().start(command, ctx)?;
+/// Starts a background command for `Bash` in `cwd` and says how to follow it.
+pub(super) fn start_for_bash(command: &str, cwd: &Path, ctx: &ToolContext) -> Result<String, ToolError> {
+    let id = ctx.session.shells().start(command, cwd)?;
     Ok(format!(
         "Command running in the background with ID: {id}. Read its output with BashOutput \
          (bash_id: \"{id}\") and stop it with KillShell (shell_id: \"{id}\")."

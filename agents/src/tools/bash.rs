@@ -1,10 +1,20 @@
 //! `Bash`: runs a shell command in the agent's worktree, inside the tool host.
 //!
 //! The command runs as `bash -c` (or `sh -c` where bash is missing) in its own process
-//! group, with no stdin. Both output streams are read concurrently into bounded buffers
+//! group, with no stdin, and with Claude Code's environment variables
+//! ([`CLAUDE_CODE_ENV`]). Both output streams are read concurrently into bounded buffers
 //! (a head and a ring-buffer tail each), so endless output costs fixed memory. When the
-//! command ends, times out or is cancelled, the whole process group is killed, so
-//! background children do not outlive the call.
+//! command ends or is cancelled, the whole process group is killed, so background
+//! children do not outlive the call. A command still running at its timeout is moved to
+//! the background shells ([`super::background`]) instead, as Claude Code does, unless
+//! they are full: then it is killed.
+//!
+//! The working directory carries over between calls, as in Claude Code: the shell gets
+//! an `EXIT` trap that writes `pwd -P` to a file of its own in the temporary directory
+//! (the sandbox's private tmp, which the command can write), and the next command
+//! starts there ([`Session::shell_cwd`](super::Session::shell_cwd)). A directory outside
+//! the worktree is not kept: the next command starts at the worktree root and the
+//! result says so. The trap leaves the command's exit status as it was.
 //!
 //! Processes that leave the group (`setsid`, `setpgid`) are not reached by the group
 //! kill. For those, the tool host installs an orphan hook ([`set_orphan_hook`]; orch's
@@ -17,8 +27,9 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,11 +38,13 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::bash_readonly;
-use super::{Tool, ToolContext, ToolError};
+use super::{Session, Tool, ToolContext, ToolError};
 
 // This file is declared with a `#[path]` (see build.rs), so its own submodules are too.
 #[path = "bash/spawn.rs"]
@@ -62,13 +75,19 @@ const TAIL_CHARS: usize = MAX_OUTPUT_CHARS - HEAD_CHARS;
 const READ_CHUNK: usize = 64 * 1024;
 const STDERR_MARKER: &str = "--- stderr ---";
 
+/// The environment Claude Code gives its `Bash` commands and hook commands, set over
+/// the tool host's: scripts and hooks test `CLAUDECODE`, and `GIT_EDITOR=true` keeps
+/// `git commit`, `git rebase` and `git merge` from waiting on an editor nobody sees.
+pub const CLAUDE_CODE_ENV: &[(&str, &str)] =
+    &[("CLAUDECODE", "1"), ("CLAUDE_CODE_ENTRYPOINT", "sdk-cli"), ("GIT_EDITOR", "true")];
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BashInput {
     /// The command line, run with `bash -c` in the working directory.
     pub command: String,
-    /// Timeout in milliseconds (default 120000, at most 600000). On timeout the
-    /// command and everything it started is killed.
+    /// Timeout in milliseconds (default 120000, at most 600000). A command still
+    /// running then is moved to the background (see BashOutput and KillShell).
     #[serde(default)]
     pub timeout: Option<u64>,
     /// A few words saying what the command does, e.g. "Run the unit tests".
@@ -99,10 +118,13 @@ impl Tool for Bash {
          answer a prompt, so never start anything interactive (editors, pagers, `git rebase \
          -i`, `git commit` without -m, password or confirmation prompts); pass flags such as \
          --yes or --no-pager where a tool might ask.\n\
-         Every call starts a fresh shell: `cd` and variables do not carry over, so use paths \
-         relative to the working directory or chain steps with &&. Quote paths that contain \
-         spaces.\n\
-         The command is killed after 120000 ms (2 minutes) by default; set `timeout` in \
+         The working directory carries over: after `cd src`, the next command starts in \
+         src (within the worktree; a command that ends outside it leaves the next one at the \
+         worktree root); relative paths given to the other tools (Read, Edit, Glob, ...) stay \
+         relative to the worktree root. Shell variables and functions do not carry over, so chain steps \
+         that need them with &&. Quote paths that contain spaces.\n\
+         A command still running after 120000 ms (2 minutes) by default is moved to the \
+         background, not killed, and the result gives its shell id; set `timeout` in \
          milliseconds, up to 600000 (10 minutes), for long builds or test suites. When the \
          command ends, anything it left running in the background is killed; to keep a server \
          or a long build running while you do other work, set `run_in_background: true` \
@@ -150,11 +172,14 @@ impl Tool for Bash {
             if ctx.cancel.is_cancelled() {
                 return Err(ToolError::new("Command cancelled before it started"));
             }
-            return super::background::start_for_bash(&input.command, ctx);
+            let (dir, note) = shell_dir(&ctx.session);
+            let started = super::background::start_for_bash(&input.command, &dir, ctx)?;
+            return Ok(with_note(started, note));
         }
         let run = run(&input.command, ctx, Duration::from_millis(timeout_ms)).await?;
         let output = run.output();
-        match run.end {
+        let note = run.cwd_note;
+        let result = match run.end {
             End::Exited(status) => match (status.code(), status.signal()) {
                 (Some(0), _) => Ok(if output.is_empty() { "(no output)".into() } else { output }),
                 (Some(code), _) => Err(failure(format!("Command failed with exit code {code}"), &output)),
@@ -164,12 +189,112 @@ impl Tool for Bash {
                 }
                 (None, None) => Err(failure(format!("Command ended abnormally ({status})"), &output)),
             },
+            End::Backgrounded(id) => Ok(format!(
+                "Command was still running after its timeout of {timeout_ms} ms, so it was moved to the \
+                 background (not killed) with ID: {id}. Read its further output with BashOutput (bash_id: \
+                 \"{id}\") and stop it with KillShell (shell_id: \"{id}\").\nOutput so far:\n{}",
+                if output.is_empty() { "(no output)" } else { &output }
+            )),
             End::TimedOut => Err(failure(
-                format!("Command timed out after {timeout_ms} ms; it and its child processes were killed"),
+                format!(
+                    "Command timed out after {timeout_ms} ms and was killed with its child processes, because \
+                     {} background shells are already running (the most an agent may have) so it could not \
+                     be moved to the background; stop one with KillShell to free a place",
+                    super::background::MAX_SHELLS
+                ),
                 &output,
             )),
             End::Cancelled => Err(failure("Command cancelled; it and its child processes were killed".into(), &output)),
+        };
+        match result {
+            Ok(text) => Ok(with_note(text, note)),
+            Err(ToolError(text)) => Err(ToolError(with_note(text, note))),
         }
+    }
+}
+
+fn with_note(text: String, note: Option<String>) -> String {
+    match note {
+        Some(note) => format!("{text}\n{note}"),
+        None => text,
+    }
+}
+
+/// Where the session's next command starts, and a note when that had to be reset to
+/// the worktree root because the directory is gone.
+pub(super) fn shell_dir(session: &Session) -> (PathBuf, Option<String>) {
+    let dir = session.shell_cwd();
+    if dir.as_path() == session.cwd() || std::fs::metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return (dir, None);
+    }
+    let root = session.cwd().to_path_buf();
+    session.set_shell_cwd(root.clone());
+    let note = format!(
+        "(The shell's directory {} no longer exists, so the command ran in the worktree root {}.)",
+        dir.display(),
+        root.display()
+    );
+    (root, Some(note))
+}
+
+/// The file a command's shell writes its last directory to, removed when dropped.
+#[derive(Debug)]
+pub(super) struct CwdFile {
+    path: PathBuf,
+}
+
+impl CwdFile {
+    /// A fresh name in the temporary directory, or `None` where that directory's path
+    /// cannot be quoted plainly in the trap.
+    fn new() -> Option<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("orch-cwd-{}-{n}", std::process::id()));
+        let plain = path.to_str().is_some_and(|p| !p.contains(['\'', '"', '$', '`', '\\', '\n']));
+        plain.then_some(Self { path })
+    }
+
+    /// `command` with the trap that records where its shell ends, on the same line so
+    /// that the shell's messages keep their line numbers.
+    fn wrap(&self, command: &str) -> String {
+        format!("trap 'pwd -P 2>/dev/null >| \"{}\"' EXIT; {command}", self.path.display())
+    }
+
+    /// Moves the session's shell to where the command ended; a note when that was
+    /// outside the worktree and the shell was put back at its root.
+    fn follow(&self, session: &Session) -> Option<String> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        let ended = text.strip_suffix('\n').unwrap_or(&text);
+        if ended.is_empty() {
+            return None;
+        }
+        // Canonical, so that no `..` or link written into the file leads out of the
+        // worktree by a path that only looks inside it. Gone already: nothing to follow.
+        let ended = std::fs::canonicalize(ended).ok()?;
+        let ended = ended.as_path();
+        let root = session.cwd();
+        let canonical_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        match ended.strip_prefix(&canonical_root) {
+            Ok(rel) => {
+                session.set_shell_cwd(root.join(rel));
+                None
+            }
+            Err(_) => {
+                session.set_shell_cwd(root.to_path_buf());
+                Some(format!(
+                    "(The command ended in {}, outside the worktree; the next command starts at the worktree \
+                     root {}.)",
+                    ended.display(),
+                    root.display()
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for CwdFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -189,6 +314,9 @@ fn signal_name(sig: i32) -> String {
 #[derive(Debug)]
 enum End {
     Exited(ExitStatus),
+    /// Past its timeout, moved to the background shells under this id.
+    Backgrounded(String),
+    /// Past its timeout and killed (the background shells were full).
     TimedOut,
     Cancelled,
 }
@@ -198,6 +326,8 @@ struct Run {
     end: End,
     stdout: Capture,
     stderr: Capture,
+    /// Said when the shell's directory was reset to the worktree root.
+    cwd_note: Option<String>,
 }
 
 impl Run {
@@ -429,21 +559,22 @@ pub fn set_spawn_hook(hook: spawn::Hook) {
     let _ = SPAWN_HOOK.set(hook);
 }
 
-fn spawn(shell: &str, command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
-    spawn::spawn(shell, &["-c", command], ctx.session.cwd(), SPAWN_HOOK.get().copied())
+fn spawn(shell: &str, command: &str, cwd: &Path) -> std::io::Result<Child> {
+    spawn::spawn(shell, &["-c", command], cwd, CLAUDE_CODE_ENV, SPAWN_HOOK.get().copied())
 }
 
-/// Starts `command` with bash (or sh where bash is missing) in its own process group.
-pub(super) fn start(command: &str, ctx: &ToolContext) -> Result<Child, ToolError> {
+/// Starts `command` in `cwd` with bash (or sh where bash is missing) in its own process
+/// group.
+pub(super) fn start(command: &str, cwd: &Path) -> Result<Child, ToolError> {
     if BASH_MISSING.load(Ordering::Relaxed) {
-        spawn("sh", command, ctx)
+        spawn("sh", command, cwd)
     } else {
-        match spawn("bash", command, ctx) {
+        match spawn("bash", command, cwd) {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 // Not there (a busybox image): every later call goes straight to `sh`
                 // instead of searching PATH for bash first.
                 BASH_MISSING.store(true, Ordering::Relaxed);
-                spawn("sh", command, ctx)
+                spawn("sh", command, cwd)
             }
             other => other,
         }
@@ -451,14 +582,27 @@ pub(super) fn start(command: &str, ctx: &ToolContext) -> Result<Child, ToolError
     .map_err(|e| ToolError(format!("could not start the shell: {e}")))
 }
 
-async fn read_into(mut pipe: impl AsyncRead + Unpin, capture: Arc<Mutex<Capture>>) {
+/// Reads `pipe` into `capture` until it ends (`None`) or `stop` fires: then the pipe is
+/// handed back unread from there, for the background shell that takes the command over.
+async fn read_into(
+    mut pipe: pipe::Receiver,
+    capture: Arc<Mutex<Capture>>,
+    stop: CancellationToken,
+) -> Option<pipe::Receiver> {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => capture.lock().unwrap_or_else(|e| e.into_inner()).push_bytes(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => break,
+        // A pipe read is cancel safe: nothing is lost when `stop` wins.
+        let read = tokio::select! {
+            biased;
+            _ = stop.cancelled() => None,
+            read = pipe.read(&mut buf) => Some(read),
+        };
+        match read {
+            None => return Some(pipe),
+            Some(Ok(0)) => return None,
+            Some(Ok(n)) => capture.lock().unwrap_or_else(|e| e.into_inner()).push_bytes(&buf[..n]),
+            Some(Err(e)) if e.kind() == ErrorKind::Interrupted => continue,
+            Some(Err(_)) => return None,
         }
     }
 }
@@ -467,18 +611,21 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
     if ctx.cancel.is_cancelled() {
         return Err(ToolError::new("Command cancelled before it started"));
     }
-    let cwd = ctx.session.cwd();
+    let root = ctx.session.cwd();
     // One `stat`, done in place: `tokio::fs` would hand it to a blocking thread and
     // back, two thread switches on every call for a call that does not block.
-    match std::fs::metadata(cwd) {
+    match std::fs::metadata(root) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(ToolError(format!("working directory {} is not a directory", cwd.display()))),
-        Err(e) => return Err(ToolError(format!("working directory {} is not usable: {e}", cwd.display()))),
+        Ok(_) => return Err(ToolError(format!("working directory {} is not a directory", root.display()))),
+        Err(e) => return Err(ToolError(format!("working directory {} is not usable: {e}", root.display()))),
     }
+    let (cwd, gone_note) = shell_dir(&ctx.session);
+    let cwd_file = CwdFile::new();
+    let wrapped = cwd_file.as_ref().map(|f| f.wrap(command));
     // Declared before `child`, so it drops last: the orphan hook runs after the group
     // kill and after the shell is reaped (or abandoned).
     let mut running = Running { pgid: None };
-    let mut child = start(command, ctx)?;
+    let mut child = start(wrapped.as_deref().unwrap_or(command), &cwd)?;
     // Declared after `child`, so it drops first: the group is killed while the shell is
     // not yet reaped and its pid (the group id) cannot have been reused.
     let mut group = GroupGuard { pgid: child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw) };
@@ -486,12 +633,15 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
 
     let stdout = Arc::new(Mutex::new(Capture::new()));
     let stderr = Arc::new(Mutex::new(Capture::new()));
+    let stop_reading = CancellationToken::new();
     let mut readers = JoinSet::new();
     if let Some(pipe) = child.stdout.take() {
-        readers.spawn(read_into(pipe, stdout.clone()));
+        let read = read_into(pipe, stdout.clone(), stop_reading.clone());
+        readers.spawn(async move { (false, read.await) });
     }
     if let Some(pipe) = child.stderr.take() {
-        readers.spawn(read_into(pipe, stderr.clone()));
+        let read = read_into(pipe, stderr.clone(), stop_reading.clone());
+        readers.spawn(async move { (true, read.await) });
     }
 
     let end = tokio::select! {
@@ -506,6 +656,29 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
         },
         _ = tokio::time::sleep(timeout) => End::TimedOut,
     };
+
+    let take = |c: &Arc<Mutex<Capture>>| {
+        let mut guard = c.lock().unwrap_or_else(|e| e.into_inner());
+        guard.finish();
+        std::mem::replace(&mut *guard, Capture::new())
+    };
+    let shells = ctx.session.shells();
+    if matches!(end, End::TimedOut) && shells.running() < super::background::MAX_SHELLS {
+        // Still running: the background shells take it over, pipes and all, from where
+        // this call stopped reading.
+        stop_reading.cancel();
+        let (mut out_pipe, mut err_pipe) = (None, None);
+        while let Some(joined) = readers.join_next().await {
+            match joined {
+                Ok((false, pipe)) => out_pipe = pipe,
+                Ok((true, pipe)) => err_pipe = pipe,
+                Err(_) => {}
+            }
+        }
+        group.pgid = None;
+        let id = shells.adopt(command, child, out_pipe, err_pipe, running, cwd_file);
+        return Ok(Run { end: End::Backgrounded(id), stdout: take(&stdout), stderr: take(&stderr), cwd_note: gone_note });
+    }
 
     match end {
         // The shell is done; anything it left in its group goes now.
@@ -526,6 +699,7 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
             let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
             group.pgid = None;
         }
+        End::Backgrounded(_) => {}
     }
 
     // Writers are dead unless something escaped the group; read what is left, briefly.
@@ -536,12 +710,16 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration) -> Result<Run,
     }
     drop(readers);
 
-    let take = |c: &Arc<Mutex<Capture>>| {
-        let mut guard = c.lock().unwrap_or_else(|e| e.into_inner());
-        guard.finish();
-        std::mem::replace(&mut *guard, Capture::new())
+    // Only a shell that ended by itself said where it is; a killed one stays put.
+    let cwd_note = match (&end, &cwd_file) {
+        (End::Exited(_), Some(file)) => file.follow(&ctx.session),
+        _ => None,
     };
-    Ok(Run { end, stdout: take(&stdout), stderr: take(&stderr) })
+    let cwd_note = match (gone_note, cwd_note) {
+        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+        (a, b) => a.or(b),
+    };
+    Ok(Run { end, stdout: take(&stdout), stderr: take(&stderr), cwd_note })
 }
 
 #[cfg(test)]
@@ -633,22 +811,146 @@ mod tests {
         assert!(schema.contains("\"command\"") && schema.contains("\"timeout\"") && schema.contains("\"description\""));
     }
 
-    #[tokio::test]
-    async fn timeout_kills_the_whole_group() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = ctx(dir.path());
-        let started = Instant::now();
-        let err = bash(&ctx, json!({"command": "sleep 1000 & echo $!; sleep 30", "timeout": 300})).await.unwrap_err().0;
-        assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
-        assert!(err.contains("timed out after 300 ms"), "{err}");
-        let child = pid_in(&err);
-        assert!(gone_soon(child).await, "background child {child} survived the timeout");
+    /// Calls `BashOutput` on `id` until its status is `status`; everything it returned.
+    async fn output_until(ctx: &ToolContext, id: &str, status: &str) -> String {
+        let mut all = String::new();
+        for _ in 0..100 {
+            let out = DynTool::call(&super::super::background::BashOutput, json!({ "bash_id": id }), ctx).await.unwrap();
+            all.push_str(&out);
+            if out.contains(&format!("<status>{status}</status>")) {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{id} never reached {status}: {all}");
     }
 
     #[tokio::test]
-    async fn timeout_escalates_to_sigkill() {
+    async fn the_working_directory_carries_over_within_the_worktree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("src/deep")).unwrap();
+        let ctx = ctx(&root);
+        let pwd = |ctx: &ToolContext| {
+            let ctx = ctx.clone();
+            async move { bash(&ctx, json!({"command": "pwd"})).await.unwrap() }
+        };
+        assert_eq!(bash(&ctx, json!({"command": "cd src"})).await.unwrap(), "(no output)");
+        assert_eq!(pwd(&ctx).await, root.join("src").display().to_string());
+        // The exit code stays the command's, and the directory still follows.
+        let err = bash(&ctx, json!({"command": "cd deep && exit 3"})).await.unwrap_err().0;
+        assert!(err.starts_with("Command failed with exit code 3"), "{err}");
+        assert_eq!(pwd(&ctx).await, root.join("src/deep").display().to_string());
+        // A subshell's cd is its own; a background command starts where the shell is.
+        bash(&ctx, json!({"command": "(cd ..)"})).await.unwrap();
+        let started = bash(&ctx, json!({"command": "pwd", "run_in_background": true})).await.unwrap();
+        assert!(started.contains("bash_1"), "{started}");
+        let out = output_until(&ctx, "bash_1", "completed").await;
+        assert!(out.contains(&root.join("src/deep").display().to_string()), "{out}");
+        // A sub-agent's shell starts where its caller's is, and moves on its own.
+        let child = ToolContext { session: Arc::new(ctx.session.scoped()), cancel: CancellationToken::new() };
+        bash(&child, json!({"command": "cd .."})).await.unwrap();
+        assert_eq!(pwd(&child).await, root.join("src").display().to_string());
+        assert_eq!(pwd(&ctx).await, root.join("src/deep").display().to_string());
+        // Leaving the worktree is not kept, and the model is told.
+        let out = bash(&ctx, json!({"command": "cd /tmp && echo left"})).await.unwrap();
+        let (first, note) = out.split_once('\n').unwrap();
+        assert_eq!(first, "left");
+        assert!(note.contains("outside the worktree") && note.contains(&root.display().to_string()), "{note}");
+        assert_eq!(pwd(&ctx).await, root.display().to_string());
+        let err = bash(&ctx, json!({"command": "cd ..; exit 4"})).await.unwrap_err().0;
+        assert!(err.contains("exit code 4") && err.ends_with(&format!("root {}.)", root.display())), "{err}");
+        assert_eq!(pwd(&ctx).await, root.display().to_string());
+    }
+
+    #[test]
+    fn the_recorded_directory_is_checked_as_a_real_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("src")).unwrap();
+        let session = Session::new(&root);
+        let file = CwdFile { path: root.join("cwd-file") };
+        // A `..` that only looks inside the worktree does not lead out of it.
+        std::fs::write(&file.path, format!("{}/src/../..\n", root.display())).unwrap();
+        let note = file.follow(&session).expect("a note");
+        assert!(note.contains("outside the worktree"), "{note}");
+        assert_eq!(session.shell_cwd(), root);
+        std::fs::write(&file.path, format!("{}/src/.\n", root.display())).unwrap();
+        assert_eq!(file.follow(&session), None);
+        assert_eq!(session.shell_cwd(), root.join("src"));
+        // A link inside that points outside is outside.
+        std::os::unix::fs::symlink("/", root.join("up")).unwrap();
+        std::fs::write(&file.path, format!("{}/up\n", root.display())).unwrap();
+        assert!(file.follow(&session).is_some());
+        assert_eq!(session.shell_cwd(), root);
+        drop(file);
+        assert!(!root.join("cwd-file").exists(), "the file goes with its guard");
+    }
+
+    #[tokio::test]
+    async fn a_removed_directory_sends_the_shell_back_to_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ctx = ctx(&root);
+        bash(&ctx, json!({"command": "mkdir gone && cd gone"})).await.unwrap();
+        bash(&ctx, json!({"command": "rmdir \"$PWD\""})).await.unwrap();
+        let out = bash(&ctx, json!({"command": "pwd"})).await.unwrap();
+        let (pwd, note) = out.split_once('\n').unwrap();
+        assert_eq!(pwd, root.display().to_string());
+        assert!(note.contains("no longer exists"), "{note}");
+    }
+
+    #[tokio::test]
+    async fn commands_get_claude_codes_environment() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = ctx(dir.path());
+        let out =
+            bash(&ctx, json!({"command": "echo \"$CLAUDECODE|$CLAUDE_CODE_ENTRYPOINT|$GIT_EDITOR\""})).await.unwrap();
+        assert_eq!(out, "1|sdk-cli|true");
+        // `git commit` without -m takes the message file as it is instead of opening an editor.
+        if std::process::Command::new("git").arg("--version").output().is_ok() {
+            let out = bash(
+                &ctx,
+                json!({"command": "git init -q . && git -c user.name=t -c user.email=t@t commit -q --allow-empty \
+                                   --allow-empty-message && git log --oneline | wc -l"}),
+            )
+            .await
+            .unwrap();
+            assert_eq!(out.trim(), "1");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_past_its_timeout_moves_to_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let started = Instant::now();
+        let command = "echo before; sleep 0.6; echo after; exit 5";
+        let out = bash(&ctx, json!({"command": command, "timeout": 200})).await.unwrap();
+        assert!(started.elapsed() < Duration::from_millis(600), "took {:?}", started.elapsed());
+        assert!(out.contains("timeout of 200 ms") && out.contains("ID: bash_1"), "{out}");
+        assert!(out.contains("BashOutput") && out.contains("KillShell"), "{out}");
+        assert!(out.ends_with("Output so far:\nbefore"), "{out}");
+        // The rest of its output arrives through BashOutput, once, with its exit code.
+        let all = output_until(&ctx, "bash_1", "failed").await;
+        assert!(all.contains("after") && !all.contains("before"), "{all}");
+        assert!(all.contains("<exit_code>5</exit_code>"), "{all}");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_group_when_the_background_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        for _ in 0..super::super::background::MAX_SHELLS {
+            bash(&ctx, json!({"command": "sleep 60", "run_in_background": true})).await.unwrap();
+        }
+        let started = Instant::now();
+        let err = bash(&ctx, json!({"command": "sleep 1000 & echo $!; sleep 30", "timeout": 300})).await.unwrap_err().0;
+        assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+        assert!(err.contains("timed out after 300 ms") && err.contains("KillShell"), "{err}");
+        let child = pid_in(&err);
+        assert!(gone_soon(child).await, "background child {child} survived the timeout");
+        // One that ignores SIGTERM gets SIGKILL after the grace.
         let started = Instant::now();
         let err = bash(&ctx, json!({"command": "trap '' TERM; echo $$; while :; do sleep 0.05; done", "timeout": 200}))
             .await
@@ -657,6 +959,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
         assert!(err.contains("timed out"), "{err}");
         assert!(gone_soon(pid_in(&err)).await);
+        assert_eq!(ctx.session.shells().kill_all(), super::super::background::MAX_SHELLS);
     }
 
     #[tokio::test]
@@ -753,9 +1056,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = ctx(dir.path());
         let started = Instant::now();
-        let err = bash(&ctx, json!({"command": "yes", "timeout": 500})).await.unwrap_err().0;
-        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
-        assert!(err.contains("timed out after 500 ms"), "{err:.200}");
+        let err = bash(&ctx, json!({"command": "yes | head -c 3000000; exit 1"})).await.unwrap_err().0;
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        assert!(err.contains("exit code 1"), "{err:.200}");
         let note = err.find("characters cut from the middle ...]").expect("a cut note");
         let cut: usize = err[..note].rsplit("[... ").next().unwrap().trim().parse().unwrap();
         assert!(cut > 100_000, "only {cut} cut");

@@ -395,8 +395,8 @@ pub(super) fn snippet(text: &str, first: (usize, usize), count: usize) -> String
     for n in from..=shown_to {
         let line = lines.get(n - 1).copied().unwrap_or("");
         match line.char_indices().nth(SNIPPET_LINE_CHARS) {
-            Some((at, _)) => out.push_str(&format!("{n:>6}\t{}…\n", &line[..at])),
-            None => out.push_str(&format!("{n:>6}\t{line}\n")),
+            Some((at, _)) => out.push_str(&format!("{n}\t{}…\n", &line[..at])),
+            None => out.push_str(&format!("{n}\t{line}\n")),
         }
     }
     if shown_to < to {
@@ -447,7 +447,7 @@ mod tests {
         let out = edit(&ctx, e("m.rs", "fn b() {}", "fn bee() {}")).await.unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"fn a() {}\nfn bee() {}\nfn c() {}\n");
         assert!(out.starts_with(&format!("Edited {}: 1 replacement.", path.display())), "{out}");
-        assert!(out.contains("     2\tfn bee() {}\n") && out.contains("     1\tfn a() {}\n"), "{out}");
+        assert!(out.contains("\n2\tfn bee() {}\n") && out.contains("\n1\tfn a() {}\n"), "{out}");
         // The fresh stamp lets a second edit follow without another Read.
         edit(&ctx, e("m.rs", "fn c() {}", "")).await.unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"fn a() {}\nfn bee() {}\n\n");

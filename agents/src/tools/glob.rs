@@ -1,4 +1,7 @@
-//! `Glob`: find files by a glob pattern on their path, newest first.
+//! `Glob`: find files by a glob pattern on their path, as Claude Code's (`rg --files
+//! --glob PATTERN --sort=modified --no-ignore --hidden`): a pattern without a `/` matches
+//! a file name at any depth, ignored and hidden files are listed (never what is inside
+//! `.git`, nor what the permission rules deny reading), oldest first.
 //!
 //! Also holds the helpers the three search tools (`Glob`, `Grep`, `LS`) share: how a
 //! search root is resolved and checked, how the walker is configured, and how a found
@@ -25,8 +28,9 @@ const MAX_RESULTS: usize = 100;
 pub struct GlobInput {
     /// The glob to match against each file's path relative to the search directory.
     /// `*` and `?` stay inside one path segment, `**` crosses directories and `{a,b}`
-    /// picks alternatives: `**/*.rs` finds Rust files at any depth, `src/**/*.{ts,tsx}`
-    /// TypeScript under src, `*.toml` only the top level.
+    /// picks alternatives. A pattern without a `/` matches file names at any depth
+    /// (`*.rs` finds Rust files everywhere, as `**/*.rs` does); one with a `/` matches
+    /// the whole relative path (`src/**/*.{ts,tsx}`; `./*.toml` only the top level).
     pub pattern: String,
     /// The directory to search, absolute or relative to the working directory. Leave it
     /// out to search the working directory.
@@ -46,10 +50,11 @@ impl Tool for Glob {
         "Find files by path pattern. The glob is matched against each file's path relative \
          to the search directory (`path`, default the working directory): `*` and `?` match \
          within one path segment, `**` spans any number of directories, `{a,b}` gives \
-         alternatives. Examples: `**/*.rs`, `src/**/*.{ts,tsx}`, `**/Cargo.toml`, `*.md` (top \
-         level only). Files excluded by .gitignore or .ignore, hidden files and `.git` are \
-         skipped; symbolic links are not followed. Returns file paths (relative to the \
-         working directory when inside it), most recently modified first, at most 100. Use \
+         alternatives; a pattern without a `/` matches file names at any depth. Examples: \
+         `*.rs` or `**/*.rs` (Rust files anywhere), `src/**/*.{ts,tsx}`, `Cargo.toml`, \
+         `./*.md` (top level only). Files git ignores and hidden files are listed too; `.git` \
+         is skipped and symbolic links are not followed. Returns file paths (relative to the \
+         working directory when inside it), least recently modified first, at most 100. Use \
          it to locate files by name; use Grep to search inside them."
     }
 
@@ -91,7 +96,16 @@ fn build_glob(pattern: &str) -> Result<GlobMatcher, String> {
     if trimmed.is_empty() {
         return Err("pattern is empty; give a glob such as **/*.rs".into());
     }
-    let trimmed = trimmed.strip_prefix("./").unwrap_or(trimmed);
+    // As in ripgrep's globs (gitignore's rule): no `/`, then any depth.
+    let anywhere;
+    let trimmed = match trimmed.strip_prefix("./") {
+        Some(rest) => rest,
+        None if !trimmed.contains('/') => {
+            anywhere = format!("**/{trimmed}");
+            &anywhere
+        }
+        None => trimmed,
+    };
     GlobBuilder::new(trimmed)
         .literal_separator(true)
         .build()
@@ -108,7 +122,7 @@ fn find(
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
     let mut found: Vec<(Option<SystemTime>, PathBuf)> = Vec::new();
-    for entry in walker(root, hidden).build() {
+    for entry in listing_walker(root, hidden).build() {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled());
         }
@@ -126,8 +140,9 @@ fn find(
     if found.is_empty() {
         return Ok("No files found".into());
     }
-    // Newest first; files without a time go last; ties by path for a stable order.
-    found.sort_by(|(ta, pa), (tb, pb)| tb.cmp(ta).then_with(|| pa.cmp(pb)));
+    // Oldest first, as `rg --sort=modified`; files without a time go first; ties by path
+    // for a stable order.
+    found.sort_by(|(ta, pa), (tb, pb)| ta.cmp(tb).then_with(|| pa.cmp(pb)));
     let total = found.len();
     let mut out = String::new();
     for (_, path) in found.iter().take(MAX_RESULTS) {
@@ -202,6 +217,15 @@ pub(super) fn walker(root: &Path, denied: &Arc<PathFilter>) -> WalkBuilder {
     builder
 }
 
+/// The walker of `Glob`: as [`walker`], but listing hidden files and those ignore files
+/// exclude (Claude Code's `--no-ignore --hidden`). `.git` is still never entered, and
+/// what `denied` covers is still neither shown nor entered.
+fn listing_walker(root: &Path, denied: &Arc<PathFilter>) -> WalkBuilder {
+    let mut builder = walker(root, denied);
+    builder.hidden(false).ignore(false).git_ignore(false).git_global(false).git_exclude(false).parents(false);
+    builder
+}
+
 /// `path` as the model sees it: relative to the working directory when inside it,
 /// absolute otherwise. `cwd` must be normalized.
 pub(super) fn display(cwd: &Path, path: &Path) -> String {
@@ -252,7 +276,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn matches_relative_paths_newest_first() {
+    async fn matches_relative_paths_oldest_first() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         write(root, "a.rs", "");
@@ -263,14 +287,20 @@ mod tests {
         set_mtime(root, "src/b.rs", 3_000);
         set_mtime(root, "src/deep/c.rs", 2_000);
         let out = glob(root, json!({"pattern": "**/*.rs"})).await.unwrap();
-        assert_eq!(out, "src/b.rs\nsrc/deep/c.rs\na.rs\n");
-        // `*` does not cross a separator.
+        assert_eq!(out, "a.rs\nsrc/deep/c.rs\nsrc/b.rs\n");
+        // A bare name pattern matches at any depth, as in Claude Code.
         let out = glob(root, json!({"pattern": "*.rs"})).await.unwrap();
+        assert_eq!(out, "a.rs\nsrc/deep/c.rs\nsrc/b.rs\n");
+        assert_eq!(glob(root, json!({"pattern": "c.rs"})).await.unwrap(), "src/deep/c.rs\n");
+        // With a `/`, the whole path: `*` does not cross a separator.
+        let out = glob(root, json!({"pattern": "./*.rs"})).await.unwrap();
         assert_eq!(out, "a.rs\n");
+        let out = glob(root, json!({"pattern": "src/*.rs"})).await.unwrap();
+        assert_eq!(out, "src/b.rs\n");
         let out = glob(root, json!({"pattern": "src/**/*.{rs,txt}", "path": "."})).await.unwrap();
         assert_eq!(out.lines().count(), 3, "{out}");
         // A sub-directory as root: the pattern is relative to it, output to the cwd.
-        let out = glob(root, json!({"pattern": "*.rs", "path": "src"})).await.unwrap();
+        let out = glob(root, json!({"pattern": "./*.rs", "path": "src"})).await.unwrap();
         assert_eq!(out, "src/b.rs\n");
         assert_eq!(glob(root, json!({"pattern": "**/*.go"})).await.unwrap(), "No files found");
     }
@@ -287,9 +317,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn honors_ignore_files_hidden_and_git() {
+    async fn lists_ignored_and_hidden_files_but_nothing_of_git() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
+        std::fs::create_dir(root.join(".git")).unwrap();
         write(root, ".gitignore", "target/\n");
         write(root, ".ignore", "*.gen.rs\n");
         write(root, "target/out.rs", "");
@@ -297,33 +328,33 @@ mod tests {
         write(root, "src/keep.rs", "");
         write(root, ".hidden/h.rs", "");
         write(root, ".git/hooks/h.rs", "");
+        for (i, name) in [".hidden/h.rs", "src/keep.rs", "src/x.gen.rs", "target/out.rs"].iter().enumerate() {
+            set_mtime(root, name, 1_000 + i as u64);
+        }
         let out = glob(root, json!({"pattern": "**/*.rs"})).await.unwrap();
-        assert_eq!(out, "src/keep.rs\n");
+        assert_eq!(out, ".hidden/h.rs\nsrc/keep.rs\nsrc/x.gen.rs\ntarget/out.rs\n");
+        // A worktree's `.git` file is not listed either.
+        let wt = tempfile::tempdir().unwrap();
+        write(wt.path(), ".git", "gitdir: /elsewhere\n");
+        write(wt.path(), "a.rs", "");
+        assert_eq!(glob(wt.path(), json!({"pattern": "*"})).await.unwrap(), "a.rs\n");
     }
 
     #[tokio::test]
-    async fn gitignore_needs_a_repository_and_stops_at_its_root() {
-        let outer = tempfile::tempdir().unwrap();
-        // An enclosing repository whose rules must not reach into the worktree.
-        std::fs::create_dir(outer.path().join(".git")).unwrap();
-        write(outer.path(), ".gitignore", "*.rs\n");
-        let root = outer.path().join("worktrees/wt");
-        write(&root, ".git", "gitdir: /elsewhere\n");
-        write(&root, ".gitignore", "*.log\n");
-        write(&root, "a.rs", "");
-        write(&root, "b.log", "");
-        let out = glob(&root, json!({"pattern": "*"})).await.unwrap();
-        assert_eq!(out, "a.rs\n");
-        // Outside any repository .gitignore means nothing (as in ripgrep); .ignore does.
-        let plain = tempfile::tempdir().unwrap();
-        write(plain.path(), ".gitignore", "*.log\n");
-        write(plain.path(), ".ignore", "*.tmp\n");
-        for name in ["a.rs", "b.log", "c.tmp"] {
-            write(plain.path(), name, "");
-            set_mtime(plain.path(), name, 1_000);
-        }
-        let out = glob(plain.path(), json!({"pattern": "*"})).await.unwrap();
-        assert_eq!(out, "a.rs\nb.log\n");
+    async fn denied_paths_stay_out_of_the_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "secrets/key.pem", "");
+        write(root, "open.pem", "");
+        let pattern = crate::permissions::paths::PathPattern { root: root.to_path_buf(), pattern: "/secrets/".into() };
+        let denied = Arc::new(PathFilter::new(&[pattern]).unwrap());
+        let found = listing_walker(root, &denied)
+            .build()
+            .flatten()
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| display(root, e.path()))
+            .collect::<Vec<_>>();
+        assert_eq!(found, ["open.pem"]);
     }
 
     #[tokio::test]
@@ -337,7 +368,7 @@ mod tests {
         let out = glob(root, json!({"pattern": "*.txt"})).await.unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 101);
-        assert_eq!(lines[0], "f104.txt");
+        assert_eq!(lines[0], "f000.txt");
         assert_eq!(lines[100], "(showing 100 of 105; narrow the pattern)");
     }
 

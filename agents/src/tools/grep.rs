@@ -73,10 +73,21 @@ pub struct GrepInput {
     /// `-A` and `-B` take precedence.
     #[serde(default, rename = "-C")]
     pub context: Option<u32>,
+    /// The same as `-C`, under its long name; `-C` wins when both are given.
+    #[serde(default, rename = "context")]
+    pub context_long: Option<u32>,
+    /// Show only the matching part of each matching line, one match per output line
+    /// (`content` mode only).
+    #[serde(default, rename = "-o")]
+    pub only_matching: Option<bool>,
     /// Keep only the first N lines of the output (N entries in `files_with_matches` and
-    /// `count` mode). 0 or absent means no limit.
+    /// `count` mode), after skipping `offset`. 0 or absent means no limit.
     #[serde(default)]
     pub head_limit: Option<usize>,
+    /// Skip the first N lines of the output (N entries in `files_with_matches` and
+    /// `count` mode) before `head_limit` applies, to page through a long result.
+    #[serde(default)]
+    pub offset: Option<usize>,
     /// Let the pattern span lines: `.` also matches a newline and `\n` may appear in
     /// the pattern. Slower; use only when a match must cross lines.
     #[serde(default)]
@@ -111,8 +122,10 @@ impl Tool for Grep {
          output_mode `files_with_matches` (default) lists matching files sorted by path; \
          `count` gives `path:N` matching lines per file; `content` gives `path:line:text` \
          for matches, `path-line-text` for context lines (-A, -B, -C) and `--` between \
-         separate groups. `-i` ignores case; `multiline: true` lets a match span lines. \
-         `head_limit` keeps the first N output lines. Lines longer than 500 characters \
+         separate groups (`context` is another name for -C); `-o` shows only the matching \
+         part of each line. `-i` ignores case; `multiline: true` lets a match span lines. \
+         `head_limit` keeps the first N output lines, after skipping `offset` lines, so \
+         `offset` and `head_limit` page through a long result. Lines longer than 500 characters \
          are cut. Use this instead of running grep or rg through Bash."
     }
 
@@ -158,6 +171,8 @@ struct Plan {
     types: Option<Types>,
     globs: Vec<String>,
     head_limit: Option<usize>,
+    offset: usize,
+    only_matching: bool,
 }
 
 impl Plan {
@@ -167,8 +182,9 @@ impl Plan {
         let matcher = build_matcher(&input.pattern, input.case_insensitive.unwrap_or(false), multiline)?;
 
         let content = mode == OutputMode::Content;
-        let before = if content { input.before_context.or(input.context).unwrap_or(0) as usize } else { 0 };
-        let after = if content { input.after_context.or(input.context).unwrap_or(0) as usize } else { 0 };
+        let around = input.context.or(input.context_long);
+        let before = if content { input.before_context.or(around).unwrap_or(0) as usize } else { 0 };
+        let after = if content { input.after_context.or(around).unwrap_or(0) as usize } else { 0 };
         let mut searcher = SearcherBuilder::new();
         searcher
             .binary_detection(BinaryDetection::quit(b'\x00'))
@@ -194,7 +210,19 @@ impl Plan {
             globset::Glob::new(bare).map_err(|e| format!("invalid glob {g:?}: {}", e.kind()))?;
         }
         let head_limit = input.head_limit.filter(|&n| n > 0);
-        Ok(Self { matcher, searcher, mode, context: before > 0 || after > 0, types, globs, head_limit })
+        let offset = input.offset.unwrap_or(0);
+        let only_matching = content && input.only_matching.unwrap_or(false);
+        Ok(Self {
+            matcher,
+            searcher,
+            mode,
+            context: before > 0 || after > 0,
+            types,
+            globs,
+            head_limit,
+            offset,
+            only_matching,
+        })
     }
 
     fn overrides(&self, root: &Path) -> Result<Option<Override>, String> {
@@ -233,6 +261,7 @@ impl Plan {
             let matcher = self.matcher.clone();
             let (found, total_bytes, overflow, unreadable) = (&found, &total_bytes, &overflow, &unreadable);
             let mode = self.mode;
+            let only_matching = self.only_matching;
             Box::new(move |entry| {
                 if cancel.is_cancelled() || overflow.load(Ordering::Relaxed) {
                     return WalkState::Quit;
@@ -248,6 +277,9 @@ impl Plan {
                     return WalkState::Continue;
                 }
                 let mut sink = FileSink::new(mode, entry.path(), cwd, cancel);
+                if only_matching {
+                    sink.only = Some(&matcher);
+                }
                 if searcher.search_path(&matcher, entry.path(), &mut sink).is_err() {
                     unreadable.fetch_add(1, Ordering::Relaxed);
                     return WalkState::Continue;
@@ -294,14 +326,19 @@ impl Plan {
             }
         }
         let mut notes = Vec::new();
-        if let Some(limit) = self.head_limit {
-            let total = out.bytes().filter(|&b| b == b'\n').count();
-            if total > limit {
-                if let Some((cut, _)) = out.match_indices('\n').nth(limit - 1) {
-                    out.truncate(cut + 1);
-                }
-                notes.push(format!("(head_limit: showing {limit} of {total} lines)"));
-            }
+        let total = out.bytes().filter(|&b| b == b'\n').count();
+        let skip = self.offset.min(total);
+        let take = self.head_limit.unwrap_or(usize::MAX).min(total - skip);
+        if skip > 0 || take < total - skip {
+            let (from, to) = (after_line(&out, skip), after_line(&out, skip + take));
+            out = out[from..to].to_string();
+            let last = skip + take;
+            let more = if last < total { format!("; offset={last} continues") } else { String::new() };
+            notes.push(match (skip, take) {
+                (_, 0) => format!("(offset {} is past the end: the result has {total} lines)", self.offset),
+                (0, _) => format!("(head_limit: showing {take} of {total} lines{more})"),
+                _ => format!("(showing lines {}-{last} of {total}{more})", skip + 1),
+            });
         }
         if overflow.load(Ordering::Relaxed) {
             notes.push(format!(
@@ -318,6 +355,14 @@ impl Plan {
             out.push('\n');
         }
         Ok(out)
+    }
+}
+
+/// The byte offset just past the `n`th line of `text` (0 for none, the end past the last).
+fn after_line(text: &str, n: usize) -> usize {
+    match n.checked_sub(1) {
+        None => 0,
+        Some(i) => text.match_indices('\n').nth(i).map_or(text.len(), |(at, _)| at + 1),
     }
 }
 
@@ -363,6 +408,8 @@ struct FileSink<'a> {
     matched: bool,
     binary: bool,
     overflow: bool,
+    /// With `-o`: the matcher whose matches are shown instead of whole lines.
+    only: Option<&'a RegexMatcher>,
 }
 
 impl<'a> FileSink<'a> {
@@ -378,6 +425,7 @@ impl<'a> FileSink<'a> {
             matched: false,
             binary: false,
             overflow: false,
+            only: None,
         }
     }
 
@@ -416,8 +464,24 @@ impl Sink for FileSink<'_> {
             }
             OutputMode::Content => {
                 let first = mat.line_number();
-                for (i, line) in mat.lines().enumerate() {
-                    self.line(':', first.map(|n| n + i as u64), line);
+                if let Some(matcher) = self.only {
+                    // Each match on its own line, numbered by the line it starts on.
+                    let bytes = mat.bytes();
+                    let mut parts = Vec::new();
+                    let _ = grep_matcher::Matcher::find_iter(matcher, bytes, |m| {
+                        if !m.is_empty() {
+                            parts.push((m.start(), m.end()));
+                        }
+                        true
+                    });
+                    for (start, end) in parts {
+                        let line = bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64;
+                        self.line(':', first.map(|n| n + line), &bytes[start..end]);
+                    }
+                } else {
+                    for (i, line) in mat.lines().enumerate() {
+                        self.line(':', first.map(|n| n + i as u64), line);
+                    }
                 }
             }
         }
@@ -577,14 +641,49 @@ mod tests {
             write(dir.path(), &format!("f{i}.txt"), "needle\nneedle\n");
         }
         let out = grep(dir.path(), json!({"pattern": "needle", "head_limit": 2})).await.unwrap();
-        assert_eq!(out, "f0.txt\nf1.txt\n(head_limit: showing 2 of 5 lines)\n");
+        assert_eq!(out, "f0.txt\nf1.txt\n(head_limit: showing 2 of 5 lines; offset=2 continues)\n");
         let out =
             grep(dir.path(), json!({"pattern": "needle", "output_mode": "content", "head_limit": 3})).await.unwrap();
-        assert_eq!(out, "f0.txt:1:needle\nf0.txt:2:needle\nf1.txt:1:needle\n(head_limit: showing 3 of 10 lines)\n");
+        assert_eq!(
+            out,
+            "f0.txt:1:needle\nf0.txt:2:needle\nf1.txt:1:needle\n(head_limit: showing 3 of 10 lines; offset=3 continues)\n"
+        );
         let out = grep(dir.path(), json!({"pattern": "needle", "head_limit": 0})).await.unwrap();
         assert_eq!(out.lines().count(), 5);
         let out = grep(dir.path(), json!({"pattern": "needle", "head_limit": 50})).await.unwrap();
         assert_eq!(out.lines().count(), 5);
+    }
+
+    #[tokio::test]
+    async fn offset_pages_with_head_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            write(dir.path(), &format!("f{i}.txt"), "needle\n");
+        }
+        let page = |offset: usize| {
+            let root = dir.path().to_path_buf();
+            async move { grep(&root, json!({"pattern": "needle", "head_limit": 2, "offset": offset})).await.unwrap() }
+        };
+        assert_eq!(page(2).await, "f2.txt\nf3.txt\n(showing lines 3-4 of 5; offset=4 continues)\n");
+        assert_eq!(page(4).await, "f4.txt\n(showing lines 5-5 of 5)\n");
+        assert_eq!(page(9).await, "(offset 9 is past the end: the result has 5 lines)\n");
+        let out = grep(dir.path(), json!({"pattern": "needle", "offset": 3, "output_mode": "count"})).await.unwrap();
+        assert_eq!(out, "f3.txt:1\nf4.txt:1\n(showing lines 4-5 of 5)\n");
+    }
+
+    #[tokio::test]
+    async fn only_matching_and_the_long_context_name() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.txt", "one\nid=12 and id=345\nthree\nfour\n");
+        let out = grep(dir.path(), json!({"pattern": "id=[0-9]+", "output_mode": "content", "-o": true})).await.unwrap();
+        assert_eq!(out, "a.txt:2:id=12\na.txt:2:id=345\n");
+        // `-o` is for content; elsewhere it changes nothing.
+        let out = grep(dir.path(), json!({"pattern": "id=[0-9]+", "-o": true})).await.unwrap();
+        assert_eq!(out, "a.txt\n");
+        let out = grep(dir.path(), json!({"pattern": "three", "output_mode": "content", "context": 1})).await.unwrap();
+        assert_eq!(out, "a.txt-2-id=12 and id=345\na.txt:3:three\na.txt-4-four\n");
+        let both = json!({"pattern": "three", "output_mode": "content", "context": 1, "-C": 0});
+        assert_eq!(grep(dir.path(), both).await.unwrap(), "a.txt:3:three\n");
     }
 
     #[tokio::test]
@@ -661,7 +760,7 @@ mod tests {
         assert_eq!(DynTool::permission_subject(&Grep, &input).as_deref(), Some("src"));
         assert_eq!(DynTool::permission_subject(&Grep, &json!({"pattern": "x"})).as_deref(), Some("."));
         let schema = DynTool::input_schema(&Grep);
-        for key in ["-i", "-n", "-A", "-B", "-C", "type", "head_limit", "multiline"] {
+        for key in ["-i", "-n", "-A", "-B", "-C", "context", "-o", "type", "head_limit", "offset", "multiline"] {
             assert!(schema["properties"][key]["description"].is_string(), "{key}: {schema}");
         }
         assert!(schema.get("$defs").is_none(), "{schema}");

@@ -152,6 +152,7 @@ impl<T: Tool> DynTool for T {
             obj.remove("$schema");
             obj.remove("title");
         }
+        claude_code_shape(&mut value);
         value
     }
 
@@ -192,6 +193,95 @@ impl<T: Tool> DynTool for T {
     async fn call_with_attachments(&self, input: Value, ctx: &ToolContext) -> Result<Rich, ToolError> {
         let parsed = parse::<T::Input>(&input).map_err(|e| ToolError(format!("invalid input for {}: {e}", T::NAME)))?;
         Tool::call_with_attachments(self, parsed, ctx).await
+    }
+}
+
+/// Gives a derived schema the shapes of Claude Code's tool schemas: an optional field
+/// has its plain type and is left out of `required` (never a `["string", "null"]` union,
+/// an `anyOf` with `null`, a `null` among an enum's values or a `null` default),
+/// definitions are written in place instead of `$ref`s, and Rust's number formats
+/// (`uint64`) are dropped. A `null` the model sends still
+/// reads as absent; the schema just does not offer it.
+pub fn claude_code_shape(schema: &mut Value) {
+    let defs = schema.as_object_mut().and_then(|o| o.remove("$defs"));
+    shape(schema, defs.as_ref(), 0);
+    if schema.to_string().contains("\"$ref\"")
+        && let (Some(defs), Some(obj)) = (defs, schema.as_object_mut())
+    {
+        // A definition that refers to itself stays a definition.
+        obj.insert("$defs".into(), defs);
+    }
+}
+
+/// Definitions written in place at most this deep (a recursive one keeps its `$ref`).
+const MAX_INLINE_DEPTH: usize = 16;
+
+fn shape(node: &mut Value, defs: Option<&Value>, depth: usize) {
+    let Value::Object(map) = node else { return };
+    let null = serde_json::json!({"type": "null"});
+    for key in ["anyOf", "oneOf"] {
+        let Some(Value::Array(alternatives)) = map.get(key) else { continue };
+        let kept: Vec<&Value> = alternatives.iter().filter(|a| **a != null).collect();
+        if kept.len() == 1 && alternatives.len() == 2 {
+            let Some(only) = kept[0].as_object().cloned() else { continue };
+            map.remove(key);
+            for (k, v) in only {
+                map.entry(k).or_insert(v);
+            }
+        }
+    }
+    if depth < MAX_INLINE_DEPTH
+        && let Some(def) = map
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+            .and_then(|name| defs?.get(name))
+            .and_then(Value::as_object)
+            .cloned()
+    {
+        map.remove("$ref");
+        for (k, v) in def {
+            map.entry(k).or_insert(v);
+        }
+    }
+    if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types.remove(0);
+            map.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(values)) = map.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+    if map.get("default") == Some(&Value::Null) {
+        map.remove("default");
+    }
+    // schemars' Rust number formats (`uint64`, `int32`, `double`) mean nothing to the
+    // model; the `minimum` that comes with an unsigned type stays.
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| f.starts_with("uint") || f.starts_with("int") || f == "double" || f == "float")
+    {
+        map.remove("format");
+    }
+    for (key, value) in map.iter_mut() {
+        match (key.as_str(), value) {
+            // Maps from names to schemas: every value is a schema.
+            ("properties" | "patternProperties", Value::Object(props)) => {
+                for schema in props.values_mut() {
+                    shape(schema, defs, depth + 1);
+                }
+            }
+            (_, Value::Array(items)) => {
+                for item in items {
+                    shape(item, defs, depth + 1);
+                }
+            }
+            (_, value @ Value::Object(_)) => shape(value, defs, depth + 1),
+            _ => {}
+        }
     }
 }
 

@@ -301,7 +301,7 @@ mod tests {
         let path = file.to_str().unwrap();
         let input = json!({ "file_path": path, "edits": [{ "old_string": "alpha", "new_string": "beta" }]});
         let err = multi(&ctx, input.clone()).await.unwrap_err();
-        assert!(err.0.contains("has not been read"), "{err}");
+        assert!(err.0.contains("you have not read it"), "{err}");
         read(&ctx, path).await;
         std::fs::write(&file, "alpha changed\n").unwrap();
         let err = multi(&ctx, input).await.unwrap_err();

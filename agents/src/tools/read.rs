@@ -8,11 +8,13 @@ use serde::Deserialize;
 use super::text::{self, MAX_TEXT_FILE_BYTES};
 use super::{FileStamp, Rich, Tool, ToolContext, ToolError};
 
-/// Lines shown when no limit is given.
-pub const DEFAULT_LIMIT: u64 = 2000;
-
-/// Lines longer than this many characters are cut.
-pub const MAX_LINE_CHARS: usize = 2000;
+/// The most a result shows, in bytes (about Claude Code's 25,000 tokens). With no
+/// `limit` the whole file is shown up to this size, as Claude Code shows it, however
+/// many lines it has and however long they are; past it the result stops at a line
+/// boundary and says which `offset` to continue from (where Claude Code refuses the
+/// read and asks for `offset` and `limit`). Only a single line longer than the whole
+/// budget is cut.
+pub const MAX_RESULT_BYTES: usize = 100_000;
 
 /// Room kept under the result limit for the notes after the numbered lines.
 const NOTE_ROOM: usize = 1000;
@@ -25,7 +27,7 @@ pub struct ReadInput {
     /// The line number to start at, counting from 1. Omit it to start at the top.
     #[schemars(range(min = 1))]
     pub offset: Option<u64>,
-    /// How many lines to show at most (2000 when omitted).
+    /// How many lines to show at most (all that fit in the result when omitted).
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
     /// For PDF files only: the pages to read, as one page ("3") or a range ("1-5"),
@@ -43,10 +45,10 @@ impl Tool for Read {
 
     fn description(&self) -> &'static str {
         "Show the contents of a text file, each line prefixed by its line number and a tab \
-         (the number and tab are not part of the file). Up to 2000 lines are shown per call, \
-         and less when the lines are long; a note at the end gives the `offset` to continue \
-         from. For a large file, use Grep to find the part you need, then Read it with \
-         `offset` and `limit`. Lines longer than 2000 characters are cut. A file must be \
+         (the number and tab are not part of the file). The whole file is shown when it fits \
+         in about 100 KB of output; past that the output stops at a line and a note at the end \
+         gives the `offset` to continue from. For a large file, use Grep to find the part you \
+         need, then Read it with `offset` and `limit`. A file must be \
          Read before Write may overwrite it or Edit may change it, and Read again if it \
          changed since. UTF-8 and UTF-16 (with a byte order mark) are decoded. Images \
          (PNG, JPEG, GIF, WebP, up to about 3.7 MB) are shown to you as images, and PDFs \
@@ -85,6 +87,10 @@ impl Tool for Read {
 
     fn permission_subject(&self, input: &Self::Input) -> Option<String> {
         Some(input.file_path.clone())
+    }
+
+    fn max_result_bytes(&self) -> usize {
+        MAX_RESULT_BYTES
     }
 
     /// Images (PNG, JPEG, GIF, WebP) and PDFs go to the model as blocks; see
@@ -158,7 +164,7 @@ impl Tool for Read {
                 plural(total)
             ));
         }
-        let limit = input.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        let limit = input.limit.unwrap_or(u64::MAX).max(1);
         let end = total.min(start.saturating_add(limit - 1));
         let budget = self.max_result_bytes().saturating_sub(NOTE_ROOM);
 
@@ -166,7 +172,7 @@ impl Tool for Read {
         let mut last_shown = start - 1;
         let mut stopped_for_size = false;
         for (n, line) in (start..=end).zip(&lines[(start - 1) as usize..end as usize]) {
-            let entry = format!("{n:>6}\t{}\n", cut_line(line));
+            let entry = format!("{n}\t{}\n", cut_line(line, budget));
             if n > start && out.len() + entry.len() > budget {
                 stopped_for_size = true;
                 break;
@@ -209,15 +215,17 @@ fn plural(n: u64) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-/// `line`, cut to [`MAX_LINE_CHARS`] characters with a marker saying so.
-fn cut_line(line: &str) -> std::borrow::Cow<'_, str> {
-    match line.char_indices().nth(MAX_LINE_CHARS) {
-        None => line.into(),
-        Some((at, _)) => {
-            let chars = line.chars().count();
-            format!("{}… [line cut: showing {MAX_LINE_CHARS} of {chars} characters]", &line[..at]).into()
-        }
+/// `line`, whole when it fits in `budget` bytes with room for its number, else cut
+/// there (at a character boundary) with a marker saying so.
+fn cut_line(line: &str, budget: usize) -> std::borrow::Cow<'_, str> {
+    let room = budget.saturating_sub(200);
+    if line.len() <= room {
+        return line.into();
     }
+    let at = (0..=room).rev().find(|i| line.is_char_boundary(*i)).unwrap_or(0);
+    let shown = line[..at].chars().count();
+    let chars = shown + line[at..].chars().count();
+    format!("{}… [line cut: showing {shown} of {chars} characters; use Bash (cut -c or fold) for the rest]", &line[..at]).into()
 }
 
 #[cfg(test)]
@@ -240,7 +248,7 @@ mod tests {
     }
 
     fn numbered(range: std::ops::RangeInclusive<u64>) -> String {
-        range.map(|n| format!("{n:>6}\tline {n}\n")).collect()
+        range.map(|n| format!("{n}\tline {n}\n")).collect()
     }
 
     fn write_lines(dir: &Path, name: &str, n: u64) {
@@ -253,7 +261,7 @@ mod tests {
         let (dir, ctx) = setup();
         write_lines(dir.path(), "a.txt", 3);
         let out = read(&ctx, json!({"file_path": "a.txt"})).await.unwrap();
-        assert_eq!(out, "     1\tline 1\n     2\tline 2\n     3\tline 3\n");
+        assert_eq!(out, "1\tline 1\n2\tline 2\n3\tline 3\n");
         // A range still stamps the whole file.
         let path = dir.path().join("a.txt");
         let _ = read(&ctx, json!({"file_path": path.to_str().unwrap(), "offset": 2, "limit": 1})).await.unwrap();
@@ -277,14 +285,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn default_limit_is_2000_lines() {
+    async fn a_3000_line_file_and_a_5000_character_line_are_shown_whole() {
         let (dir, ctx) = setup();
-        // Short lines, so the size budget is not what stops it.
-        let body: String = (1..=2500).map(|_| "x\n").collect();
+        let body: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
         std::fs::write(dir.path().join("long.txt"), body).unwrap();
         let out = read(&ctx, json!({"file_path": "long.txt"})).await.unwrap();
-        assert!(out.contains("  2000\tx\n") && !out.contains("  2001\t"), "{}", &out[out.len() - 300..]);
-        assert!(out.contains("Showing lines 1-2000 of 2500") && out.contains("offset=2001"));
+        assert_eq!(out, numbered(1..=3000));
+        let wide = "x".repeat(5000);
+        std::fs::write(dir.path().join("wide.txt"), format!("{wide}\nshort\n")).unwrap();
+        let out = read(&ctx, json!({"file_path": "wide.txt"})).await.unwrap();
+        assert_eq!(out, format!("1\t{wide}\n2\tshort\n"));
     }
 
     #[tokio::test]
@@ -308,14 +318,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn cuts_long_lines_with_a_marker() {
+    async fn cuts_only_a_line_longer_than_the_whole_result() {
         let (dir, ctx) = setup();
-        std::fs::write(dir.path().join("l"), format!("{}\nshort\n", "x".repeat(2500))).unwrap();
+        std::fs::write(dir.path().join("l"), format!("{}\nshort\n", "é".repeat(MAX_RESULT_BYTES))).unwrap();
         let out = read(&ctx, json!({"file_path": "l"})).await.unwrap();
+        assert!(out.len() <= MAX_RESULT_BYTES, "{}", out.len());
         let first = out.lines().next().unwrap();
-        assert!(first.contains(&"x".repeat(2000)) && !first.contains(&"x".repeat(2001)), "{first}");
-        assert!(first.contains("line cut") && first.contains("2500"), "{first}");
-        assert!(out.contains("     2\tshort\n"));
+        let end: String = first.chars().skip(first.chars().count() - 150).collect();
+        assert!(first.starts_with("1\té") && end.contains("line cut"), "{end}");
+        assert!(end.contains(&format!("of {MAX_RESULT_BYTES} characters")), "{end}");
+        assert!(out.ends_with("for the rest]\n2\tshort\n"), "{end}");
     }
 
     #[tokio::test]
@@ -354,7 +366,7 @@ mod tests {
         std::fs::write(dir.path().join("bom"), b"\xEF\xBB\xBFh\xC3\xA9llo\nworld\n").unwrap();
         for name in ["le", "be", "bom"] {
             let out = read(&ctx, json!({"file_path": name})).await.unwrap();
-            assert_eq!(out, "     1\th\u{e9}llo\n     2\tworld\n", "{name}");
+            assert_eq!(out, "1\th\u{e9}llo\n2\tworld\n", "{name}");
         }
     }
 
@@ -363,7 +375,7 @@ mod tests {
         let (dir, ctx) = setup();
         std::fs::write(dir.path().join("latin1"), b"caf\xE9\n").unwrap();
         let out = read(&ctx, json!({"file_path": "latin1"})).await.unwrap();
-        assert!(out.starts_with("     1\tcaf\u{FFFD}\n") && out.contains("not valid UTF-8"), "{out}");
+        assert!(out.starts_with("1\tcaf\u{FFFD}\n") && out.contains("not valid UTF-8"), "{out}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Per-agent state shared by the tools of one agent inside its tool host: the working
-//! directory, what was read and when, the todo list, the background shells, and the
+//! directory (and the one `Bash` left its shell in), what was read and when, the todo list, the background shells, and the
 //! subdirectory instructions already given to the model.
 
 use std::collections::HashMap;
@@ -64,6 +64,9 @@ pub enum TodoStatus {
 #[derive(Debug)]
 pub struct Session {
     cwd: PathBuf,
+    /// Where the next `Bash` command starts: the directory the last one ended in, always
+    /// inside `cwd`.
+    shell_cwd: Mutex<PathBuf>,
     reads: Mutex<HashMap<PathBuf, FileStamp>>,
     todos: Mutex<Vec<Todo>>,
     shells: Arc<Shells>,
@@ -72,8 +75,10 @@ pub struct Session {
 
 impl Session {
     pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        let cwd = cwd.into();
         Self {
-            cwd: cwd.into(),
+            shell_cwd: Mutex::new(cwd.clone()),
+            cwd,
             reads: Mutex::new(HashMap::new()),
             todos: Mutex::new(Vec::new()),
             shells: Arc::new(Shells::default()),
@@ -81,13 +86,14 @@ impl Session {
         }
     }
 
-    /// A session for a sub-agent: the same working directory and background shells,
-    /// but its own read stamps and todo list, so it cannot edit a file only its caller
+    /// A session for a sub-agent: the same working directory and background shells, its
+    /// shell starting where its caller's is now, but its own read stamps and todo list, so it cannot edit a file only its caller
     /// read, and its own record of the subdirectory instructions it was given (its
     /// caller's were attached to results it never sees).
     pub fn scoped(&self) -> Self {
         Self {
             cwd: self.cwd.clone(),
+            shell_cwd: Mutex::new(self.shell_cwd()),
             reads: Mutex::new(HashMap::new()),
             todos: Mutex::new(Vec::new()),
             shells: self.shells.clone(),
@@ -110,6 +116,17 @@ impl Session {
     /// The agent's working directory (its worktree).
     pub fn cwd(&self) -> &Path {
         &self.cwd
+    }
+
+    /// Where the next `Bash` command starts.
+    pub fn shell_cwd(&self) -> PathBuf {
+        self.shell_cwd.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records where the last `Bash` command ended; the caller checked that it is inside
+    /// the working directory.
+    pub fn set_shell_cwd(&self, dir: PathBuf) {
+        *self.shell_cwd.lock().unwrap_or_else(|e| e.into_inner()) = dir;
     }
 
     /// `path` made absolute against the working directory, with `.` and `..` folded

@@ -139,7 +139,10 @@ pub fn uses_crlf(text: &str) -> bool {
 pub fn check_fresh(session: &Session, path: &Path, bytes: &[u8], given: &str, tool: &str) -> Result<(), ToolError> {
     match session.last_read(path) {
         None => Err(ToolError(format!(
-            "{given} already exists and has not been read in this session. Read it first, then retry the {tool}."
+            "{given} already exists and you have not read it in this session, so the {tool} was refused: orch \
+             never changes a file you have not seen. Read it first (Read with file_path \"{}\"; any offset or \
+             limit will do), then send the same {tool} call again.",
+            path.display()
         ))),
         Some(stamp) if !stamp.matches(bytes) => Err(ToolError(format!(
             "{given} has changed on disk since you last read it (by a command, a hook or another process). \

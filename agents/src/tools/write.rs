@@ -146,6 +146,10 @@ mod tests {
         std::fs::write(dir.path().join("f"), "keep me").unwrap();
         let err = write(&ctx, json!({"file_path": "f", "content": "gone"})).await.unwrap_err();
         assert!(err.0.contains("Read it first"), "{err}");
+        // It says exactly which call to make, then to repeat this one.
+        let path = dir.path().join("f");
+        assert!(err.0.contains(&format!("Read with file_path \"{}\"", path.display())), "{err}");
+        assert!(err.0.contains("then send the same Write call again"), "{err}");
         assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"keep me");
         read(&ctx, "f").await;
         let out = write(&ctx, json!({"file_path": "f", "content": "replaced\n"})).await.unwrap();

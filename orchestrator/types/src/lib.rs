@@ -9,6 +9,7 @@
 pub mod duration;
 pub mod hook;
 pub mod limits;
+pub mod model;
 pub mod permission;
 pub mod sandbox;
 pub mod size;

@@ -367,7 +367,7 @@ agents:
   root/sub-1:
     - tool_calls: [{ name: Edit, input: { file_path: "notes.txt", old_string: "alpha", new_string: "beta" } }]
     - text: refused
-      expect: { contains: "has not been read" }
+      expect: { contains: "you have not read it" }
 "#,
     );
     let (outcome, tree) =
@@ -543,4 +543,74 @@ agents:
         orch_agents::ToolRunner::specs(&pool).into_iter().find(|s| s.name == "Agent").unwrap()
     };
     assert!(spec.description.contains("- reviewer: Reviews files for mistakes."), "{}", spec.description);
+}
+
+/// A provider that notes the model each agent asked for.
+struct Models {
+    inner: Arc<dyn ModelProvider>,
+    seen: Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait]
+impl ModelProvider for Models {
+    fn name(&self) -> &str {
+        "models"
+    }
+
+    async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
+        self.seen.lock().unwrap().push((request.agent_id.to_string(), request.model.to_string()));
+        self.inner.send(request, sink).await
+    }
+}
+
+#[tokio::test]
+async fn the_agent_tool_takes_a_model_alias_or_id_and_run_in_background() {
+    let provider = Arc::new(Models {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "a", model: haiku } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "b", model: claude-opus-4-1-20250805, run_in_background: true } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "c", model: inherit, subagent_type: quick } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "d", subagent_type: quick } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "e", model: "" } }]
+    - text: done
+  root/sub-1:
+    - text: a done
+  root/sub-2:
+    - text: b done
+  root/sub-3:
+    - text: c done
+  root/sub-4:
+    - text: d done
+"#,
+        ),
+        seen: Mutex::new(Vec::new()),
+    });
+    let quick = AgentDefinition {
+        name: "quick".into(),
+        description: "Answers quickly.".into(),
+        model: Some("claude-haiku-4-5".into()),
+        system_prompt: "Be quick.".into(),
+        ..AgentDefinition::default()
+    };
+    let (outcome, _tree) =
+        run_tree(provider.clone(), SubagentLimits::default(), vec![quick], config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let seen = provider.seen.lock().unwrap().clone();
+    let model_of = |id: &str| seen.iter().find(|(a, _)| a == id).map(|(_, m)| m.clone()).unwrap();
+    assert_eq!(model_of("root"), "claude-sonnet-4-5");
+    // An alias is its model id; a full id is used as it is.
+    assert_eq!(model_of("root/sub-1"), "claude-haiku-4-5");
+    assert_eq!(model_of("root/sub-2"), "claude-opus-4-1-20250805");
+    // `inherit` is the caller's model, over the definition's; without `model`, the definition's.
+    assert_eq!(model_of("root/sub-3"), "claude-sonnet-4-5");
+    assert_eq!(model_of("root/sub-4"), "claude-haiku-4-5");
+    let results = root_results(&outcome);
+    assert!(!results[1].1 && results[1].0.starts_with("b done"), "{:?}", results[1]);
+    assert!(results[1].0.contains("run_in_background") && results[1].0.contains("ran to the end"), "{:?}", results[1]);
+    assert!(!results[0].0.contains("run_in_background"), "{:?}", results[0]);
+    assert!(results[4].1 && results[4].0.contains("`model` is empty"), "{:?}", results[4]);
 }

@@ -34,11 +34,11 @@ const CHILD_STACK: usize = 64 * 1024;
 const NSIG: libc::c_int = 65;
 
 /// Starts `program` with `args` in `cwd`, in a new process group, stdin on /dev/null
-/// and stdout and stderr on pipes, with this process's environment, running `hook` in
+/// and stdout and stderr on pipes, with this process's environment and `env` over it, running `hook` in
 /// the child before `exec`. `program` without a `/` is looked up in `PATH`; a program
 /// that is not found gives an error of kind [`io::ErrorKind::NotFound`]. An error of
 /// the hook (or of `chdir`, `exec`) is returned as that OS error, and no child is left.
-pub fn spawn(program: &str, args: &[&str], cwd: &Path, hook: Option<Hook>) -> io::Result<Child> {
+pub fn spawn(program: &str, args: &[&str], cwd: &Path, env: &[(&str, &str)], hook: Option<Hook>) -> io::Result<Child> {
     let path = resolve(program)?;
     let cstr = |bytes: &[u8]| CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
     let path = cstr(path.as_os_str().as_bytes())?;
@@ -48,6 +48,8 @@ pub fn spawn(program: &str, args: &[&str], cwd: &Path, hook: Option<Hook>) -> io
         argv_owned.push(cstr(arg.as_bytes())?);
     }
     let envp_owned = std::env::vars_os()
+        .filter(|(k, _)| !env.iter().any(|(name, _)| k.as_bytes() == name.as_bytes()))
+        .chain(env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))))
         .map(|(k, v)| {
             let mut kv: OsString = k;
             kv.push("=");
@@ -411,7 +413,7 @@ mod tests {
     async fn runs_the_hook_in_the_child_only_with_clean_signals_and_its_own_group() {
         let dir = tempfile::tempdir().unwrap();
         let script = "cat /proc/self/status; echo cwd=$(pwd -P); echo pgid=$(cut -d' ' -f5 /proc/$$/stat)";
-        let mut child = spawn("sh", &["-c", script], dir.path(), Some(no_new_privs)).unwrap();
+        let mut child = spawn("sh", &["-c", script], dir.path(), &[], Some(no_new_privs)).unwrap();
         let pid = child.id().unwrap();
         let (out, status) = output(&mut child).await;
         assert!(status.success(), "{out}");
@@ -431,11 +433,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("ran");
         let touch = format!("touch {}", marker.display());
-        let err = spawn("sh", &["-c", &touch], dir.path(), Some(refuse)).unwrap_err();
+        let err = spawn("sh", &["-c", &touch], dir.path(), &[], Some(refuse)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
-        let err = spawn("sh", &["-c", &touch], &dir.path().join("missing"), None).unwrap_err();
+        let err = spawn("sh", &["-c", &touch], &dir.path().join("missing"), &[], None).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
-        let err = spawn("orch-no-such-shell", &["-c", &touch], dir.path(), None).unwrap_err();
+        let err = spawn("orch-no-such-shell", &["-c", &touch], dir.path(), &[], None).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(!marker.exists(), "the command must not have run");
@@ -444,13 +446,13 @@ mod tests {
     #[tokio::test]
     async fn reports_exit_codes_and_signals() {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = spawn("sh", &["-c", "echo out; echo err >&2; exit 3"], dir.path(), None).unwrap();
+        let mut child = spawn("sh", &["-c", "echo out; echo err >&2; exit 3"], dir.path(), &[], None).unwrap();
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
         let (out, status) = output(&mut child).await;
         assert_eq!((out.as_str(), err.as_str(), status.code()), ("out\n", "err\n", Some(3)));
         assert_eq!(child.wait().await.unwrap().code(), Some(3), "wait again gives the same status");
-        let mut child = spawn("sh", &["-c", "sleep 30"], dir.path(), None).unwrap();
+        let mut child = spawn("sh", &["-c", "sleep 30"], dir.path(), &[], None).unwrap();
         child.start_kill().unwrap();
         assert_eq!(child.wait().await.unwrap().signal(), Some(libc::SIGKILL));
     }
@@ -458,7 +460,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_child_is_killed_and_reaped() {
         let dir = tempfile::tempdir().unwrap();
-        let child = spawn("sleep", &["30"], dir.path(), None).unwrap();
+        let child = spawn("sleep", &["30"], dir.path(), &[], None).unwrap();
         let pid = child.id().unwrap();
         drop(child);
         let mut gone = false;

@@ -738,6 +738,49 @@ agents:
     assert_eq!(refs_after, refs_before);
 }
 
+#[test]
+fn bash_keeps_its_directory_and_claude_codes_environment_in_the_sandbox() {
+    let fx = Fixture::new("t-cwd", &[("src/deep/a.txt", "A\n")]);
+    let workflow = r#"
+version: 1
+name: cwd
+agents:
+  walker:
+    prompt: Walk around.
+    tools: [Bash]
+"#;
+    // One call per turn: each starts where the one before ended.
+    let script = r#"
+version: 1
+agents:
+  walker:
+    - tool_calls: [{name: Bash, input: {command: "cd src/deep"}}]
+    - tool_calls: [{name: Bash, input: {command: "pwd; cat a.txt; echo \"$CLAUDECODE|$CLAUDE_CODE_ENTRYPOINT|$GIT_EDITOR\"; cd ..; exit 3"}}]
+    - tool_calls: [{name: Bash, input: {command: "pwd; cd /"}}]
+    - tool_calls: [{name: Bash, input: {command: "pwd"}}]
+    - text: done
+"#;
+    let run = fx.run(workflow, script, &[]);
+    run.expect_code(0);
+    let results = run.tool_results("walker");
+    assert_eq!(results.len(), 4, "{results:?}");
+    let (_, is_error, second) = &results[1];
+    assert!(is_error, "exit 3 stays the command's: {second}");
+    assert!(second.starts_with("Command failed with exit code 3\n"), "{second}");
+    let mut lines = second.lines().skip(1);
+    let deep = lines.next().unwrap();
+    assert!(deep.ends_with("/src/deep"), "{second}");
+    assert_eq!(lines.next(), Some("A"), "{second}");
+    assert_eq!(lines.next(), Some("1|sdk-cli|true"), "{second}");
+    let root = deep.strip_suffix("/src/deep").unwrap();
+    let (_, is_error, third) = &results[2];
+    assert!(!is_error, "{third}");
+    let (pwd, note) = third.split_once('\n').unwrap();
+    assert_eq!(pwd, format!("{root}/src"));
+    assert!(note.contains("outside the worktree") && note.ends_with(&format!("root {root}.)")), "{note}");
+    assert_eq!(results[3].2, root);
+}
+
 // ---------------------------------------------------------------------------------------
 // setup:
 
