@@ -173,8 +173,12 @@ pub struct ModelArgs {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// What the agent should do; `-` reads it from stdin.
-    pub prompt: String,
+    /// What the agent should do; `-`, or none, reads it from stdin. With a prompt
+    /// here and text piped in, the agent gets both (the prompt first), as `claude -p`.
+    pub prompt: Option<String>,
+    /// Accepted for `claude -p` scripts: orch exec always prints and exits.
+    #[arg(short = 'p', long = "print")]
+    pub print: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     /// The agent id (selects its turns in a script).
@@ -205,14 +209,36 @@ pub struct ExecArgs {
     /// `--limit max_disk=1GiB`; the flags above win over it.
     #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = parse_limit)]
     pub limits: Vec<(String, serde_json::Value)>,
-    /// Stream events as JSON lines on stdout (the final answer is in the last event);
-    /// the same as `--output-format stream-json`.
+    /// Stream orch's events as JSON lines on stdout (the final answer is in the last
+    /// event), as `orch run --json` does.
     #[arg(long, conflicts_with = "output_format")]
     pub json: bool,
-    /// What goes to stdout: `text` (the answer), `json` (one result object with the
-    /// answer, status, usage and cost) or `stream-json` (every event, as `--json`).
+    /// What goes to stdout, in Claude Code's shapes: `text` (the answer), `json` (one
+    /// result object with the answer, usage and cost) or `stream-json` (an init line,
+    /// the messages, then the result).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
     pub output_format: OutputFormat,
+    /// Replaces the system prompt's own text (the project's instructions, skills and
+    /// environment are still added).
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+    /// Text added at the end of the system prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub append_system_prompt: Option<String>,
+    /// MCP servers from a JSON file (or JSON text) with `mcpServers`, as `.mcp.json`
+    /// writes them; repeatable. Their tools still need `--tools` or `--allowedTools`.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub mcp_config: Vec<String>,
+    /// Permission rules that allow calls, such as `Bash(git diff:*)` or `Edit`
+    /// (comma- or space-separated); the tools they name join the agent's tools.
+    #[arg(long = "allowedTools", visible_alias = "allowed-tools", value_name = "RULES", num_args = 1..)]
+    pub allowed_tools: Vec<String>,
+    /// Permission rules that deny calls; a bare tool name takes the tool away.
+    #[arg(long = "disallowedTools", visible_alias = "disallowed-tools", value_name = "RULES", num_args = 1..)]
+    pub disallowed_tools: Vec<String>,
+    /// The same as `--permission-mode bypassPermissions` (the sandbox still holds).
+    #[arg(long, conflicts_with = "permission_mode")]
+    pub dangerously_skip_permissions: bool,
     /// A JSON Schema file: the final answer must be JSON that matches it (the agent is
     /// asked again when it does not; `structured_output` in the JSON result).
     #[arg(long, value_name = "FILE")]
@@ -220,9 +246,9 @@ pub struct ExecArgs {
     /// Allow write tools outside a git repository, or in the home or root directory.
     #[arg(long)]
     pub allow_outside_repo: bool,
-    /// The tools the agent may use, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite", value_parser = parse_tool)]
-    pub tools: Vec<String>,
+    /// The tools the agent may use, comma-separated [default: Glob,Grep,LS,Read,TodoWrite].
+    #[arg(long, value_delimiter = ',', value_parser = parse_tool)]
+    pub tools: Option<Vec<String>>,
     /// The agent's working directory (default: the current one).
     #[arg(short = 'C', long)]
     pub cwd: Option<PathBuf>,
@@ -353,24 +379,31 @@ impl ExecArgs {
     /// The typed options of `orch exec`: reads the prompt from stdin for `-` and the
     /// output schema file.
     pub fn options(self, reporter: Arc<dyn Reporter>) -> Result<ExecOptions, UsageError> {
-        use std::io::{IsTerminal as _, Read as _};
-        let prompt = if self.prompt == "-" {
-            let mut text = String::new();
-            std::io::stdin()
-                .take(MAX_STDIN_PROMPT + 1)
-                .read_to_string(&mut text)
-                .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
-            if text.len() as u64 > MAX_STDIN_PROMPT {
-                return Err(UsageError("the prompt on stdin is over 1 MiB; shorten it".into()));
+        use std::io::IsTerminal as _;
+        let prompt = match self.prompt.as_deref() {
+            None | Some("-") => {
+                if self.prompt.is_none() && std::io::stdin().is_terminal() {
+                    return Err(UsageError(
+                        "no prompt: give it as an argument (`orch exec \"list the files\"`) or pipe it in".into(),
+                    ));
+                }
+                let text = read_stdin(None)?.unwrap_or_default();
+                if text.trim().is_empty() {
+                    return Err(UsageError(
+                        "the prompt on stdin is empty; pipe the task in, e.g. `echo 'list the files' | orch exec`"
+                            .into(),
+                    ));
+                }
+                text
             }
-            if text.trim().is_empty() {
-                return Err(UsageError(
-                    "the prompt on stdin is empty; pipe the task in, e.g. `echo 'list the files' | orch exec -`".into(),
-                ));
-            }
-            text
-        } else {
-            self.prompt
+            // As `claude -p "explain" < log`: the prompt, a line break, then the input.
+            Some(prompt) => match piped_stdin() {
+                true => match read_stdin(Some(STDIN_WAIT))? {
+                    Some(input) if !input.is_empty() => format!("{prompt}\n{input}"),
+                    _ => prompt.to_string(),
+                },
+                false => prompt.to_string(),
+            },
         };
         let output_schema = match &self.output_schema {
             Some(path) => {
@@ -384,14 +417,16 @@ impl ExecArgs {
             None => None,
         };
         let output_format = match (self.json, self.output_format) {
-            (true, _) | (false, OutputFormat::StreamJson) => ExecOutput::StreamJson,
+            (true, _) => ExecOutput::Events,
+            (false, OutputFormat::StreamJson) => ExecOutput::StreamJson,
             (false, OutputFormat::Json) => ExecOutput::Json,
             (false, OutputFormat::Text) => ExecOutput::Text,
         };
+        let _ = self.print;
         let ci = crate::progress::in_ci();
         // The agent a one-agent workflow with these settings would plan.
         let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
-        agent.tools = self.tools;
+        agent.tools = self.tools.unwrap_or_else(|| DEFAULT_EXEC_TOOLS.iter().map(|t| t.to_string()).collect());
         // Through the workflow key's own parser, so every `limits:` key is a flag too.
         let mut limits: orch_workflows::Limits =
             serde_json::from_value(serde_json::Value::Object(self.limits.into_iter().collect()))
@@ -402,7 +437,27 @@ impl ExecArgs {
         limits.timeout = self.timeout.map(orch_workflows::Duration::from_std).or(limits.timeout);
         agent.limits = limits;
         agent.model_settings = self.model_settings.settings();
-        let PermissionArgs { permission_mode, allow, deny, ask } = self.permissions;
+        let PermissionArgs { permission_mode, mut allow, mut deny, ask } = self.permissions;
+        // Claude Code's lists: each rule allows (or denies) its calls; a tool a rule
+        // allows joins the agent's tools, and a bare name denied takes the tool away.
+        for rule in self.allowed_tools.iter().flat_map(|v| split_rules(v)) {
+            let tool = parse_tool(rule_tool(&rule)).map_err(|e| UsageError(format!("--allowedTools: {e}")))?;
+            if !agent.tools.contains(&tool) {
+                agent.tools.push(tool);
+            }
+            allow.push(rule);
+        }
+        for rule in self.disallowed_tools.iter().flat_map(|v| split_rules(v)) {
+            let tool = parse_tool(rule_tool(&rule)).map_err(|e| UsageError(format!("--disallowedTools: {e}")))?;
+            if tool == rule {
+                agent.tools.retain(|t| *t != tool);
+            }
+            deny.push(rule);
+        }
+        let permission_mode = match self.dangerously_skip_permissions {
+            true => Some(orch_workflows::PermissionMode::BypassPermissions),
+            false => permission_mode,
+        };
         agent.permissions = orch_workflows::PermissionsSpec {
             mode: permission_mode.unwrap_or(orch_workflows::PermissionMode::Default),
             allow,
@@ -426,8 +481,84 @@ impl ExecArgs {
             record: self.record,
             replay: self.replay,
             transcript: self.transcript,
+            system_prompt: self.system_prompt,
+            append_system_prompt: self.append_system_prompt,
+            mcp_configs: self.mcp_config,
         })
     }
+}
+
+/// The tools of `orch exec` when `--tools` is not given.
+const DEFAULT_EXEC_TOOLS: [&str; 5] = ["Glob", "Grep", "LS", "Read", "TodoWrite"];
+
+/// How long a prompt given as an argument waits for piped input to start, as `claude -p`.
+const STDIN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether stdin is a pipe or a file (not a terminal, not `/dev/null` or a socket).
+fn piped_stdin() -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    let Ok(meta) = std::fs::metadata("/dev/stdin") else { return false };
+    meta.file_type().is_fifo() || meta.is_file()
+}
+
+/// All of stdin (at most [`MAX_STDIN_PROMPT`] bytes); with `wait`, `None` when nothing
+/// arrives within it (the input is then left unread).
+fn read_stdin(wait: Option<std::time::Duration>) -> Result<Option<String>, UsageError> {
+    use std::io::Read as _;
+    if let Some(wait) = wait {
+        use std::os::fd::AsFd as _;
+        let stdin = std::io::stdin();
+        let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let timeout = nix::poll::PollTimeout::try_from(wait).unwrap_or(nix::poll::PollTimeout::MAX);
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(0) => {
+                tracing::warn!("no input arrived on stdin within {}s; going on with the prompt alone", wait.as_secs());
+                return Ok(None);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(UsageError(format!("cannot wait for stdin: {e}"))),
+        }
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX_STDIN_PROMPT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| UsageError(format!("cannot read the prompt from stdin: {e}")))?;
+    if text.len() as u64 > MAX_STDIN_PROMPT {
+        return Err(UsageError("the input on stdin is over 1 MiB; shorten it".into()));
+    }
+    Ok(Some(text))
+}
+
+/// The rules of one `--allowedTools` value: split at commas and spaces outside
+/// parentheses, as Claude Code reads the list.
+fn split_rules(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut current = String::new();
+    for c in value.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' | ' ' | '\t' | '\n' if depth == 0 => {
+                if !current.is_empty() {
+                    out.push(std::mem::take(&mut current));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The tool a rule is about: `Bash` of `Bash(git diff:*)`.
+fn rule_tool(rule: &str) -> &str {
+    rule.split_once('(').map_or(rule, |(tool, _)| tool)
 }
 
 impl RunArgs {

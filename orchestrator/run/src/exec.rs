@@ -25,7 +25,7 @@ use crate::exit::{Code, UsageError};
 use crate::options::{ExecOptions, ExecOutput, SettingSource};
 use crate::repo_config::{RepoConfig, Trust};
 use crate::run::Reporter;
-use crate::run::output::{Answer, OutputSchema, ask};
+use crate::run::output::{OutputSchema, ask};
 use crate::run::report::{AgentReport, AgentStatus, ChangedFile};
 use crate::run_event::RunEvent;
 use crate::{provider, signals};
@@ -64,7 +64,8 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         .tempdir()
         .context("cannot create the private directory for large tool results")?;
     let trust = Trust::from_env(args.trust_repo_config, args.config_ref.clone());
-    let sources = sources(&cwd, &results_dir.path().join("skills"), &trust)?;
+    let mut sources = sources(&cwd, &results_dir.path().join("skills"), &trust)?;
+    add_mcp_configs(&mut sources, &args.mcp_configs)?;
     let mut spec = args.agent.clone();
     // A prompt that starts with `/name` is the repository's slash command `name`.
     let prompt =
@@ -87,9 +88,16 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         ),
         None => None,
     };
-    let stream = args.output_format == ExecOutput::StreamJson;
-    let sink: Arc<dyn EventSink> =
-        Arc::new(Tee { agent: spec.id.clone(), stream, reporter: args.reporter.clone(), transcript });
+    let session_id = crate::exec_format::uuid();
+    let claude = Arc::new(crate::exec_format::Stream::new(&session_id));
+    let tee = Tee {
+        agent: spec.id.clone(),
+        output: args.output_format,
+        claude: claude.clone(),
+        reporter: args.reporter.clone(),
+        transcript,
+    };
+    let sink: Arc<dyn EventSink> = Arc::new(tee);
     let cancel = CancellationToken::new();
     let interrupts = signals::watch(cancel.clone())?;
     // What the directory holds before, to count what the agent changed as a run does.
@@ -129,6 +137,33 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
             return Err(e);
         }
     };
+    let mut equipped = equipped;
+    if let Some(text) = &args.system_prompt
+        && let Some(first) = equipped.config.system.first_mut()
+    {
+        first.text = text.clone();
+    }
+    if let Some(text) = &args.append_system_prompt
+        && let Some(last) = equipped.config.system.last_mut()
+    {
+        last.text.push_str("\n\n");
+        last.text.push_str(text);
+    }
+    if args.output_format == ExecOutput::StreamJson {
+        let tools: Vec<String> =
+            session.pool().map(|p| p.tool_names().into_iter().map(str::to_string).collect()).unwrap_or_default();
+        let init = crate::exec_format::Init {
+            cwd: &cwd,
+            model: &equipped.config.model,
+            tools,
+            mcp_servers: sources.extensions.mcp_servers.keys().cloned().collect(),
+            permission_mode: spec.permissions.mode.to_string(),
+            slash_commands: sources.commands.commands.iter().map(|c| c.name.clone()).collect(),
+            agents: sources.subagents.definitions().iter().map(|d| d.name.clone()).collect(),
+            skills: sources.skills.skills.skills.iter().map(|s| s.name.clone()).collect(),
+        };
+        args.reporter.json_line(&crate::exec_format::init_line(&session_id, &init));
+    }
     let mut prompt = prompt;
     if let Some(schema) = &schema {
         prompt.push_str(&schema.instructions());
@@ -176,8 +211,11 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         ExecOutput::Text if !report.text.trim().is_empty() => {
             args.reporter.answer(report.text.trim_end()).context("cannot write the answer to stdout")?;
         }
-        ExecOutput::Json => args.reporter.json_line(&result_line(&report, &answer, &run, interrupts.code())),
-        ExecOutput::Text | ExecOutput::StreamJson => {}
+        ExecOutput::Json | ExecOutput::StreamJson => {
+            let stop = claude.stop_reason();
+            args.reporter.json_line(&crate::exec_format::result(&report, &answer, &session_id, stop, interrupts.code()))
+        }
+        ExecOutput::Text | ExecOutput::Events => {}
     }
     if let Some(reason) = &report.reason {
         crate::notice::note(format_args!("agent {reason}"));
@@ -246,36 +284,6 @@ fn share_results(parent: &Path, results: &Path, uid: u32) -> crate::error::Resul
     Ok(())
 }
 
-/// `--output-format json`: one object on stdout, in the manner of `claude -p
-/// --output-format json`. One JSON line, as `--json` writes its events: a line that
-/// starts with `{` cannot act as a workflow command, so it needs no fence.
-fn result_line(report: &AgentReport, answer: &Answer, run: &str, interrupted: Option<Code>) -> serde_json::Value {
-    let mut result = serde_json::json!({
-        "type": "result",
-        "status": report.status.as_str(),
-        "is_error": report.status != AgentStatus::Succeeded,
-        "terminal": answer.terminal,
-        "result": report.text,
-        "num_turns": report.turns,
-        "duration_ms": report.duration_ms,
-        "usage": report.usage,
-        "total_cost_usd": report.cost_usd,
-        "model": report.model,
-        "session_id": format!("{run}/{}", report.id),
-    });
-    if let Some(reason) = &report.reason {
-        result["reason"] = reason.clone().into();
-    }
-    if let Some(output) = &report.output {
-        result["structured_output"] = output.clone();
-    }
-    if let Some(code) = interrupted {
-        result["interrupted"] = true.into();
-        result["exit_code"] = (code as u8).into();
-    }
-    result
-}
-
 /// What the repository around `cwd` configures for its agents, read as `orch run` reads
 /// it (from the base ref in a pull-request run, see [`crate::repo_config`]), with the
 /// skills copied into `skills_dir`; nothing when that cannot be resolved.
@@ -312,11 +320,13 @@ fn check_mcp_tools(tools: &[String], sources: &Sources) -> crate::error::Result<
     Ok(())
 }
 
-/// Where the agent's events go: the reporter (progress on stderr), every event as a JSON
-/// line on stdout with `--json`, and the transcript file (`--transcript`).
+/// Where the agent's events go: the reporter (progress on stderr), stdout as the output
+/// format says (orch's events with `--json`, Claude Code's lines with `stream-json`),
+/// and the transcript file (`--transcript`).
 struct Tee {
     agent: String,
-    stream: bool,
+    output: ExecOutput,
+    claude: Arc<crate::exec_format::Stream>,
     reporter: Arc<dyn Reporter>,
     transcript: Option<crate::run::Transcript>,
 }
@@ -327,15 +337,53 @@ impl EventSink for Tee {
         if matches!(event, Event::TextDelta { .. }) {
             return;
         }
-        if self.transcript.is_none() && !self.stream {
+        // Always watched: the JSON result needs the last stop reason too.
+        for line in self.claude.lines(&event) {
+            if self.output == ExecOutput::StreamJson {
+                self.reporter.json_line(&line);
+            }
+        }
+        let events = self.output == ExecOutput::Events;
+        if self.transcript.is_none() && !events {
             return;
         }
         let line = RunEvent::of(&self.agent, event).to_value();
         if let Some(t) = &self.transcript {
             t.record(&line);
         }
-        if self.stream {
+        if events {
             self.reporter.json_line(&line);
         }
     }
+}
+
+/// Adds the servers of each `--mcp-config` (a file, or JSON text as Claude Code also
+/// takes) to those the repository declares; a name declared twice is an error.
+fn add_mcp_configs(sources: &mut Sources, configs: &[String]) -> crate::error::Result<()> {
+    if configs.is_empty() {
+        return Ok(());
+    }
+    let mut extensions = (*sources.extensions).clone();
+    for config in configs {
+        let (text, label) = if config.trim_start().starts_with('{') {
+            (config.clone(), "--mcp-config".to_string())
+        } else {
+            let text = std::fs::read_to_string(config)
+                .map_err(|e| UsageError(format!("cannot read --mcp-config {config}: {e}")))?;
+            (text, format!("--mcp-config {config}"))
+        };
+        let servers = crate::hooks_config::mcp_servers_of(&text, &label).map_err(|e| UsageError(e.to_string()))?;
+        for (name, server) in servers {
+            if extensions.mcp_servers.contains_key(&name) {
+                return Err(UsageError(format!(
+                    "{label}: the MCP server `{name}` is already declared (by .mcp.json or another --mcp-config); \
+                     rename one of them"
+                ))
+                .into());
+            }
+            extensions.mcp_servers.insert(name, server);
+        }
+    }
+    sources.extensions = Arc::new(extensions);
+    Ok(())
 }

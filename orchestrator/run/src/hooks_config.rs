@@ -69,24 +69,30 @@ pub fn load(
 /// The MCP servers the repository configures in `.mcp.json` (`mcpServers`), read
 /// through `repo`; none when the file does not exist.
 pub fn repo_mcp_servers(repo: &RepoConfig) -> crate::error::Result<BTreeMap<String, McpServer>> {
+    match repo.read(".mcp.json")? {
+        Some(text) => mcp_servers_of(&text, &format!(".mcp.json (from {})", repo.describe())),
+        None => Ok(BTreeMap::new()),
+    }
+}
+
+/// The servers of one `.mcp.json`-shaped text (`mcpServers`), checked; `file` names
+/// it in errors.
+pub fn mcp_servers_of(text: &str, file: &str) -> crate::error::Result<BTreeMap<String, McpServer>> {
     let mut out = BTreeMap::new();
-    if let Some(text) = repo.read(".mcp.json")? {
-        let value: Value = serde_json::from_str(&text)
-            .with_context(|| format!(".mcp.json (from {}) is not valid JSON", repo.describe()))?;
-        let servers = value.get("mcpServers").cloned().unwrap_or(Value::Object(Default::default()));
-        let servers: BTreeMap<String, McpServer> =
-            serde_json::from_value(servers).context(".mcp.json: `mcpServers` does not hold valid server entries")?;
-        for (name, server) in servers {
-            if !is_server_name(&name) {
-                return Err(crate::error::Error::Message(format!(
-                    ".mcp.json: `{name}` cannot name an MCP server (letters, digits, `-`, single `_`)"
-                )));
-            }
-            if let Some((message, hint)) = server.problem() {
-                return Err(crate::error::Error::Message(format!(".mcp.json: server `{name}`: {message}; {hint}")));
-            }
-            out.insert(name, server);
+    let value: Value = serde_json::from_str(text).with_context(|| format!("{file} is not valid JSON"))?;
+    let servers = value.get("mcpServers").cloned().unwrap_or(Value::Object(Default::default()));
+    let servers: BTreeMap<String, McpServer> = serde_json::from_value(servers)
+        .with_context(|| format!("{file}: `mcpServers` does not hold valid server entries"))?;
+    for (name, server) in servers {
+        if !is_server_name(&name) {
+            return Err(crate::error::Error::Message(format!(
+                "{file}: `{name}` cannot name an MCP server (letters, digits, `-`, single `_`)"
+            )));
         }
+        if let Some((message, hint)) = server.problem() {
+            return Err(crate::error::Error::Message(format!("{file}: server `{name}`: {message}; {hint}")));
+        }
+        out.insert(name, server);
     }
     Ok(out)
 }

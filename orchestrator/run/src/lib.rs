@@ -8,6 +8,7 @@ pub mod changes;
 pub mod clock;
 pub mod error;
 pub mod exec;
+mod exec_format;
 pub mod exit;
 pub mod fail_point;
 pub mod fence;

@@ -126,6 +126,12 @@ pub struct ExecOptions {
     pub record: Option<PathBuf>,
     pub replay: Option<PathBuf>,
     pub transcript: Option<PathBuf>,
+    /// `--system-prompt`: replaces the static part of the system prompt.
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt`: added at the end of the system prompt.
+    pub append_system_prompt: Option<String>,
+    /// `--mcp-config`: files (or JSON texts) with `mcpServers`, beside `.mcp.json`.
+    pub mcp_configs: Vec<String>,
 }
 
 impl std::fmt::Debug for ExecOptions {
@@ -140,10 +146,14 @@ pub enum ExecOutput {
     /// The final answer as text.
     #[default]
     Text,
-    /// One JSON object at the end: answer, status, usage, cost.
+    /// One JSON object at the end, in the shape of Claude Code's `result` (with orch's
+    /// own keys beside it).
     Json,
-    /// Every event as a JSON line (`--json`).
+    /// Claude Code's `stream-json`: an `init` line, one line per assistant content
+    /// block and per tool result, then the `result` line.
     StreamJson,
+    /// orch's own event stream, one JSON line per event (`--json`).
+    Events,
 }
 
 /// `orch run WORKFLOW`.

@@ -407,9 +407,12 @@ fn output_format_json_prints_one_result_with_usage_and_cost() {
     assert_eq!(result["num_turns"], 1);
     assert!(result["usage"]["output_tokens"].as_u64().unwrap() > 0, "{result}");
     assert!(result["total_cost_usd"].is_number(), "{result}");
-    assert!(result["session_id"].as_str().unwrap().ends_with("/main"), "{result}");
+    assert_eq!(result["subtype"], "success");
+    assert_eq!(result["agent"], "main");
+    assert_eq!(result["session_id"].as_str().unwrap().len(), 36, "{result}");
 
-    // --json and --output-format stream-json are the same stream.
+    // --json is orch's event stream; --output-format stream-json is Claude Code's
+    // (tests/it/exec_claude_p.rs), which starts with its init line.
     let (_, a, _) = run(orch()
         .current_dir(dir.path())
         .args(["exec", "--provider", "scripted", "--json", "--script"])
@@ -420,13 +423,12 @@ fn output_format_json_prints_one_result_with_usage_and_cost() {
         .args(["exec", "--provider", "scripted", "--output-format", "stream-json", "--script"])
         .arg(&s)
         .arg("x"));
-    let types = |text: &str| -> Vec<String> {
-        text.lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]["type"].to_string())
-            .collect()
-    };
-    assert_eq!(types(&a), types(&b));
-    assert!(types(&a).len() > 2, "{a}");
+    let events: Vec<serde_json::Value> = a.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.len() > 2 && events.iter().all(|e| e["event"]["type"].is_string()), "{a}");
+    let first: serde_json::Value = serde_json::from_str(b.lines().next().unwrap()).unwrap();
+    assert_eq!((first["type"].as_str(), first["subtype"].as_str()), (Some("system"), Some("init")), "{b}");
+    let last: serde_json::Value = serde_json::from_str(b.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "result", "{b}");
 }
 
 #[test]

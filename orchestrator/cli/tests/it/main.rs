@@ -10,6 +10,7 @@ mod crash_points;
 mod descriptors;
 mod examples;
 mod exec;
+mod exec_claude_p;
 mod exec_equivalence;
 mod exec_session;
 mod exec_skills;
