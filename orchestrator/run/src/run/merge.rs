@@ -164,7 +164,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     // The merged result is published as `orch run` publishes a whole run.
     merged.publish = None;
     let code = match &loaded {
-        Some(w) => super::publish_to_github(w, args.publish, &mut merged, code, clock_start).await,
+        Some(w) => super::publish_to_github(w, args.publish, None, &mut merged, code, clock_start).await,
         None => code,
     };
     publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;

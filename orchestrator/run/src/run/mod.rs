@@ -445,7 +445,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     conclude(&mut report, code, clock_start);
     // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
     let code = if args.shard.is_none() && args.only.is_empty() {
-        publish_to_github(&workflow, args.publish, &mut report, code, clock_start).await
+        publish_to_github(&workflow, args.publish, args.diff_base.as_deref(), &mut report, code, clock_start).await
     } else {
         crate::publish::left_to_merge(&workflow, args.publish);
         code
@@ -460,16 +460,17 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
 }
 
 /// `publish:`, after integration: a failed output fails the run (exit 1); the agents'
-/// work stays as it is.
+/// work stays as it is. `diff_base` is `--diff-base` (a review's lines in a dry run).
 async fn publish_to_github(
     workflow: &orch_workflows::Workflow,
     mode: Option<crate::publish::PublishMode>,
+    diff_base: Option<&str>,
     report: &mut RunReport,
     code: Code,
     started: Instant,
 ) -> Code {
     let Ok(json) = serde_json::to_value(&*report) else { return code };
-    let Some(published) = crate::publish::publish_run(workflow, &json, mode).await else { return code };
+    let Some(published) = crate::publish::publish_run(workflow, &json, mode, diff_base).await else { return code };
     report.publish = serde_json::to_value(&published).ok();
     if published.failed() && matches!(code, Code::Success | Code::Partial) {
         conclude(report, Code::Failed, started);
