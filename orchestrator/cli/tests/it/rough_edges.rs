@@ -426,3 +426,52 @@ fn exec_limit_flags_are_checked_by_the_limits_parser() {
         assert!(stderr.contains(expect), "--limit {flag}: {stderr}");
     }
 }
+
+/// A start that fails leaves no run directory behind: not in a directory that is no git
+/// repository, not with a base that does not exist, not for a workflow naming a skill the
+/// repository lacks; neither under `--out` nor under the default runs directory.
+#[test]
+fn a_failed_start_leaves_no_run_directory() {
+    let script = "version: 1\nagents:\n  peek:\n    - text: Read it.\n";
+    let skill = "version: 1\nname: skill\nagents:\n  peek:\n    prompt: Read notes.txt.\n    skills: [missing]\n";
+    let not_git = |fx: &Fixture| std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
+    let cases: [(&str, &str, &[&str], fn(&Fixture)); 3] = [
+        ("not-git", PEEK, &[], not_git),
+        ("bad-base", PEEK, &["--base", "no-such-ref"], |_| {}),
+        ("no-skill", skill, &[], |_| {}),
+    ];
+    for (name, workflow, extra, spoil) in cases {
+        let fx = Fixture::new(&format!("t-left-{name}"), &[("notes.txt", "notes\n")]);
+        spoil(&fx);
+        // --out, a directory orch makes.
+        let run = fx.run(workflow, script, extra);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        assert!(!fx.out.exists(), "{name}: the run directory was left: {:?}", std::fs::read_dir(&fx.out).ok());
+        // --out, an empty directory the user made: it stays, empty.
+        std::fs::create_dir(&fx.out).unwrap();
+        let run = fx.run(workflow, script, extra);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        let left: Vec<_> = std::fs::read_dir(&fx.out).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{name}: orch left {left:?} in the user's directory");
+        std::fs::remove_dir(&fx.out).unwrap();
+        // The default runs directory.
+        let runs = fx.dir.path().join("runs");
+        let out = orch()
+            .current_dir(fx.dir.path())
+            .arg("run")
+            .arg(fx.write("workflow.yaml", workflow))
+            .args(["--provider", "scripted", "--script"])
+            .arg(fx.write("script.yaml", script))
+            .arg("--repo")
+            .arg(&fx.repo)
+            .args(["--run-id", &fx.run_id])
+            .args(extra)
+            .env("ORCH_RUNS_DIR", &runs)
+            .env("XDG_STATE_HOME", fx.dir.path().join("state"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let left: Vec<_> = std::fs::read_dir(&runs).into_iter().flatten().flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "{name}: left in the runs directory: {left:?}");
+    }
+}
