@@ -273,6 +273,110 @@ fn ctrl_c_leaves_no_frozen_progress_lines_on_the_terminal() {
     assert!(text.contains("sleeper"), "the agent's end is not on the screen:\n{text}");
 }
 
+const THREE: &str = r#"
+version: 1
+name: three
+concurrency: 1
+defaults:
+  tools: [Bash]
+  limits: { max_turns: 3, timeout: 5m }
+agents:
+  first:
+    prompt: Nap.
+  second:
+    prompt: Nap.
+  third:
+    prompt: Nap.
+"#;
+
+const THREE_SCRIPT: &str = r#"
+version: 1
+agents:
+  first:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+  second:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+  third:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+"#;
+
+/// Runs `run` to its end in a terminal of its own (`script`), with `TERM` set and `CI`
+/// unset unless `env` sets it; its exit code and everything it wrote to the terminal.
+fn in_terminal(fx: &Fixture, run: &std::process::Command, env: &[(&str, &str)]) -> (Option<i32>, Vec<u8>) {
+    let argv: Vec<String> =
+        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
+    let typescript = fx.dir.path().join("typescript");
+    let _ = std::fs::remove_file(&typescript);
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-q", "-f", "-e", "-c", &argv.join(" ")])
+        .arg(&typescript)
+        .current_dir(fx.dir.path())
+        .env("TERM", "xterm-256color")
+        .env("NO_COLOR", "1")
+        .env_remove("CI")
+        .env_remove("GITHUB_ACTIONS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in run.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = cmd.status().expect("`script` (util-linux) is needed to give orch a terminal");
+    (status.code(), std::fs::read(&typescript).unwrap())
+}
+
+#[test]
+fn the_live_view_counts_agents_and_leaves_only_lines_that_stay() {
+    let fx = Fixture::new("t-live", &[("a.txt", "a\n")]);
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[]);
+    let seen = String::from_utf8_lossy(&bytes);
+    let rows = screen(&bytes);
+    let text = rows.join("\n");
+    assert_eq!(code, Some(0), "screen:\n{text}");
+    // While it ran: the count, what runs and waits, and the totals so far.
+    for frame in ["0/3 agents finished · 1 running · 2 pending", "1/3 agents finished · 1 running · 1 pending"] {
+        assert!(seen.contains(frame), "the live view never showed `{frame}`:\n{seen}");
+    }
+    assert!(seen.contains(" turns · ") && seen.contains(" tokens · $"), "no totals in the live view:\n{seen}");
+    // At the end: each agent's line and the summary stay; no live line does.
+    for row in &rows {
+        assert!(!row.contains(" running · ") && !row.contains(" pending"), "a live line is left:\n{text}");
+        assert!(!row.contains("· turn "), "an agent's live line is left:\n{text}");
+    }
+    for agent in ["first", "second", "third"] {
+        assert!(rows.iter().any(|r| r.starts_with(&format!("✓ {agent} succeeded"))), "no line for {agent}:\n{text}");
+    }
+    assert!(text.contains("orch: 3/3 agents finished · "), "no summary:\n{text}");
+
+    // With `CI` set the same terminal gets plain lines and no live view.
+    let fx = Fixture::new("t-live-ci", &[("a.txt", "a\n")]);
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[("CI", "true")]);
+    let seen = String::from_utf8_lossy(&bytes);
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("orch: first started") && seen.contains("orch: third succeeded"), "{seen}");
+    assert!(!seen.contains("agents finished"), "a live view under CI:\n{seen}");
+}
+
+#[test]
+fn a_run_that_fails_before_any_agent_starts_draws_no_live_line() {
+    let fx = Fixture::new("t-live-early", &[("a.txt", "a\n")]);
+    std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[]);
+    let text = screen(&bytes).join("\n");
+    assert_eq!(code, Some(2), "screen:\n{text}");
+    assert!(text.contains("error: "), "no error on the screen:\n{text}");
+    assert!(!String::from_utf8_lossy(&bytes).contains("agents finished"), "a live line was drawn:\n{text}");
+}
+
 /// The pid of the `orch run` process writing into `out` (found by its arguments).
 fn find_orch_pid(out: &Path) -> Option<i32> {
     let needle = out.to_string_lossy().into_owned();
