@@ -3,7 +3,7 @@
 //!
 //! - [`Live`]: an attended terminal outside CI: an indicatif multi-progress view, one
 //!   line per running agent (state, turn, current tool, tokens, cost) under an overall
-//!   line (`N/M agents finished`, running, pending and failed counts, turns, tokens,
+//!   line (`N/M finished`, running, pending and failed counts, turns, tokens,
 //!   spend, elapsed time). When the agents are done, the overall line gives way to one
 //!   line that stays; at the end (or on an error or a signal) every live line is
 //!   cleared.
@@ -230,8 +230,8 @@ struct Counts {
 }
 
 impl Counts {
-    /// The overall line: `3/10 agents finished · 2 running · 5 pending · 1 failed`, then
-    /// the totals so far.
+    /// The overall line: `3/10 finished · 2 running · 5 pending · 1 failed`, then the
+    /// totals so far.
     fn line(&self, turns: u64, tokens: u64) -> String {
         let tally = self.tally.unwrap_or(Tally {
             finished: self.finished,
@@ -240,7 +240,7 @@ impl Counts {
         });
         let failed = if self.failed > 0 { format!(" · {} failed", self.failed) } else { String::new() };
         format!(
-            "{}/{} agents finished · {} running · {} pending{failed} · {} turns · {} tokens · ${:.4}",
+            "{}/{} finished · {} running · {} pending{failed} · {} turns · {} tokens · ${:.4}",
             tally.finished,
             tally.total(),
             tally.running,
@@ -293,7 +293,9 @@ impl Live {
         // Not in `multi` (so not drawn) until the first agent starts.
         let overall = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         overall.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            // `wide_msg` cuts the line at the terminal's width: a line that wrapped would
+            // be two lines to clear.
+            ProgressStyle::with_template("{spinner} {elapsed:>3} {wide_msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         crate::logging::around(&multi);
@@ -355,7 +357,7 @@ impl Reporter for Live {
         self.show();
         let bar = self.multi.add(ProgressBar::new_spinner());
         bar.set_style(
-            ProgressStyle::with_template("  {spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template("  {spinner} {wide_msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
         let line = AgentLine { bar, turn: 0, tool: None, tokens: 0, cost: 0.0 };
@@ -474,13 +476,10 @@ mod tests {
     fn the_overall_line_counts_agents_and_the_summary_says_nothing_runs() {
         let mut c = Counts { started: 2, finished: 1, turns: 3, tokens: 1_200, cost: 0.5, ..Counts::default() };
         // Before the dispatcher's first tally (`orch exec`): what started.
-        assert_eq!(c.line(2, 300), "1/2 agents finished · 1 running · 0 pending · 5 turns · 1.5k tokens · $0.5000");
+        assert_eq!(c.line(2, 300), "1/2 finished · 1 running · 0 pending · 5 turns · 1.5k tokens · $0.5000");
         c.tally = Some(Tally { finished: 1, running: 1, pending: 3 });
         c.failed = 1;
-        assert_eq!(
-            c.line(0, 0),
-            "1/5 agents finished · 1 running · 3 pending · 1 failed · 3 turns · 1.2k tokens · $0.5000"
-        );
+        assert_eq!(c.line(0, 0), "1/5 finished · 1 running · 3 pending · 1 failed · 3 turns · 1.2k tokens · $0.5000");
         c.tally = Some(Tally { finished: 5, running: 0, pending: 0 });
         c.finished = 2;
         let summary = c.summary();

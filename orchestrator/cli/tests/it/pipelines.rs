@@ -510,6 +510,8 @@ agents:
   other:
     - tool_calls: [{name: Write, input: {file_path: b.txt, content: "other\n"}}]
     - text: Done.
+  synthesis:
+    - text: Fixed, tested, and something else.
 "#;
 
 #[test]
@@ -520,7 +522,9 @@ fn a_stage_that_builds_on_the_one_before_is_no_likely_conflict() {
     let files = |id: &str| run.agent(id)["changed_files"].clone();
     assert_eq!(files("fix"), json!([{"path": "a.txt", "kind": "added"}]));
     assert_eq!(files("test"), json!([{"path": "a.txt", "kind": "modified"}, {"path": "b.txt", "kind": "added"}]));
-    assert_eq!(run.report["overlaps"], json!([{"path": "b.txt", "agents": ["test", "other"]}]), "{}", run.stderr);
+    assert_eq!(run.report["overlaps"], json!([{"path": "b.txt", "agents": ["other", "test"]}]), "{}", run.stderr);
     let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
-    assert!(!md.contains("`a.txt`"), "a.txt is listed as a likely conflict:\n{md}");
+    let conflicts = md.split("## Likely conflicts").nth(1).and_then(|s| s.split("\n## ").next()).unwrap_or_default();
+    assert!(conflicts.contains("`b.txt`: `other`, `test`"), "{md}");
+    assert!(!conflicts.contains("a.txt"), "a.txt is listed as a likely conflict:\n{md}");
 }

@@ -205,11 +205,24 @@ agents:
     - text: Slept.
 "#;
 
+/// The size of the terminals the tests give orch (`stty` sets it in the terminal
+/// `script` makes): the live view fills its lines to the width and counts on the
+/// terminal to wrap, so the screen is read at the same size.
+const ROWS: u16 = 50;
+const COLS: u16 = 120;
+
+/// The shell command that runs `run` in a terminal of [`ROWS`] by [`COLS`].
+fn sized(run: &std::process::Command) -> String {
+    let argv: Vec<String> =
+        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
+    format!("stty rows {ROWS} cols {COLS}; exec {}", argv.join(" "))
+}
+
 /// The screen a terminal shows after `bytes`, one string per row, trailing blanks cut.
 fn screen(bytes: &[u8]) -> Vec<String> {
-    let mut parser = vt100::Parser::new(40, 160, 0);
+    let mut parser = vt100::Parser::new(ROWS, COLS, 0);
     parser.process(bytes);
-    parser.screen().rows(0, 160).map(|r| r.trim_end().to_owned()).collect()
+    parser.screen().rows(0, COLS).map(|r| r.trim_end().to_owned()).collect()
 }
 
 #[test]
@@ -220,11 +233,9 @@ fn ctrl_c_leaves_no_frozen_progress_lines_on_the_terminal() {
     let fx = Fixture::new("t-tty", &[("a.txt", "a\n")]);
     let run = fx.command(SLOW, SLOW_SCRIPT);
     // The command line `script` runs in a terminal of its own.
-    let argv: Vec<String> =
-        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
     let typescript = fx.dir.path().join("typescript");
     let mut cmd = std::process::Command::new("script");
-    cmd.args(["-q", "-f", "-e", "-c", &argv.join(" ")])
+    cmd.args(["-q", "-f", "-e", "-c", &sized(&run)])
         .arg(&typescript)
         .current_dir(fx.dir.path())
         .env("TERM", "xterm-256color")
@@ -301,17 +312,17 @@ agents:
   third:
     - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
     - text: Napped.
+  synthesis:
+    - text: All three napped.
 "#;
 
 /// Runs `run` to its end in a terminal of its own (`script`), with `TERM` set and `CI`
 /// unset unless `env` sets it; its exit code and everything it wrote to the terminal.
 fn in_terminal(fx: &Fixture, run: &std::process::Command, env: &[(&str, &str)]) -> (Option<i32>, Vec<u8>) {
-    let argv: Vec<String> =
-        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
     let typescript = fx.dir.path().join("typescript");
     let _ = std::fs::remove_file(&typescript);
     let mut cmd = std::process::Command::new("script");
-    cmd.args(["-q", "-f", "-e", "-c", &argv.join(" ")])
+    cmd.args(["-q", "-f", "-e", "-c", &sized(run)])
         .arg(&typescript)
         .current_dir(fx.dir.path())
         .env("TERM", "xterm-256color")
@@ -343,7 +354,7 @@ fn the_live_view_counts_agents_and_leaves_only_lines_that_stay() {
     let text = rows.join("\n");
     assert_eq!(code, Some(0), "screen:\n{text}");
     // While it ran: the count, what runs and waits, and the totals so far.
-    for frame in ["0/3 agents finished · 1 running · 2 pending", "1/3 agents finished · 1 running · 1 pending"] {
+    for frame in ["0/3 finished · 1 running · 2 pending", "1/3 finished · 1 running · 1 pending"] {
         assert!(seen.contains(frame), "the live view never showed `{frame}`:\n{seen}");
     }
     assert!(seen.contains(" turns · ") && seen.contains(" tokens · $"), "no totals in the live view:\n{seen}");
@@ -363,7 +374,7 @@ fn the_live_view_counts_agents_and_leaves_only_lines_that_stay() {
     let seen = String::from_utf8_lossy(&bytes);
     assert_eq!(code, Some(0), "{seen}");
     assert!(seen.contains("orch: first started") && seen.contains("orch: third succeeded"), "{seen}");
-    assert!(!seen.contains("agents finished"), "a live view under CI:\n{seen}");
+    assert!(!seen.contains(" finished · "), "a live view under CI:\n{seen}");
 }
 
 #[test]
@@ -374,7 +385,7 @@ fn a_run_that_fails_before_any_agent_starts_draws_no_live_line() {
     let text = screen(&bytes).join("\n");
     assert_eq!(code, Some(2), "screen:\n{text}");
     assert!(text.contains("error: "), "no error on the screen:\n{text}");
-    assert!(!String::from_utf8_lossy(&bytes).contains("agents finished"), "a live line was drawn:\n{text}");
+    assert!(!String::from_utf8_lossy(&bytes).contains(" finished · "), "a live line was drawn:\n{text}");
 }
 
 /// The pid of the `orch run` process writing into `out` (found by its arguments).
