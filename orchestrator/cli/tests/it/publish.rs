@@ -329,6 +329,15 @@ async fn dry_run_writes_the_requests_and_sends_no_write() {
     assert_eq!(run.report["publish"]["mode"], "dry-run");
     let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
     assert!(md.contains("publish.json"), "{md}");
+    // The event names no base: the review says its lines are unknown, and how to name one.
+    let detail = run.report["publish"]["outcomes"][0]["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("4 inline comment(s)") && detail.contains("--diff-base"), "{detail}");
+    // --diff-base names it: `main` is the head here, so no line is changed and every
+    // finding goes to the body.
+    let run = w.run("d2", REVIEW, &script, None, &["--diff-base", "main"]).await;
+    run.expect_code(0);
+    let detail = run.report["publish"]["outcomes"][0]["detail"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(detail, "0 inline comment(s), 4 finding(s) in the body", "{:#}", run.report["publish"]);
 }
 
 /// Where each finding of a review went: the inline comments as sent, and the body.

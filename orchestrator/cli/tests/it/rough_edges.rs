@@ -549,15 +549,16 @@ fn exec_limit_flags_are_checked_by_the_limits_parser() {
 fn a_failed_start_leaves_no_run_directory() {
     let script = "version: 1\nagents:\n  peek:\n    - text: Read it.\n";
     let skill = "version: 1\nname: skill\nagents:\n  peek:\n    prompt: Read notes.txt.\n    skills: [missing]\n";
-    let not_git = |fx: &Fixture| std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
-    let cases: [(&str, &str, &[&str], fn(&Fixture)); 3] = [
-        ("not-git", PEEK, &[], not_git),
-        ("bad-base", PEEK, &["--base", "no-such-ref"], |_| {}),
-        ("no-skill", skill, &[], |_| {}),
-    ];
-    for (name, workflow, extra, spoil) in cases {
+    for name in ["not-git", "bad-base", "no-skill"] {
         let fx = Fixture::new(&format!("t-left-{name}"), &[("notes.txt", "notes\n")]);
-        spoil(&fx);
+        let (workflow, extra): (&str, &[&str]) = match name {
+            "not-git" => {
+                std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
+                (PEEK, &[])
+            }
+            "bad-base" => (PEEK, &["--base", "no-such-ref"]),
+            _ => (skill, &[]),
+        };
         // --out, a directory orch makes.
         let run = fx.run(workflow, script, extra);
         assert_eq!(run.code, 2, "{name}: {}", run.stderr);
