@@ -64,7 +64,7 @@ pub(crate) async fn publish(job: &Job<'_>, cfg: &ReviewOutput) -> Result<Outcome
             files.iter().filter_map(|f| Some((f["filename"].as_str()?, f["patch"].as_str().unwrap_or("")))),
         ))
     } else {
-        match local_diff(job, head.as_deref()) {
+        match local_diff(job, head.as_deref()).await {
             Ok(lines) => Some(lines),
             Err(why) => {
                 unknown_lines = Some(why);
@@ -115,7 +115,7 @@ pub(crate) async fn publish(job: &Job<'_>, cfg: &ReviewOutput) -> Result<Outcome
 /// repository's `BASE...HEAD` diff: the base from `--diff-base` or the event's
 /// `pull_request.base.sha`, the head from the event (or `HEAD`). `Err` says why they
 /// are unknown.
-fn local_diff(job: &Job<'_>, head: Option<&str>) -> Result<DiffLines, String> {
+async fn local_diff(job: &Job<'_>, head: Option<&str>) -> Result<DiffLines, String> {
     let ctx = job.ctx;
     let source = crate::changes::Source::of_event(
         job.inputs.diff_base.as_deref(),
@@ -126,7 +126,11 @@ fn local_diff(job: &Job<'_>, head: Option<&str>) -> Result<DiffLines, String> {
     )
     .map_err(|e| e.to_string())?
     .ok_or_else(|| "the event names no base commit (pass --diff-base)".to_string())?;
-    let patches = crate::changes::patches(&job.inputs.repo, &source).map_err(|e| e.to_string())?;
+    let repo = job.inputs.repo.clone();
+    let patches = tokio::task::spawn_blocking(move || crate::changes::patches(&repo, &source))
+        .await
+        .map_err(|e| format!("the diff was not computed: {e}"))?
+        .map_err(|e| e.to_string())?;
     Ok(diff_lines(patches.iter().map(|(path, patch)| (path.as_str(), patch.as_str()))))
 }
 

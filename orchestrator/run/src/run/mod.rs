@@ -745,7 +745,10 @@ pub(crate) async fn overlaps_of(
         crate::git::overlaps(&changed, |a, b| lineage.builds_on(a, b))
     })
     .await
-    .unwrap_or_default();
+    .unwrap_or_else(|e| {
+        tracing::warn!("cannot list the likely conflicts: {e}");
+        Vec::new()
+    });
     found.into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect()
 }
 
