@@ -97,17 +97,21 @@ fn main() -> std::process::ExitCode {
         }
     };
     let reaper = tokio_util::sync::CancellationToken::new();
+    // The terminal's reporter, made for the commands that report progress; finished
+    // below whichever way the command ends, so no live line stays behind an error.
+    let terminal: std::sync::OnceLock<Arc<dyn orch_run::run::Reporter>> = std::sync::OnceLock::new();
+    let reporter = || terminal.get_or_init(|| Arc::from(progress::for_terminal())).clone();
     let code: anyhow::Result<exit::Code> = runtime.block_on(async {
         if coordinator {
             orch_run::reap::spawn_reaper(reaper.clone());
         }
         match command {
-            cli::Command::Run(args) => Ok(run::run(args.options(Arc::from(progress::for_terminal()))).await?),
-            cli::Command::Merge(args) => Ok(run::merge(args.options(Arc::from(progress::for_terminal()))).await?),
+            cli::Command::Run(args) => Ok(run::run(args.options(reporter())).await?),
+            cli::Command::Merge(args) => Ok(run::merge(args.options(reporter())).await?),
             cli::Command::Recover(args) => Ok(run::recover::command(&args.dir, args.author).await?),
             cli::Command::Plan(args) => plan_cmd::show(&args).or_else(reader_gone),
             cli::Command::Validate(args) => Ok(plan_cmd::validate(&args)),
-            cli::Command::Exec(args) => Ok(exec::run(args.options(Arc::from(progress::for_terminal()))?).await?),
+            cli::Command::Exec(args) => Ok(exec::run(args.options(reporter())?).await?),
             cli::Command::McpClient(args) => {
                 let probe = orch_run::mcp_probe::probe(&args.config, &args.calls).await?;
                 let mut out = std::io::stdout().lock();
@@ -124,6 +128,9 @@ fn main() -> std::process::ExitCode {
             | cli::Command::Completions(_) => Ok(exit::Code::Usage),
         }
     });
+    if let Some(reporter) = terminal.get() {
+        reporter.finish();
+    }
     reaper.cancel();
     if coordinator {
         orch_run::reap::at_exit();

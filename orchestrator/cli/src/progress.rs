@@ -3,7 +3,10 @@
 //!
 //! - [`Live`]: an attended terminal outside CI: an indicatif multi-progress view, one
 //!   line per running agent (state, turn, current tool, tokens, cost) under an overall
-//!   line (counts, spend, elapsed time).
+//!   line (`N/M finished`, running, pending and failed counts, turns, tokens,
+//!   spend, elapsed time). When the agents are done, the overall line gives way to one
+//!   line that stays; at the end (or on an error or a signal) every live line is
+//!   cleared.
 //! - [`Plain`]: in CI or when stderr is not a terminal: one plain line per event worth
 //!   seeing. Under GitHub Actions, each agent's lines are held back and printed inside a
 //!   `::group::` when it finishes, so parallel agents do not interleave.
@@ -15,8 +18,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use orch_agents::Event;
-use orch_run::run::Reporter;
 use orch_run::run::report::{AgentReport, AgentStatus};
+use orch_run::run::{Reporter, Tally};
 
 /// One JSON line on stdout, flushed. A reader that went away is not an error: the
 /// line is dropped (the run's files have it all).
@@ -190,7 +193,9 @@ impl Reporter for Plain {
     }
 }
 
-/// The multi-progress view of an attended terminal.
+/// The multi-progress view of an attended terminal. Nothing is drawn until the first
+/// agent starts (a run that fails before leaves no line), and [`Reporter::finish`]
+/// clears every line it drew, whichever way the run ended.
 pub struct Live {
     multi: MultiProgress,
     overall: ProgressBar,
@@ -206,33 +211,115 @@ struct AgentLine {
     cost: f64,
 }
 
+/// What the overall line counts.
 #[derive(Default)]
 struct Counts {
-    running: usize,
-    done: usize,
+    /// Whether the overall line is on screen.
+    shown: bool,
+    /// The dispatcher's last word on where the agents stand.
+    tally: Option<Tally>,
+    /// Agents started, and finished with a report (for a run that tells no tally).
+    started: usize,
+    finished: usize,
     failed: usize,
+    /// The turns and tokens of finished agents (running ones add their own).
+    turns: u64,
+    tokens: u64,
+    /// Spent so far, by every agent and sub-agent.
     cost: f64,
+}
+
+impl Counts {
+    /// The overall line: `3/10 finished · 2 running · 5 pending · 1 failed`, then the
+    /// totals so far.
+    fn line(&self, turns: u64, tokens: u64) -> String {
+        let tally = self.tally.unwrap_or(Tally {
+            finished: self.finished,
+            running: self.started.saturating_sub(self.finished),
+            pending: 0,
+        });
+        let failed = if self.failed > 0 { format!(" · {} failed", self.failed) } else { String::new() };
+        format!(
+            "{}/{} finished · {} running · {} pending{failed} · {} turns · {} tokens · ${:.4}",
+            tally.finished,
+            tally.total(),
+            tally.running,
+            tally.pending,
+            self.turns + turns,
+            tokens_short(self.tokens + tokens),
+            self.cost
+        )
+    }
+}
+
+impl Counts {
+    /// The line that stays once every agent has ended: `3/3 agents finished (1 failed)`
+    /// and the totals.
+    fn summary(&self) -> String {
+        let tally = self.tally.unwrap_or(Tally { finished: self.finished, running: 0, pending: 0 });
+        let mut notes = Vec::new();
+        if self.failed > 0 {
+            notes.push(format!("{} failed", self.failed));
+        }
+        // Finished without a report of their own: skipped, or never started.
+        let not_run = tally.finished.saturating_sub(self.finished);
+        if not_run > 0 {
+            notes.push(format!("{not_run} did not run"));
+        }
+        let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+        format!(
+            "{}/{} agents finished{notes} · {} turns · {} tokens · ${:.4}",
+            tally.finished,
+            tally.total(),
+            self.turns,
+            tokens_short(self.tokens),
+            self.cost
+        )
+    }
+}
+
+/// A token count in a few characters: `950`, `12.3k`, `4.5M`.
+fn tokens_short(n: u64) -> String {
+    match n {
+        n if n < 1_000 => n.to_string(),
+        n if n < 1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        n => format!("{:.1}M", n as f64 / 1e6),
+    }
 }
 
 impl Live {
     pub fn new() -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
-        let overall = multi.add(ProgressBar::new_spinner());
+        // Not in `multi` (so not drawn) until the first agent starts.
+        let overall = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         overall.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            // `wide_msg` cuts the line at the terminal's width: a line that wrapped would
+            // be two lines to clear.
+            ProgressStyle::with_template("{spinner} {elapsed:>3} {wide_msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        overall.enable_steady_tick(Duration::from_millis(100));
         crate::logging::around(&multi);
-        let live = Self { multi, overall, agents: Mutex::new(HashMap::new()), counts: Mutex::new(Counts::default()) };
-        live.update_overall();
-        live
+        Self { multi, overall, agents: Mutex::new(HashMap::new()), counts: Mutex::new(Counts::default()) }
+    }
+
+    /// Puts the overall line on screen, once.
+    fn show(&self) {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if !c.shown {
+            c.shown = true;
+            let overall = self.multi.insert(0, self.overall.clone());
+            overall.reset_elapsed();
+            overall.enable_steady_tick(Duration::from_millis(100));
+        }
     }
 
     fn update_overall(&self) {
+        let (turns, tokens) = {
+            let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+            agents.values().fold((0u64, 0u64), |(t, k), l| (t + u64::from(l.turn), k + l.tokens))
+        };
         let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        self.overall
-            .set_message(format!("{} running · {} done · {} failed · ${:.4}", c.running, c.done, c.failed, c.cost));
+        self.overall.set_message(c.line(turns, tokens));
     }
 
     fn render(line: &AgentLine, id: &str) {
@@ -248,16 +335,35 @@ impl Default for Live {
 }
 
 impl Reporter for Live {
+    fn tally(&self, tally: Tally) {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).tally = Some(tally);
+        if tally.done() {
+            // Every agent has ended: the count is final, and synthesis, integration and
+            // publishing print their own lines. No line of "0 running" stays behind.
+            let line = {
+                let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                c.shown.then(|| format!("orch: {} in {}", c.summary(), elapsed(&self.overall)))
+            };
+            self.overall.finish_and_clear();
+            if let Some(line) = line {
+                let _ = self.multi.println(line);
+            }
+            return;
+        }
+        self.update_overall();
+    }
+
     fn agent_started(&self, id: &str) {
+        self.show();
         let bar = self.multi.add(ProgressBar::new_spinner());
         bar.set_style(
-            ProgressStyle::with_template("  {spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template("  {spinner} {wide_msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.enable_steady_tick(Duration::from_millis(120));
         let line = AgentLine { bar, turn: 0, tool: None, tokens: 0, cost: 0.0 };
         Self::render(&line, id);
         self.agents.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), line);
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).running += 1;
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).started += 1;
         self.update_overall();
     }
 
@@ -306,8 +412,9 @@ impl Reporter for Live {
         }
         {
             let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-            c.running = c.running.saturating_sub(1);
-            c.done += 1;
+            c.finished += 1;
+            c.turns += u64::from(report.turns);
+            c.tokens += report.usage.total();
             if matches!(report.status, AgentStatus::Failed) {
                 c.failed += 1;
             }
@@ -320,7 +427,14 @@ impl Reporter for Live {
         let _ = self.multi.println(format!("orch: {line}"));
     }
 
+    /// Clears every line of the view, the agents' that never reported an end too (an
+    /// error or a signal ended the run): nothing is left frozen on screen. Called again,
+    /// it does nothing more.
     fn finish(&self) {
+        for (_, line) in self.agents.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+            line.bar.finish_and_clear();
+            self.multi.remove(&line.bar);
+        }
         self.overall.finish_and_clear();
         let _ = self.multi.clear();
     }
@@ -332,6 +446,11 @@ impl Reporter for Live {
     fn answer(&self, text: &str) -> std::io::Result<()> {
         answer(text)
     }
+}
+
+/// How long a bar has been on screen, as `4.2s`.
+fn elapsed(bar: &ProgressBar) -> String {
+    format!("{:.1}s", bar.elapsed().as_secs_f64())
 }
 
 #[cfg(test)]
@@ -351,6 +470,23 @@ mod tests {
         assert!(line.starts_with("Bash echo xxx"), "{line}");
         assert!(line.ends_with('…') && !line.contains("second"), "{line}");
         assert!(describe(&Event::TextDelta { text: "x".into() }).is_none());
+    }
+
+    #[test]
+    fn the_overall_line_counts_agents_and_the_summary_says_nothing_runs() {
+        let mut c = Counts { started: 2, finished: 1, turns: 3, tokens: 1_200, cost: 0.5, ..Counts::default() };
+        // Before the dispatcher's first tally (`orch exec`): what started.
+        assert_eq!(c.line(2, 300), "1/2 finished · 1 running · 0 pending · 5 turns · 1.5k tokens · $0.5000");
+        c.tally = Some(Tally { finished: 1, running: 1, pending: 3 });
+        c.failed = 1;
+        assert_eq!(c.line(0, 0), "1/5 finished · 1 running · 3 pending · 1 failed · 3 turns · 1.2k tokens · $0.5000");
+        c.tally = Some(Tally { finished: 5, running: 0, pending: 0 });
+        c.finished = 2;
+        let summary = c.summary();
+        assert_eq!(summary, "5/5 agents finished (1 failed, 3 did not run) · 3 turns · 1.2k tokens · $0.5000");
+        assert!(!summary.contains("running"), "{summary}");
+        assert_eq!(tokens_short(999), "999");
+        assert_eq!(tokens_short(4_560_000), "4.6M");
     }
 
     #[test]

@@ -97,7 +97,20 @@ impl Source {
             }
             _ => Value::Null,
         };
-        let pr = &event["pull_request"];
+        Source::of_event(diff_base, default_head, event_name, &event, event_path)
+    }
+
+    /// [`Source::find`] with the event payload already read (`Null` when there is
+    /// none); `event_path` only names it in an error.
+    pub fn of_event(
+        diff_base: Option<&str>,
+        default_head: &str,
+        event_name: Option<&str>,
+        event: &Value,
+        event_path: Option<&Path>,
+    ) -> Result<Option<Source>, ChangesError> {
+        let pull_request = event_name.filter(|e| PR_EVENTS.contains(e));
+        let pr = if pull_request.is_some() { &event["pull_request"] } else { &Value::Null };
         let sha = |side: &str| pr[side]["sha"].as_str().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
         let number = pr["number"].as_u64();
         let head = sha("head").unwrap_or_else(|| default_head.to_string());
@@ -158,41 +171,14 @@ impl Changes {
 
 /// Computes the changes of `source` in the repository at (or around) `repo`.
 pub fn compute(repo: &Path, source: &Source) -> Result<Changes, ChangesError> {
-    let git = git2::Repository::discover(repo)
-        .map_err(|e| ChangesError::Open { path: repo.display().to_string(), message: e.message().to_string() })?;
-    let repo_name = git.workdir().unwrap_or_else(|| git.path()).display().to_string();
-    let commit = |what: &'static str, rev: &str| -> Result<git2::Commit<'_>, ChangesError> {
-        let object = git.revparse_single(rev).or_else(|first| {
-            git.revparse_single(&format!("origin/{rev}")).map_err(|_| ChangesError::Missing {
-                what,
-                rev: rev.to_string(),
-                repo: repo_name.clone(),
-                message: first.message().to_string(),
-            })
-        })?;
-        object.peel_to_commit().map_err(|e| ChangesError::NotCommit {
-            what,
-            rev: rev.to_string(),
-            message: e.message().to_string(),
-        })
-    };
-    let base = commit("diff base", &source.base)?;
-    let head = commit("head", &source.head)?;
-    let (base_id, head_id) = (base.id().to_string(), head.id().to_string());
-    let merge_base = git
-        .merge_base(base.id(), head.id())
-        .map_err(|_| ChangesError::NoMergeBase { base: source.base.clone(), head: source.head.clone() })?;
+    let git = open(repo)?;
+    let ThreeDot { diff, base: base_id, head: head_id, merge_base } = three_dot(&git, source)?;
     let diff_error = |e: git2::Error| ChangesError::Diff {
         base: base_id.clone(),
         head: head_id.clone(),
         message: e.message().into(),
     };
-    let old_tree = git.find_commit(merge_base).and_then(|c| c.tree()).map_err(diff_error)?;
-    let new_tree = head.tree().map_err(diff_error)?;
-    let mut diff = git.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None).map_err(diff_error)?;
-    diff.find_similar(Some(git2::DiffFindOptions::new().renames(true))).map_err(diff_error)?;
 
-    let merge_base = merge_base.to_string();
     let rest = |path: &str| format!("git diff {merge_base} {head_id} -- {path}");
     let mut changes = Changes {
         number: source.number,
@@ -242,6 +228,79 @@ pub fn compute(repo: &Path, source: &Source) -> Result<Changes, ChangesError> {
         changes.diffs.insert(path, text);
     }
     Ok(changes)
+}
+
+/// The whole patch of each file on the head side of `source` (added, modified,
+/// renamed under its new path, type-changed; deleted files are left out), uncut: what
+/// GitHub lists as a pull request's files, from the local repository.
+pub fn patches(repo: &Path, source: &Source) -> Result<BTreeMap<String, String>, ChangesError> {
+    let git = open(repo)?;
+    let ThreeDot { diff, base, head, .. } = three_dot(&git, source)?;
+    let diff_error =
+        |e: git2::Error| ChangesError::Diff { base: base.clone(), head: head.clone(), message: e.message().into() };
+    let mut out = BTreeMap::new();
+    for (index, delta) in diff.deltas().enumerate() {
+        if delta.status() == git2::Delta::Deleted {
+            continue;
+        }
+        let Some(path) = delta.new_file().path().map(|p| p.to_string_lossy().into_owned()) else { continue };
+        let patch = match git2::Patch::from_diff(&diff, index).map_err(diff_error)? {
+            Some(mut patch) => String::from_utf8_lossy(&patch.to_buf().map_err(diff_error)?).into_owned(),
+            None => String::new(),
+        };
+        out.insert(path, patch);
+    }
+    Ok(out)
+}
+
+fn open(repo: &Path) -> Result<git2::Repository, ChangesError> {
+    git2::Repository::discover(repo)
+        .map_err(|e| ChangesError::Open { path: repo.display().to_string(), message: e.message().to_string() })
+}
+
+/// The diff of `BASE...HEAD` and the full shas it was taken between.
+struct ThreeDot<'r> {
+    diff: git2::Diff<'r>,
+    base: String,
+    head: String,
+    merge_base: String,
+}
+
+/// The diff from the merge base of `source`'s base and head to its head, renames
+/// followed.
+fn three_dot<'r>(git: &'r git2::Repository, source: &Source) -> Result<ThreeDot<'r>, ChangesError> {
+    let repo_name = git.workdir().unwrap_or_else(|| git.path()).display().to_string();
+    let commit = |what: &'static str, rev: &str| -> Result<git2::Commit<'r>, ChangesError> {
+        let object = git.revparse_single(rev).or_else(|first| {
+            git.revparse_single(&format!("origin/{rev}")).map_err(|_| ChangesError::Missing {
+                what,
+                rev: rev.to_string(),
+                repo: repo_name.clone(),
+                message: first.message().to_string(),
+            })
+        })?;
+        object.peel_to_commit().map_err(|e| ChangesError::NotCommit {
+            what,
+            rev: rev.to_string(),
+            message: e.message().to_string(),
+        })
+    };
+    let base = commit("diff base", &source.base)?;
+    let head = commit("head", &source.head)?;
+    let (base_id, head_id) = (base.id().to_string(), head.id().to_string());
+    let merge_base = git
+        .merge_base(base.id(), head.id())
+        .map_err(|_| ChangesError::NoMergeBase { base: source.base.clone(), head: source.head.clone() })?;
+    let diff_error = |e: git2::Error| ChangesError::Diff {
+        base: base_id.clone(),
+        head: head_id.clone(),
+        message: e.message().into(),
+    };
+    let old_tree = git.find_commit(merge_base).and_then(|c| c.tree()).map_err(diff_error)?;
+    let new_tree = head.tree().map_err(diff_error)?;
+    let mut diff = git.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None).map_err(diff_error)?;
+    diff.find_similar(Some(git2::DiffFindOptions::new().renames(true))).map_err(diff_error)?;
+    Ok(ThreeDot { diff, base: base_id, head: head_id, merge_base: merge_base.to_string() })
 }
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a line break (or on
@@ -348,6 +407,16 @@ mod tests {
         assert!(!changes.diff_truncated);
         let value = changes.to_value();
         assert_eq!(value["changed_files"], json!(["docs/new.md", "src/app.py"]));
+    }
+
+    #[test]
+    fn patches_are_whole_and_leave_deleted_files_out() {
+        let (dir, _, base, head) = fixture();
+        let source = Source { number: None, base: base.to_string(), head: head.to_string() };
+        let patches = patches(dir.path(), &source).unwrap();
+        assert_eq!(patches.keys().collect::<Vec<_>>(), ["docs/new.md", "src/app.py"]);
+        assert!(patches["src/app.py"].contains("@@ -1 +1 @@\n-print(1)\n+print(2)"), "{}", patches["src/app.py"]);
+        assert!(!patches.values().any(|p| p.contains("x = 2")), "the base's own change is not in a patch");
     }
 
     #[test]

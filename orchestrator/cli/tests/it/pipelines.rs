@@ -477,3 +477,54 @@ agents:
     }
     assert_eq!(fx.orch_branches(), [integration]);
 }
+
+/// A later stage changes the file the stage before it wrote: no conflict. An agent
+/// beside the pipeline that changes one of its files is one.
+const STAGES_AND_A_NEIGHBOUR: &str = r#"
+version: 1
+name: stages
+defaults:
+  tools: [Write, Bash]
+  limits: { max_turns: 4 }
+agents:
+  fix:
+    prompt: Fix it.
+  test:
+    needs: [fix]
+    base: needs
+    prompt: Test it.
+  other:
+    prompt: Something else.
+integrate: none
+"#;
+
+const STAGES_SCRIPT: &str = r#"
+version: 1
+agents:
+  fix:
+    - tool_calls: [{name: Write, input: {file_path: a.txt, content: "fixed\n"}}]
+    - text: Fixed.
+  test:
+    - tool_calls: [{name: Bash, input: {command: "echo tested >> a.txt && echo test > b.txt"}}]
+    - text: Tested.
+  other:
+    - tool_calls: [{name: Write, input: {file_path: b.txt, content: "other\n"}}]
+    - text: Done.
+  synthesis:
+    - text: Fixed, tested, and something else.
+"#;
+
+#[test]
+fn a_stage_that_builds_on_the_one_before_is_no_likely_conflict() {
+    let fx = Fixture::new("t-pipe-overlap", &[("README.md", "readme\n")]);
+    let run = fx.run(STAGES_AND_A_NEIGHBOUR, STAGES_SCRIPT, &[]);
+    run.expect_code(0);
+    let files = |id: &str| run.agent(id)["changed_files"].clone();
+    assert_eq!(files("fix"), json!([{"path": "a.txt", "kind": "added"}]));
+    assert_eq!(files("test"), json!([{"path": "a.txt", "kind": "modified"}, {"path": "b.txt", "kind": "added"}]));
+    assert_eq!(run.report["overlaps"], json!([{"path": "b.txt", "agents": ["other", "test"]}]), "{}", run.stderr);
+    let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
+    let conflicts = md.split("## Likely conflicts").nth(1).and_then(|s| s.split("\n## ").next()).unwrap_or_default();
+    assert!(conflicts.contains("`b.txt`: `other`, `test`"), "{md}");
+    assert!(!conflicts.contains("a.txt"), "a.txt is listed as a likely conflict:\n{md}");
+}

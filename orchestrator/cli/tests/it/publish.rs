@@ -329,6 +329,76 @@ async fn dry_run_writes_the_requests_and_sends_no_write() {
     assert_eq!(run.report["publish"]["mode"], "dry-run");
     let md = std::fs::read_to_string(run.out.join("report.md")).unwrap();
     assert!(md.contains("publish.json"), "{md}");
+    // The event names no base: the review says its lines are unknown, and how to name one.
+    let detail = run.report["publish"]["outcomes"][0]["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("4 inline comment(s)") && detail.contains("--diff-base"), "{detail}");
+    // --diff-base names it: `main` is the head here, so no line is changed and every
+    // finding goes to the body.
+    let run = w.run("d2", REVIEW, &script, None, &["--diff-base", "main"]).await;
+    run.expect_code(0);
+    let detail = run.report["publish"]["outcomes"][0]["detail"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(detail, "0 inline comment(s), 4 finding(s) in the body", "{:#}", run.report["publish"]);
+}
+
+/// Where each finding of a review went: the inline comments as sent, and the body.
+fn decisions(review: &Value) -> (Value, String) {
+    (review["comments"].clone(), review["body"].as_str().unwrap_or_default().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_without_a_token_lays_the_review_out_as_the_live_run_does() {
+    let w = World::new("t-exact").await;
+    // The pull request's base has the old file and its head the new one, so the local
+    // `base...head` diff is the patch the fake GitHub serves for it.
+    let lib = w.fx.repo.join("src/lib.rs");
+    std::fs::write(&lib, "fn a() {}\nfn b() {}\nfn d() {}\n").unwrap();
+    git(&w.fx.repo, &["commit", "-q", "-am", "the base"]);
+    let base = git(&w.fx.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    std::fs::write(&lib, "fn a() {}\nfn b() -> u8 { 1 }\nfn c() {}\nfn d() {}\n").unwrap();
+    git(&w.fx.repo, &["commit", "-q", "-am", "the change"]);
+    let head = git(&w.fx.repo, &["rev-parse", "HEAD"]).trim().to_string();
+    w.gh.add_pull(REPO, PullSpec::new(8, &head).file("src/lib.rs", PATCH));
+    std::fs::write(
+        &w.event,
+        json!({"pull_request": {"number": 8, "head": {"sha": head, "repo": {"full_name": REPO}},
+                "base": {"sha": base, "repo": {"full_name": REPO}}},
+                "repository": {"default_branch": "main"}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut findings = review_findings();
+    // A context line of the hunk takes a comment too; a range that leaves the hunk does not.
+    findings.as_array_mut().unwrap().extend([
+        json!({"path": "src/lib.rs", "line": 1, "severity": "note", "message": "a context line"}),
+        json!({"path": "src/lib.rs", "line": 4, "end_line": 9, "severity": "note", "message": "runs off the hunk"}),
+    ]);
+    let script = findings_script(findings, "Answer.");
+
+    let dry = w.run("x1", REVIEW, &script, None, &[]).await;
+    dry.expect_code(0);
+    assert!(w.gh.writes().is_empty(), "{:#?}", w.gh.writes());
+    let planned: Value = serde_json::from_str(&std::fs::read_to_string(dry.out.join("publish.json")).unwrap()).unwrap();
+    let (dry_comments, dry_body) = decisions(&planned["requests"][0]["body"]);
+
+    let live = w.run("x2", REVIEW, &script, Some(TOKEN), &["--publish", "on"]).await;
+    live.expect_code(0);
+    let reviews = w.gh.reviews(REPO, 8);
+    assert_eq!(reviews.len(), 1, "GitHub took no review: {:#}", live.report["publish"]);
+    let review = serde_json::to_value(&reviews[0]).unwrap();
+    let (live_comments, live_body) = decisions(&review);
+
+    assert_eq!(dry_comments, live_comments, "the dry run placed other comments inline than the live run");
+    assert_eq!(dry_body, live_body, "the dry run's body lists other findings than the live run's");
+    let places: Vec<(u64, Option<u64>)> = live_comments
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["line"].as_u64().unwrap(), c["start_line"].as_u64()))
+        .collect();
+    assert_eq!(places, [(2, None), (4, Some(3)), (1, None)], "{live_comments:#}");
+    for off in ["`src/lib.rs:40`", "`README.md:1`", "`src/lib.rs:4-9`"] {
+        assert!(live_body.contains(off), "{off} is not in the body: {live_body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -205,11 +205,24 @@ agents:
     - text: Slept.
 "#;
 
+/// The size of the terminals the tests give orch (`stty` sets it in the terminal
+/// `script` makes): the live view fills its lines to the width and counts on the
+/// terminal to wrap, so the screen is read at the same size.
+const ROWS: u16 = 50;
+const COLS: u16 = 120;
+
+/// The shell command that runs `run` in a terminal of [`ROWS`] by [`COLS`].
+fn sized(run: &std::process::Command) -> String {
+    let argv: Vec<String> =
+        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
+    format!("stty rows {ROWS} cols {COLS}; exec {}", argv.join(" "))
+}
+
 /// The screen a terminal shows after `bytes`, one string per row, trailing blanks cut.
 fn screen(bytes: &[u8]) -> Vec<String> {
-    let mut parser = vt100::Parser::new(40, 160, 0);
+    let mut parser = vt100::Parser::new(ROWS, COLS, 0);
     parser.process(bytes);
-    parser.screen().rows(0, 160).map(|r| r.trim_end().to_owned()).collect()
+    parser.screen().rows(0, COLS).map(|r| r.trim_end().to_owned()).collect()
 }
 
 #[test]
@@ -220,11 +233,9 @@ fn ctrl_c_leaves_no_frozen_progress_lines_on_the_terminal() {
     let fx = Fixture::new("t-tty", &[("a.txt", "a\n")]);
     let run = fx.command(SLOW, SLOW_SCRIPT);
     // The command line `script` runs in a terminal of its own.
-    let argv: Vec<String> =
-        std::iter::once(run.get_program()).chain(run.get_args()).map(|a| shell_quote(&a.to_string_lossy())).collect();
     let typescript = fx.dir.path().join("typescript");
     let mut cmd = std::process::Command::new("script");
-    cmd.args(["-q", "-f", "-e", "-c", &argv.join(" ")])
+    cmd.args(["-q", "-f", "-e", "-c", &sized(&run)])
         .arg(&typescript)
         .current_dir(fx.dir.path())
         .env("TERM", "xterm-256color")
@@ -271,6 +282,110 @@ fn ctrl_c_leaves_no_frozen_progress_lines_on_the_terminal() {
         assert!(!row.contains("sleeper · turn"), "a frozen agent line is left:\n{text}");
     }
     assert!(text.contains("sleeper"), "the agent's end is not on the screen:\n{text}");
+}
+
+const THREE: &str = r#"
+version: 1
+name: three
+concurrency: 1
+defaults:
+  tools: [Bash]
+  limits: { max_turns: 3, timeout: 5m }
+agents:
+  first:
+    prompt: Nap.
+  second:
+    prompt: Nap.
+  third:
+    prompt: Nap.
+"#;
+
+const THREE_SCRIPT: &str = r#"
+version: 1
+agents:
+  first:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+  second:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+  third:
+    - tool_calls: [{name: Bash, input: {command: "sleep 1"}}]
+    - text: Napped.
+  synthesis:
+    - text: All three napped.
+"#;
+
+/// Runs `run` to its end in a terminal of its own (`script`), with `TERM` set and `CI`
+/// unset unless `env` sets it; its exit code and everything it wrote to the terminal.
+fn in_terminal(fx: &Fixture, run: &std::process::Command, env: &[(&str, &str)]) -> (Option<i32>, Vec<u8>) {
+    let typescript = fx.dir.path().join("typescript");
+    let _ = std::fs::remove_file(&typescript);
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-q", "-f", "-e", "-c", &sized(run)])
+        .arg(&typescript)
+        .current_dir(fx.dir.path())
+        .env("TERM", "xterm-256color")
+        .env("NO_COLOR", "1")
+        .env_remove("CI")
+        .env_remove("GITHUB_ACTIONS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in run.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = cmd.status().expect("`script` (util-linux) is needed to give orch a terminal");
+    (status.code(), std::fs::read(&typescript).unwrap())
+}
+
+#[test]
+fn the_live_view_counts_agents_and_leaves_only_lines_that_stay() {
+    let fx = Fixture::new("t-live", &[("a.txt", "a\n")]);
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[]);
+    let seen = String::from_utf8_lossy(&bytes);
+    let rows = screen(&bytes);
+    let text = rows.join("\n");
+    assert_eq!(code, Some(0), "screen:\n{text}");
+    // While it ran: the count, what runs and waits, and the totals so far.
+    for frame in ["0/3 finished · 1 running · 2 pending", "1/3 finished · 1 running · 1 pending"] {
+        assert!(seen.contains(frame), "the live view never showed `{frame}`:\n{seen}");
+    }
+    assert!(seen.contains(" turns · ") && seen.contains(" tokens · $"), "no totals in the live view:\n{seen}");
+    // At the end: each agent's line and the summary stay; no live line does.
+    for row in &rows {
+        assert!(!row.contains(" running · ") && !row.contains(" pending"), "a live line is left:\n{text}");
+        assert!(!row.contains("· turn "), "an agent's live line is left:\n{text}");
+    }
+    for agent in ["first", "second", "third"] {
+        assert!(rows.iter().any(|r| r.starts_with(&format!("✓ {agent} succeeded"))), "no line for {agent}:\n{text}");
+    }
+    assert!(text.contains("orch: 3/3 agents finished · "), "no summary:\n{text}");
+
+    // With `CI` set the same terminal gets plain lines and no live view.
+    let fx = Fixture::new("t-live-ci", &[("a.txt", "a\n")]);
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[("CI", "true")]);
+    let seen = String::from_utf8_lossy(&bytes);
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("orch: first started") && seen.contains("orch: third succeeded"), "{seen}");
+    assert!(!seen.contains(" finished · "), "a live view under CI:\n{seen}");
+}
+
+#[test]
+fn a_run_that_fails_before_any_agent_starts_draws_no_live_line() {
+    let fx = Fixture::new("t-live-early", &[("a.txt", "a\n")]);
+    std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
+    let (code, bytes) = in_terminal(&fx, &fx.command(THREE, THREE_SCRIPT), &[]);
+    let text = screen(&bytes).join("\n");
+    assert_eq!(code, Some(2), "screen:\n{text}");
+    assert!(text.contains("error: "), "no error on the screen:\n{text}");
+    assert!(!String::from_utf8_lossy(&bytes).contains(" finished · "), "a live line was drawn:\n{text}");
 }
 
 /// The pid of the `orch run` process writing into `out` (found by its arguments).
@@ -424,5 +539,55 @@ fn exec_limit_flags_are_checked_by_the_limits_parser() {
         assert_eq!(out.status.code(), Some(2), "--limit {flag}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expect), "--limit {flag}: {stderr}");
+    }
+}
+
+/// A start that fails leaves no run directory behind: not in a directory that is no git
+/// repository, not with a base that does not exist, not for a workflow naming a skill the
+/// repository lacks; neither under `--out` nor under the default runs directory.
+#[test]
+fn a_failed_start_leaves_no_run_directory() {
+    let script = "version: 1\nagents:\n  peek:\n    - text: Read it.\n";
+    let skill = "version: 1\nname: skill\nagents:\n  peek:\n    prompt: Read notes.txt.\n    skills: [missing]\n";
+    for name in ["not-git", "bad-base", "no-skill"] {
+        let fx = Fixture::new(&format!("t-left-{name}"), &[("notes.txt", "notes\n")]);
+        let (workflow, extra): (&str, &[&str]) = match name {
+            "not-git" => {
+                std::fs::remove_dir_all(fx.repo.join(".git")).unwrap();
+                (PEEK, &[])
+            }
+            "bad-base" => (PEEK, &["--base", "no-such-ref"]),
+            _ => (skill, &[]),
+        };
+        // --out, a directory orch makes.
+        let run = fx.run(workflow, script, extra);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        assert!(!fx.out.exists(), "{name}: the run directory was left: {:?}", std::fs::read_dir(&fx.out).ok());
+        // --out, an empty directory the user made: it stays, empty.
+        std::fs::create_dir(&fx.out).unwrap();
+        let run = fx.run(workflow, script, extra);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        let left: Vec<_> = std::fs::read_dir(&fx.out).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{name}: orch left {left:?} in the user's directory");
+        std::fs::remove_dir(&fx.out).unwrap();
+        // The default runs directory.
+        let runs = fx.dir.path().join("runs");
+        let out = orch()
+            .current_dir(fx.dir.path())
+            .arg("run")
+            .arg(fx.write("workflow.yaml", workflow))
+            .args(["--provider", "scripted", "--script"])
+            .arg(fx.write("script.yaml", script))
+            .arg("--repo")
+            .arg(&fx.repo)
+            .args(["--run-id", &fx.run_id])
+            .args(extra)
+            .env("ORCH_RUNS_DIR", &runs)
+            .env("XDG_STATE_HOME", fx.dir.path().join("state"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let left: Vec<_> = std::fs::read_dir(&runs).into_iter().flatten().flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "{name}: left in the runs directory: {left:?}");
     }
 }

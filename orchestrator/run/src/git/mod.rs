@@ -151,9 +151,16 @@ impl Author {
     }
 }
 
-/// Files changed by more than one agent: each path once, sorted, with the agents that
-/// changed it in the order they were given. `changed` is `(agent id, paths)`.
-pub fn overlaps(changed: &[(String, Vec<PathBuf>)]) -> Vec<(PathBuf, Vec<String>)> {
+/// Files changed by more than one agent that do not build on each other: each path
+/// once, sorted, with the agents that changed it in the order they were given.
+/// `changed` is `(agent id, paths)`; `builds_on(a, b)` says whether `a` started from
+/// work that holds `b`'s (see [`Lineage`]): a later stage of a pipeline changes what
+/// the earlier one left, which is no conflict. A path is listed when two of its agents
+/// are independent, with every agent that is independent of another.
+pub fn overlaps(
+    changed: &[(String, Vec<PathBuf>)],
+    mut builds_on: impl FnMut(&str, &str) -> bool,
+) -> Vec<(PathBuf, Vec<String>)> {
     let mut by_path: std::collections::BTreeMap<&PathBuf, Vec<&String>> = std::collections::BTreeMap::new();
     for (agent, paths) in changed {
         for path in paths {
@@ -163,11 +170,52 @@ pub fn overlaps(changed: &[(String, Vec<PathBuf>)]) -> Vec<(PathBuf, Vec<String>
             }
         }
     }
+    let mut independent = |a: &str, b: &str| !builds_on(a, b) && !builds_on(b, a);
     by_path
         .into_iter()
         .filter(|(_, agents)| agents.len() > 1)
-        .map(|(path, agents)| (path.clone(), agents.into_iter().cloned().collect()))
+        .filter_map(|(path, agents)| {
+            let listed: Vec<String> = agents
+                .iter()
+                .filter(|a| agents.iter().any(|b| a != &b && independent(a, b)))
+                .map(|a| (*a).clone())
+                .collect();
+            (!listed.is_empty()).then(|| (path.clone(), listed))
+        })
         .collect()
+}
+
+/// Which agents build on which, for [`overlaps`]: `a` builds on `b` when the commit `a`
+/// started from (`base: needs`) is `b`'s commit or holds it, directly or through other
+/// stages of a pipeline. Read from a repository that has the commits (the run clone, or
+/// the user's repository the branches were fetched into); where it lacks them, only a
+/// start that is `b`'s commit itself counts.
+pub struct Lineage {
+    repo: Option<git2::Repository>,
+    /// Agent id -> (the commit it started from, its own commit).
+    commits: std::collections::HashMap<String, (Option<git2::Oid>, Option<git2::Oid>)>,
+}
+
+impl Lineage {
+    /// `agents` is `(id, start, commit)`, the commits as hex.
+    pub fn new<'a>(
+        git_dir: Option<&std::path::Path>,
+        agents: impl IntoIterator<Item = (&'a str, Option<&'a str>, Option<&'a str>)>,
+    ) -> Lineage {
+        let oid = |s: Option<&str>| s.and_then(|s| git2::Oid::from_str(s).ok());
+        Lineage {
+            repo: git_dir.and_then(|d| git2::Repository::open(d).ok()),
+            commits: agents.into_iter().map(|(id, start, commit)| (id.to_owned(), (oid(start), oid(commit)))).collect(),
+        }
+    }
+
+    /// Whether `a` started from work that holds `b`'s commit.
+    pub fn builds_on(&self, a: &str, b: &str) -> bool {
+        let start = self.commits.get(a).and_then(|(start, _)| *start);
+        let commit = self.commits.get(b).and_then(|(_, commit)| *commit);
+        let (Some(start), Some(commit)) = (start, commit) else { return false };
+        start == commit || self.repo.as_ref().is_some_and(|r| r.graph_descendant_of(start, commit).unwrap_or(false))
+    }
 }
 
 /// Runs a blocking git operation on tokio's blocking pool.

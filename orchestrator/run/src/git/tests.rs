@@ -483,7 +483,10 @@ async fn merge_reports_conflicts_and_merges_the_rest() {
     let again = clone.merge_branches(&branches[..1], &into, &author()).await.unwrap();
     assert!(again[0].merged);
 
-    assert_eq!(overlaps(&changed), [(PathBuf::from("a.txt"), vec!["first".to_owned(), "second".to_owned()])]);
+    assert_eq!(
+        overlaps(&changed, |_, _| false),
+        [(PathBuf::from("a.txt"), vec!["first".to_owned(), "second".to_owned()])]
+    );
 }
 
 #[test]
@@ -864,4 +867,49 @@ fn walkdir(dir: &Path) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+#[test]
+fn a_stage_that_builds_on_another_does_not_overlap_it() {
+    let changed: Vec<(String, Vec<PathBuf>)> = [("fix", &["f", "g"][..]), ("test", &["f"]), ("docs", &["f", "g"])]
+        .iter()
+        .map(|(id, paths)| (id.to_string(), paths.iter().map(PathBuf::from).collect()))
+        .collect();
+    // A pipeline: test builds on fix, docs on test (and so on fix).
+    let chain = |a: &str, b: &str| matches!((a, b), ("test", "fix") | ("docs", "test") | ("docs", "fix"));
+    assert!(overlaps(&changed, chain).is_empty());
+    // docs on its own: it conflicts with both.
+    let alone = |a: &str, b: &str| (a, b) == ("test", "fix");
+    assert_eq!(
+        overlaps(&changed, alone),
+        [
+            (PathBuf::from("f"), vec!["fix".to_owned(), "test".to_owned(), "docs".to_owned()]),
+            (PathBuf::from("g"), vec!["fix".to_owned(), "docs".to_owned()])
+        ]
+    );
+}
+
+#[test]
+fn lineage_follows_the_history_from_a_start_to_a_needed_commit() {
+    let fx = Fixture::new();
+    let repo = git2::Repository::open(&fx.user).unwrap();
+    let base = repo.head().unwrap().peel_to_commit().unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    let tree = base.tree().unwrap();
+    let first = repo.commit(None, &sig, &sig, "first", &tree, &[&base]).unwrap();
+    let second = repo.commit(None, &sig, &sig, "second", &tree, &[&repo.find_commit(first).unwrap()]).unwrap();
+    let (first, second) = (first.to_string(), second.to_string());
+    let agents = [
+        ("a", None, Some(first.as_str())),
+        ("b", Some(first.as_str()), Some(second.as_str())),
+        ("c", Some(second.as_str()), None),
+        ("d", None, Some(second.as_str())),
+    ];
+    let lineage = Lineage::new(Some(repo.path()), agents);
+    assert!(lineage.builds_on("b", "a"), "a start that is the needed commit");
+    assert!(lineage.builds_on("c", "a"), "through the history");
+    assert!(!lineage.builds_on("a", "b") && !lineage.builds_on("d", "a") && !lineage.builds_on("a", "d"));
+    // Without the repository only a start that is the commit itself counts.
+    let bare = Lineage::new(None, agents);
+    assert!(bare.builds_on("b", "a") && !bare.builds_on("c", "a"));
 }

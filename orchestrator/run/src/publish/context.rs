@@ -39,6 +39,8 @@ pub struct GitHubContext {
     pub event_name: Option<String>,
     /// The event payload (`Null` when there is none).
     pub event: Value,
+    /// Where the payload was read from (`GITHUB_EVENT_PATH`).
+    pub event_path: Option<std::path::PathBuf>,
     pub sha: Option<String>,
     pub git_ref: Option<String>,
     pub token: Option<Token>,
@@ -50,7 +52,9 @@ impl GitHubContext {
     /// Reads the process environment.
     pub fn from_env() -> GitHubContext {
         let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        let event = var("GITHUB_EVENT_PATH")
+        let event_path = var("GITHUB_EVENT_PATH").map(std::path::PathBuf::from);
+        let event = event_path
+            .as_ref()
             .and_then(|p| std::fs::read(p).ok())
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or(Value::Null);
@@ -62,6 +66,7 @@ impl GitHubContext {
             repository: var("GITHUB_REPOSITORY"),
             event_name: var("GITHUB_EVENT_NAME"),
             event,
+            event_path,
             sha: var("GITHUB_SHA"),
             git_ref: var("GITHUB_REF"),
             // The coordinator took the tokens out of its environment at start-up.

@@ -80,6 +80,9 @@ pub struct PublishInputs {
     /// Why there is no commit, when there is none.
     pub no_commit_reason: Option<String>,
     pub run_dir: PathBuf,
+    /// `--diff-base`: the base of the local diff a review without a token lays its
+    /// findings out against (else the event's base).
+    pub diff_base: Option<String>,
 }
 
 /// How one output went.

@@ -11,15 +11,22 @@ use serde_json::{Map, Value, json};
 use super::{GitHubContext, PublishInputs, PublishMode, PublishReport, publish};
 
 /// Publishes what `workflow.publish` declares for the run `report` describes; `None`
-/// when the workflow publishes nothing or `mode` is off.
-pub async fn publish_run(workflow: &Workflow, report: &Value, mode: Option<PublishMode>) -> Option<PublishReport> {
+/// when the workflow publishes nothing or `mode` is off. `diff_base` is the run's
+/// `--diff-base`.
+pub async fn publish_run(
+    workflow: &Workflow,
+    report: &Value,
+    mode: Option<PublishMode>,
+    diff_base: Option<&str>,
+) -> Option<PublishReport> {
     let declared = workflow.publish.clone().filter(|p| !p.is_empty())?;
     let ctx = GitHubContext::from_env();
     let mode = mode.unwrap_or_else(|| PublishMode::default_for(&ctx));
     if mode == PublishMode::Off {
         return None;
     }
-    let inputs = inputs_of(workflow, declared, report);
+    let mut inputs = inputs_of(workflow, declared, report);
+    inputs.diff_base = diff_base.map(str::to_string);
     let published = publish(&inputs, mode, &ctx).await;
     for line in published.lines() {
         crate::notice::note(format_args!("publish {line}"));
@@ -88,6 +95,7 @@ fn inputs_of(workflow: &Workflow, publish: orch_workflows::publish::Publish, rep
         commit,
         no_commit_reason,
         run_dir: PathBuf::from(report["run_dir"].as_str().unwrap_or(".")),
+        diff_base: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! `report.html`: one self-contained page per run (inline CSS and script, nothing
-//! fetched): a timeline with one bar per agent (waiting, worktree, sandbox, loop,
-//! commit, from the report's timings), cost and tokens per agent, the synthesis tree
-//! and each agent's transcript, folded.
+//! fetched) with what `report.md` holds and more: a timeline with one bar per agent
+//! (waiting, worktree, sandbox, loop, commit, from the report's timings) over a time
+//! axis, cost and tokens per agent, each agent's branch and changed files, the
+//! synthesis (and its tree) when it ran, the likely conflicts, the integration, the
+//! publishing, and each agent's transcript, folded.
 //!
 //! The page is rendered with minijinja with HTML auto-escaping on, so text from models,
 //! tools and files is always text: it never becomes markup. The timeline's figures
@@ -46,6 +48,12 @@ struct Agent<'a> {
     id: &'a str,
     status: &'static str,
     reason: Option<&'a str>,
+    branch: Option<&'a str>,
+    changed_files: Vec<ChangedFile<'a>>,
+    /// Lines about its end (processes killed, worktree kept, carried over, not
+    /// committed for size, network).
+    notes: Vec<String>,
+    mcp_failures: &'a [crate::mcp::McpFailure],
     turns: u32,
     input_tokens: u64,
     output_tokens: u64,
@@ -59,6 +67,13 @@ struct Agent<'a> {
     events: Option<Vec<Line>>,
     /// Why its transcript is not shown in full.
     transcript_note: Option<String>,
+}
+
+/// A file an agent changed.
+#[derive(Serialize)]
+struct ChangedFile<'a> {
+    kind: &'a str,
+    path: String,
 }
 
 /// One event of a transcript, as shown.
@@ -101,6 +116,9 @@ struct Page<'a> {
     timeline: Timeline<'a>,
     agents: Vec<Agent<'a>>,
     synthesis: Option<Value>,
+    overlaps: &'a [super::report::Overlap],
+    integration: Value,
+    publish: Option<Value>,
     nonce: String,
 }
 
@@ -108,8 +126,57 @@ struct Page<'a> {
 #[derive(Serialize)]
 struct Timeline<'a> {
     agents: Vec<Bar<'a>>,
+    /// The time the full width stands for: the longest bar (at least 1 ms).
+    end_ms: u64,
+    /// The marks of the time axis under the bars.
+    axis: Vec<Tick>,
     agents_ms: u64,
-    synthesis_ms: u64,
+    /// Only when synthesis ran.
+    synthesis_ms: Option<u64>,
+}
+
+/// One mark of the time axis.
+#[derive(Debug, PartialEq, Serialize)]
+struct Tick {
+    ms: u64,
+    label: String,
+}
+
+/// The steps of a time axis, in milliseconds: round for a clock.
+const STEPS: &[u64] = &[
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000,
+    900_000, 1_800_000, 3_600_000, 7_200_000, 10_800_000, 21_600_000, 43_200_000, 86_400_000,
+];
+
+/// The marks of an axis from 0 to `end_ms`: the smallest round step (see [`STEPS`];
+/// past a day, whole days) that gives at most eight intervals.
+fn axis(end_ms: u64) -> Vec<Tick> {
+    let end = end_ms.max(1);
+    let day = 86_400_000;
+    let step = STEPS.iter().copied().find(|s| end / s <= 8).unwrap_or_else(|| end.div_ceil(8).div_ceil(day) * day);
+    (0..=end / step).map(|i| Tick { ms: i * step, label: time_label(i * step) }).collect()
+}
+
+/// `ms` as an axis label: `0`, `250ms`, `1.5s`, `40s`, `2m`, `2m30s`, `1h5m`, `2d`.
+fn time_label(ms: u64) -> String {
+    match ms {
+        0 => "0".into(),
+        ms if ms < 1000 => format!("{ms}ms"),
+        ms if ms < 60_000 && ms % 1000 != 0 => format!("{:.1}s", ms as f64 / 1000.0),
+        ms if ms < 60_000 => format!("{}s", ms / 1000),
+        ms if ms < 3_600_000 => {
+            let (m, s) = (ms / 60_000, (ms % 60_000) / 1000);
+            if s == 0 { format!("{m}m") } else { format!("{m}m{s}s") }
+        }
+        ms if ms < 86_400_000 => {
+            let (h, m) = (ms / 3_600_000, (ms % 3_600_000) / 60_000);
+            if m == 0 { format!("{h}h") } else { format!("{h}h{m}m") }
+        }
+        ms => {
+            let (d, h) = (ms / 86_400_000, (ms % 86_400_000) / 3_600_000);
+            if h == 0 { format!("{d}d") } else { format!("{d}d{h}h") }
+        }
+    }
 }
 
 /// Renders the page for `report` (transcripts read from `dir`) into `out`.
@@ -132,8 +199,15 @@ fn render_to(report: &RunReport, dir: &Path, out: &mut impl std::io::Write) -> R
         .collect();
     let mut budget = ALL_TRANSCRIPTS_BYTES;
     let agents: Vec<Agent> = ordered.iter().map(|a| agent(a, dir, &mut budget)).collect();
-    let timeline =
-        Timeline { agents: bars, agents_ms: report.timings.agents_ms, synthesis_ms: report.timings.synthesis_ms };
+    let end_ms = bars.iter().map(|b| b.waiting + b.worktree + b.sandbox + b.loop_ + b.commit).max().unwrap_or(0).max(1);
+    let ran = report.synthesis.as_ref().is_some_and(|s| s.status != super::report::AgentStatus::Skipped);
+    let timeline = Timeline {
+        agents: bars,
+        end_ms,
+        axis: axis(end_ms),
+        agents_ms: report.timings.agents_ms,
+        synthesis_ms: ran.then_some(report.timings.synthesis_ms),
+    };
     let synthesis = report.synthesis.as_ref().map(|s| {
         let levels = s.tree.as_ref().map(|t| {
             t.levels
@@ -190,9 +264,94 @@ fn render_to(report: &RunReport, dir: &Path, out: &mut impl std::io::Write) -> R
         timeline,
         agents,
         synthesis,
+        overlaps: &report.overlaps,
+        integration: integration(&report.integration),
+        publish: report.publish.as_ref().map(publishing),
         nonce: nonce(),
     };
     env.get_template("report.html")?.render_captured_to(minijinja::value::Serde(&page), out).map(|_| ())
+}
+
+/// The integration section: the mode, the integration branch and each agent's merge,
+/// the branches fetched into the repository, the pruned ones, and what failed.
+fn integration(i: &super::report::IntegrationReport) -> Value {
+    json!({
+        "mode": i.mode,
+        "fetched": i.fetched,
+        "merge": i.merge.as_ref().map(|m| json!({
+            "branch": m.branch,
+            "merges": m.merges.iter().map(|e| json!({
+                "agent": e.agent,
+                "merged": e.merged,
+                "conflicts": e.conflicts.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })),
+        "pruned": i.pruned,
+        "error": i.error,
+    })
+}
+
+/// The publishing section, from the report's `publish` (see `crate::publish`): the
+/// mode, where a dry run's requests are, and one line per output.
+fn publishing(p: &Value) -> Value {
+    let outcomes: Vec<Value> = p["outcomes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            json!({
+                "output": o["output"].as_str().unwrap_or_default(),
+                "state": o["state"].as_str().unwrap_or_default(),
+                "url": o["url"].as_str(),
+                "detail": o["detail"].as_str().unwrap_or_default(),
+            })
+        })
+        .collect();
+    json!({
+        "mode": p["mode"].as_str().unwrap_or("on"),
+        "requests_file": p["requests_file"].as_str(),
+        "outcomes": outcomes,
+    })
+}
+
+/// The lines about how an agent's work ended that `report.md` gives beside its changed
+/// files.
+fn agent_notes(a: &AgentReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    if a.killed_processes > 0 {
+        notes.push(format!("{} processes it left running were killed at its end.", a.killed_processes));
+    }
+    if let Some(w) = &a.worktree {
+        notes.push(format!("Worktree kept at {}", w.display()));
+    }
+    if a.carried_over {
+        notes.push("Carried over from the resumed run: not run again.".into());
+    }
+    if let Some(commit) = &a.resumed_from {
+        notes.push(format!("Run again from the resumed run's work (commit {commit})."));
+    }
+    if !a.too_large_files.is_empty() {
+        let files: Vec<String> =
+            a.too_large_files.iter().map(|f| format!("{} ({} bytes)", f.path.display(), f.size)).collect();
+        notes.push(format!("Not committed, over the file size limit: {}", files.join(", ")));
+    }
+    if let Some(net) = a.network.as_ref().filter(|n| !n.is_empty()) {
+        let contacted: Vec<String> = net
+            .contacted
+            .iter()
+            .map(|h| format!("{}:{} ({} B up, {} B down)", h.host, h.port, h.bytes_up, h.bytes_down))
+            .collect();
+        let denied: Vec<String> = net.denied.iter().map(|h| format!("{}:{}", h.host, h.port)).collect();
+        let mut parts = Vec::new();
+        if !contacted.is_empty() {
+            parts.push(format!("contacted {}", contacted.join(", ")));
+        }
+        if !denied.is_empty() {
+            parts.push(format!("denied {}", denied.join(", ")));
+        }
+        notes.push(format!("Network: {}", parts.join("; ")));
+    }
+    notes
 }
 
 fn agent<'a>(a: &'a AgentReport, dir: &Path, budget: &mut usize) -> Agent<'a> {
@@ -213,6 +372,15 @@ fn agent<'a>(a: &'a AgentReport, dir: &Path, budget: &mut usize) -> Agent<'a> {
         id: &a.id,
         status: a.status.as_str(),
         reason: a.reason.as_deref(),
+        // Only a commit leaves a branch (`report.md`'s branch column alike).
+        branch: a.branch.as_deref().filter(|_| a.commit.is_some()),
+        changed_files: a
+            .changed_files
+            .iter()
+            .map(|f| ChangedFile { kind: &f.kind, path: f.path.display().to_string() })
+            .collect(),
+        notes: agent_notes(a),
+        mcp_failures: &a.mcp_failures,
         turns: a.turns,
         input_tokens: a.usage.input_tokens + a.usage.cache_read_input_tokens + a.usage.cache_creation_input_tokens,
         output_tokens: a.usage.output_tokens,

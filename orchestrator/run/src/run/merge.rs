@@ -56,7 +56,8 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         None => (None, None),
     };
     let run_id = format!("merge-{}", clock::run_id());
-    let out = super::run_dir(args.out.as_deref(), &run_id)?;
+    let mut fresh = super::run_dir(args.out.as_deref(), &run_id)?;
+    let out = fresh.path().to_path_buf();
 
     // Each id once, in the order given.
     let mut agents: Vec<AgentReport> = Vec::new();
@@ -111,8 +112,12 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
         .filter(|a| a.commit.is_some())
         .map(|a| (a.id.clone(), a.changed_files.iter().map(|f| f.path.clone()).collect()))
         .collect();
-    merged.overlaps =
-        crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+    // The shards' run clones are gone; their branches were fetched into the repository.
+    let user_git = git2::Repository::discover(&merged.repo).ok().map(|r| r.path().to_path_buf());
+    merged.overlaps = super::overlaps_of(user_git, &agents, changed).await;
+    // From here on the merge changes the repository (an integration branch), and the
+    // directory holds its record.
+    fresh.keep();
     if let Some(plan) = &plan {
         integrate_shards(&args, plan, &reports, &agents, &sources, &mut merged).await;
     }
@@ -164,7 +169,7 @@ pub async fn run(args: MergeOptions) -> crate::error::Result<Code> {
     // The merged result is published as `orch run` publishes a whole run.
     merged.publish = None;
     let code = match &loaded {
-        Some(w) => super::publish_to_github(w, args.publish, &mut merged, code, clock_start).await,
+        Some(w) => super::publish_to_github(w, args.publish, None, &mut merged, code, clock_start).await,
         None => code,
     };
     publish(&merged, args.junit.as_deref(), github::Actions::detect().as_ref())?;

@@ -45,7 +45,7 @@ mod synthesis;
 
 pub(crate) use events::Transcript;
 pub use merge::run as merge;
-pub use reporter::Reporter;
+pub use reporter::{Reporter, Tally};
 pub use select::{Shard, assign_shards};
 
 use std::path::{Path, PathBuf};
@@ -239,7 +239,8 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // Absolute in the report; a missing path is reported by the run clone below.
     let repo = std::fs::canonicalize(&repo).unwrap_or(repo);
     let (extensions, repo_config) = load_extensions(&args, &workflow, &plan, &repo)?;
-    let run_dir = run_dir(args.out.as_deref(), &run_id)?;
+    let mut fresh = run_dir(args.out.as_deref(), &run_id)?;
+    let run_dir = fresh.path().to_path_buf();
     let run_lock = recover::hold_lock(&run_dir)?;
     let reserve = reserve::Reserve::take(&run_dir);
     // The run id, for `orch recover` when the run is killed before it has a report.
@@ -353,6 +354,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     if let Err(e) = report::write(&run_dir, &first) {
         tracing::warn!("cannot write the first report: {e}");
     }
+    fresh.keep();
 
     let mut setup_failed = None;
     let at = Instant::now();
@@ -445,7 +447,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     conclude(&mut report, code, clock_start);
     // A share of the workflow leaves publishing to `orch merge`, as it leaves synthesis.
     let code = if args.shard.is_none() && args.only.is_empty() {
-        publish_to_github(&workflow, args.publish, &mut report, code, clock_start).await
+        publish_to_github(&workflow, args.publish, args.diff_base.as_deref(), &mut report, code, clock_start).await
     } else {
         crate::publish::left_to_merge(&workflow, args.publish);
         code
@@ -460,16 +462,17 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
 }
 
 /// `publish:`, after integration: a failed output fails the run (exit 1); the agents'
-/// work stays as it is.
+/// work stays as it is. `diff_base` is `--diff-base` (a review's lines in a dry run).
 async fn publish_to_github(
     workflow: &orch_workflows::Workflow,
     mode: Option<crate::publish::PublishMode>,
+    diff_base: Option<&str>,
     report: &mut RunReport,
     code: Code,
     started: Instant,
 ) -> Code {
     let Ok(json) = serde_json::to_value(&*report) else { return code };
-    let Some(published) = crate::publish::publish_run(workflow, &json, mode).await else { return code };
+    let Some(published) = crate::publish::publish_run(workflow, &json, mode, diff_base).await else { return code };
     report.publish = serde_json::to_value(&published).ok();
     if published.failed() && matches!(code, Code::Success | Code::Partial) {
         conclude(report, Code::Failed, started);
@@ -604,8 +607,9 @@ fn load_extensions(
 }
 
 /// The run directory: `--out`, else under `$ORCH_RUNS_DIR`, `$XDG_STATE_HOME/orch/runs`
-/// or `~/.local/state/orch/runs`. It must not exist yet, or be empty.
-pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<PathBuf> {
+/// or `~/.local/state/orch/runs`. It must not exist yet, or be empty. A start that
+/// fails before the run's first report removes it again (see [`FreshRunDir`]).
+pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<FreshRunDir> {
     let dir = match out {
         Some(dir) => dir.to_path_buf(),
         None => {
@@ -626,8 +630,50 @@ pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<
         ))
         .into());
     }
+    let created = !dir.exists();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the run directory {}", dir.display()))?;
-    Ok(dir)
+    Ok(FreshRunDir { dir, created, keep: false })
+}
+
+/// A run directory that holds no report yet. Dropped before [`FreshRunDir::keep`],
+/// it takes away what orch put in it (locks, the reserve, a partial run clone), and
+/// itself if orch made it: a start that fails (not a git repository, a bad base, a
+/// workflow naming missing skills) leaves nothing behind. It was empty or new, so
+/// everything in it is orch's.
+pub(crate) struct FreshRunDir {
+    dir: PathBuf,
+    created: bool,
+    keep: bool,
+}
+
+impl FreshRunDir {
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run has started (its first report is written): the directory stays.
+    pub(crate) fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for FreshRunDir {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        if self.created {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            return;
+        }
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let _ = match entry.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+        }
+    }
 }
 
 /// `--base`: `WORKTREE` commits the checkout's working tree (objects only, as `git stash
@@ -682,6 +728,30 @@ async fn synthesize(
     Some(synthesis::run(&synthesis::SynthesisEnv::of(shared), &task, agents, &settings).await)
 }
 
+/// The likely conflicts: files changed by agents that do not build on each other
+/// (`changed` is `(agent id, paths)`), their lineage read from `git_dir`.
+pub(crate) async fn overlaps_of(
+    git_dir: Option<PathBuf>,
+    agents: &[AgentReport],
+    changed: Vec<(String, Vec<PathBuf>)>,
+) -> Vec<report::Overlap> {
+    let commits: Vec<(String, Option<String>, Option<String>)> =
+        agents.iter().map(|a| (a.id.clone(), a.start.clone(), a.commit.clone())).collect();
+    let found = tokio::task::spawn_blocking(move || {
+        let lineage = crate::git::Lineage::new(
+            git_dir.as_deref(),
+            commits.iter().map(|(id, start, commit)| (id.as_str(), start.as_deref(), commit.as_deref())),
+        );
+        crate::git::overlaps(&changed, |a, b| lineage.builds_on(a, b))
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::warn!("cannot list the likely conflicts: {e}");
+        Vec::new()
+    });
+    found.into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect()
+}
+
 /// Overlaps, then `integrate:`: put the agents' work on the integration branch
 /// (`merge`, `squash`), prune the branches it holds (`--prune-branches`,
 /// `integrate.prune`), and fetch the rest into the user's repository.
@@ -692,8 +762,7 @@ async fn integrate(shared: &Shared, plan: &Plan, report: &mut RunReport, prune: 
         .filter(|a| a.commit.is_some())
         .map(|a| (a.id.clone(), a.changed_files.iter().map(|f| f.path.clone()).collect()))
         .collect();
-    report.overlaps =
-        crate::git::overlaps(&changed).into_iter().map(|(path, agents)| report::Overlap { path, agents }).collect();
+    report.overlaps = overlaps_of(Some(shared.clone.git_dir().to_path_buf()), &report.agents, changed).await;
     let committed: Vec<&AgentReport> = report.agents.iter().filter(|a| a.commit.is_some()).collect();
     let mut branches: Vec<String> = committed.iter().filter_map(|a| a.branch.clone()).collect();
     let integrate = &plan.integrate;

@@ -48,7 +48,9 @@ pub struct RunReport {
     pub agents: Vec<AgentReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub synthesis: Option<SynthesisReport>,
-    /// Files changed by more than one agent: likely conflicts.
+    /// Files changed by more than one agent where neither built on the other's work (a
+    /// `base: needs` stage changing what the stage before it left is none): likely
+    /// conflicts.
     pub overlaps: Vec<Overlap>,
     pub integration: IntegrationReport,
     pub totals: Totals,

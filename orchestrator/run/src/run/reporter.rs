@@ -8,8 +8,32 @@ use orch_agents::Event;
 
 use super::report::AgentReport;
 
+/// Where a run's agents stand: how many have finished (skipped ones too), run, and
+/// are still to start. A dynamic fan-out not yet expanded counts as one pending agent
+/// until it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub finished: usize,
+    pub running: usize,
+    pub pending: usize,
+}
+
+impl Tally {
+    pub fn total(&self) -> usize {
+        self.finished + self.running + self.pending
+    }
+
+    /// Nothing runs and nothing is left to start: the agents' phase is over.
+    pub fn done(&self) -> bool {
+        self.running == 0 && self.pending == 0
+    }
+}
+
 /// Receives what happens during a run.
 pub trait Reporter: Send + Sync {
+    /// Where the agents stand, each time that changes while they run (the last one
+    /// has [`Tally::done`]).
+    fn tally(&self, _tally: Tally) {}
     fn agent_started(&self, id: &str);
     fn event(&self, agent: &str, event: &Event);
     fn agent_finished(&self, report: &AgentReport);

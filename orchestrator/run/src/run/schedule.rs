@@ -31,7 +31,7 @@ use super::events::Meter;
 use super::live_report::{LiveReport, Snapshot};
 use super::report::{AgentReport, AgentStatus};
 use super::select::Selection;
-use super::{Reporter, Stop, StopReason};
+use super::{Reporter, Stop, StopReason, Tally};
 
 #[cfg(test)]
 mod tests;
@@ -148,6 +148,16 @@ pub async fn run<E: Executor + Sync>(
     let mut changed_on_disk = true;
     let interval = env.progress.min_interval();
     let mut last_told: Option<tokio::time::Instant> = None;
+    // What the reporter was last told of where the agents stand.
+    let mut tallied: Option<Tally> = None;
+    let mut tally = |done: &[AgentReport], hidden: &HashSet<String>, running: usize, pending: usize| {
+        // Every hidden id is one of `done` (a prior result reused).
+        let now = Tally { finished: done.len().saturating_sub(hidden.len()), running, pending };
+        if tallied != Some(now) {
+            tallied = Some(now);
+            env.reporter.tally(now);
+        }
+    };
     loop {
         loop {
             let reused = admit(&mut pending, &selection, &mut context, &mut outputs, &mut hidden);
@@ -212,6 +222,7 @@ pub async fn run<E: Executor + Sync>(
                 running.insert(handle.id(), (id, key));
             }
         }
+        tally(&done, &hidden, running.len(), pending.len());
         if tasks.is_empty() {
             if ended_unstarted {
                 continue;
@@ -225,6 +236,7 @@ pub async fn run<E: Executor + Sync>(
             for node in pending.drain(..) {
                 done.push(skipped(&node, why.clone()));
             }
+            tally(&done, &hidden, 0, 0);
             break;
         }
         if changed_on_disk && last_told.is_none_or(|t| t.elapsed() >= interval) {

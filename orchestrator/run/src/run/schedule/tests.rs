@@ -160,11 +160,15 @@ impl Executor for Fake {
     }
 }
 
-/// The reporter's lines, in order (events left out).
+/// The reporter's lines, in order (events left out), and its tallies as
+/// `finished/total running pending`.
 #[derive(Default)]
-struct Lines(Mutex<Vec<String>>);
+struct Lines(Mutex<Vec<String>>, Mutex<Vec<String>>);
 
 impl Reporter for Lines {
+    fn tally(&self, t: Tally) {
+        lock(&self.1).push(format!("{}/{} {} {}", t.finished, t.total(), t.running, t.pending));
+    }
     fn agent_started(&self, id: &str) {
         lock(&self.0).push(format!("started {id}"));
     }
@@ -303,10 +307,11 @@ impl Case {
             .await
             .expect("the dispatcher hung");
         let log = std::mem::take(&mut *lock(&log));
+        let tallies = std::mem::take(&mut *lock(&lines.1));
         let lines = std::mem::take(&mut *lock(&lines.0));
         let told = std::mem::take(&mut *lock(&seen));
         let seen = told.iter().filter(|l| !l.starts_with("finished ")).cloned().collect();
-        Outcome { reports, log, lines, seen, told, stop: stop.get() }
+        Outcome { reports, log, lines, tallies, seen, told, stop: stop.get() }
     }
 }
 
@@ -314,6 +319,8 @@ struct Outcome {
     reports: Vec<AgentReport>,
     log: Log,
     lines: Vec<String>,
+    /// The reporter's tallies: `finished/total running pending`.
+    tallies: Vec<String>,
     /// The live report's rewrites and interrupt.
     seen: Vec<String>,
     /// Those, and each `finished` call.
@@ -560,6 +567,21 @@ async fn a_dynamic_fan_out_expands_from_its_sources_output() {
     // The report on disk showed the fan-out pending, then its instances.
     assert_eq!(out.seen[0], "progress: done [] running [survey] pending [fix summary]");
     assert_eq!(out.seen[1], "progress: done [survey=succeeded] running [fix/cli fix/core] pending [summary]");
+    // The count grows when the fan-out expands; the last tally has everything finished.
+    assert_eq!(out.tallies, ["0/3 1 2", "1/4 2 1", "2/4 1 1", "3/4 1 0", "4/4 0 0"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reporter_is_told_the_count_of_finished_running_and_pending_agents() {
+    let out = case(&format!(
+        "{HEAD}agents:\n  a:\n    prompt: a\n  b:\n    prompt: b\n  c:\n    needs: [a]\n    prompt: c\n  d:\n    needs: [c]\n    prompt: d\n"
+    ))
+    .concurrency(1)
+    .script("a", takes(10).ends(AgentStatus::Failed))
+    .run()
+    .await;
+    // a runs alone (concurrency 1), fails; c and d are skipped at once; then b runs.
+    assert_eq!(out.tallies, ["0/4 1 3", "3/4 1 0", "4/4 0 0"], "{:?}", out.statuses());
 }
 
 #[tokio::test(start_paused = true)]
