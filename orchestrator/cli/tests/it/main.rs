@@ -17,6 +17,7 @@ mod full_disk;
 mod github_workflows;
 mod hooks;
 mod hooks_fail_closed;
+mod init_runs;
 mod instructions;
 mod masking;
 mod mcp;
