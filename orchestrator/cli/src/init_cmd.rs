@@ -118,10 +118,9 @@ pub fn pin_action(text: &str) -> String {
             continue;
         };
         let value = value.trim();
-        let (reference, comment) = match value.find(" #") {
-            Some(at) => (value[..at].trim(), &value[at..]),
-            None => (value, ""),
-        };
+        // The comment keeps its spacing: `reference` is a prefix of `value`.
+        let reference = value.find(" #").map_or(value, |at| value[..at].trim_end());
+        let comment = &value[reference.len()..];
         let is_orch = reference
             .split_once('@')
             .is_some_and(|(repo, _)| repo.split_once('/').is_some_and(|(_, name)| name == "orch"));
@@ -149,10 +148,8 @@ pub struct Needs {
 pub fn needs(text: &str) -> Needs {
     let mut secrets: Vec<String> = Vec::new();
     for (at, _) in text.match_indices("secrets.") {
-        let name: String = text[at + "secrets.".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
+        let name: String =
+            text[at + "secrets.".len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         if !name.is_empty() && name != "GITHUB_TOKEN" && !secrets.contains(&name) {
             secrets.push(name);
         }
@@ -193,9 +190,9 @@ fn repo_root() -> Result<PathBuf, String> {
             cwd.display()
         )
     })?;
-    repo.workdir().map(Path::to_path_buf).ok_or_else(|| {
-        format!("the repository at {} is bare; run `orch init` in a checkout", repo.path().display())
-    })
+    repo.workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("the repository at {} is bare; run `orch init` in a checkout", repo.path().display()))
 }
 
 /// `orch init`.
@@ -228,7 +225,7 @@ pub fn run(args: &InitArgs) -> Code {
         let existing: Vec<&str> = recipe.files.iter().map(|f| f.dest).filter(|d| root.join(d).exists()).collect();
         if !existing.is_empty() {
             say!(
-                "error: {} already exist{}; nothing was written. Pass --force to overwrite {}",
+                "error: {} already exist{}; nothing was written; pass --force to overwrite {}",
                 existing.join(" and "),
                 if existing.len() == 1 { "s" } else { "" },
                 if existing.len() == 1 { "it" } else { "them" }
@@ -245,16 +242,13 @@ pub fn run(args: &InitArgs) -> Code {
     for file in &recipe.files {
         let path = root.join(file.dest);
         let text = if file.actions { pin_action(file.text) } else { file.text.to_string() };
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, &text));
+        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, &text));
         if let Err(e) = written {
             say!("error: cannot write {}: {e}; check that the directory is writable", path.display());
             return Code::Infrastructure;
         }
         let what = if file.actions { "the GitHub Actions workflow" } else { "the orch workflow" };
-        say!("orch: wrote {} ({what})", shown(file.dest).display());
+        say!("orch: wrote {} ({what}, {} of orch's repository)", shown(file.dest).display(), file.source);
         if file.actions {
             actions_text = text;
         }
@@ -275,9 +269,7 @@ pub fn run(args: &InitArgs) -> Code {
     for (scope, granted) in &needs.permissions {
         say!("orch:   permissions ({scope}): {}", granted.join(", "));
     }
-    say!(
-        "orch: commit the files on the default branch: in a pull-request run orch reads its workflow from there"
-    );
+    say!("orch: commit the files on the default branch: in a pull-request run orch reads its workflow from there");
     Code::Success
 }
 

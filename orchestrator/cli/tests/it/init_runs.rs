@@ -86,7 +86,12 @@ fn mistakes_are_usage_errors() {
 
     let outside = dir.path().join("plain");
     std::fs::create_dir(&outside).unwrap();
-    let out = orch().current_dir(&outside).env("GIT_CEILING_DIRECTORIES", dir.path()).args(["init", "pr-review"]).output().unwrap();
+    let out = orch()
+        .current_dir(&outside)
+        .env("GIT_CEILING_DIRECTORIES", dir.path())
+        .args(["init", "pr-review"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("is not in a git repository"), "{stderr}");
@@ -111,7 +116,8 @@ mod runs {
     fn run_dir(state: &Path, id: &str, status: &str, started_at: &str) -> std::path::PathBuf {
         let dir = state.join("orch/runs").join(id);
         std::fs::create_dir_all(&dir).unwrap();
-        let report = serde_json::json!({ "schema_version": 1, "run_id": id, "status": status, "started_at": started_at });
+        let report =
+            serde_json::json!({ "schema_version": 1, "run_id": id, "status": status, "started_at": started_at });
         std::fs::write(dir.join("report.json"), report.to_string()).unwrap();
         std::fs::write(dir.join("transcript.jsonl"), vec![b'x'; 64 * 1024]).unwrap();
         dir
@@ -123,9 +129,10 @@ mod runs {
 
     /// Holds `dir`'s run lock from another process (as a coordinator does) until killed.
     fn hold(dir: &Path) -> std::process::Child {
-        let child = std::process::Command::new("flock")
+        // One process holds it (no child of `flock` keeps it after a kill).
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exec 9>\"$1\" && flock 9 && exec sleep 60", "sh"])
             .arg(dir.join("run.lock"))
-            .args(["sleep", "60"])
             .spawn()
             .unwrap();
         for _ in 0..100 {
@@ -157,8 +164,12 @@ mod runs {
         let out = runs(s, &["list", "--json"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let rows: Vec<(&str, &str)> =
-            list.as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap())).collect();
+        let rows: Vec<(&str, &str)> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap()))
+            .collect();
         assert_eq!(
             rows,
             [
