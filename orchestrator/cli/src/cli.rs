@@ -46,6 +46,9 @@ pub enum Command {
     /// List or clean up the run directories under orch's state directory.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Write the book's generated reference pages into DIR (the book's `src/`).
+    #[command(name = "__docs-gen", hide = true)]
+    DocsGen(DocsGenArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -726,6 +729,13 @@ pub struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+/// `orch __docs-gen DIR`.
+#[derive(Debug, Args)]
+pub struct DocsGenArgs {
+    /// The book's source directory (`docs/src`).
+    pub dir: PathBuf,
 }
 
 /// `orch init [RECIPE]`.

@@ -1,7 +1,7 @@
 //! The catalog of built-in tools: one entry per tool, from which every list of tool
 //! names derives (the names a workflow may list, the default tools, the tools the tool
 //! host runs, the results compaction may clear, the tools that need a writable
-//! worktree, what each tool's permission rules take, the README's tool table).
+//! worktree, what each tool's permission rules take, the book's tool table, docs/src/concepts/tools.md).
 //!
 //! Adding a tool means adding its [`ToolInfo`] to [`CATALOG`] (and implementing it);
 //! the tidy tests of `orch-workflows` and `orch-agents` fail until both agree, and
@@ -67,7 +67,7 @@ pub struct ToolInfo {
     /// The input field naming the path it works on, whose directory's instruction files
     /// come with the result the first time.
     pub path_field: Option<&'static str>,
-    /// One line of documentation: the README's tool table.
+    /// One line of documentation: the book's tool table.
     pub doc: &'static str,
 }
 
@@ -175,7 +175,7 @@ pub fn rule_kind(name: &str) -> Option<RuleKind> {
     lookup(name).map(|t| t.rule).or_else(|| FOREIGN.iter().find(|(n, _)| *n == name).map(|(_, k)| *k))
 }
 
-/// The README's tool table, in Markdown: one row per tool, where it runs and what it does.
+/// The book's tool table (docs/src/concepts/tools.md), in Markdown: one row per tool, where it runs and what it does.
 pub fn markdown_table() -> String {
     let mut out = String::from("| tool | runs in | what it does |\n|---|---|---|\n");
     for tool in CATALOG {

@@ -130,7 +130,7 @@ mod runs {
     /// Holds `dir`'s run lock from another process (as a coordinator does) until killed.
     fn hold(dir: &Path) -> std::process::Child {
         // One process holds it (no child of `flock` keeps it after a kill).
-        let child = std::process::Command::new("sh")
+        let mut child = std::process::Command::new("sh")
             .args(["-c", "exec 9>\"$1\" && flock 9 && exec sleep 60", "sh"])
             .arg(dir.join("run.lock"))
             .spawn()
@@ -147,6 +147,8 @@ mod runs {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("flock did not take the lock");
     }
 

@@ -8,6 +8,7 @@ mod cli_output;
 mod containment;
 mod crash_points;
 mod descriptors;
+mod docs;
 mod examples;
 mod exec;
 mod exec_equivalence;
