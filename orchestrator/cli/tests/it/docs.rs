@@ -248,3 +248,42 @@ fn the_book_builds() {
     );
     assert!(out_dir.path().join("reference/cli.html").is_file());
 }
+
+/// The ```yaml blocks of `markdown` that are whole workflows (they start with `version:`
+/// after comments).
+fn workflows_in(markdown: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = markdown;
+    while let Some(at) = rest.find("```yaml\n") {
+        let body = &rest[at + "```yaml\n".len()..];
+        let end = body.find("\n```").unwrap_or(body.len());
+        let block = &body[..end];
+        if block.lines().find(|l| !l.trim_start().starts_with('#')).is_some_and(|l| l.starts_with("version:")) {
+            found.push(format!("{block}\n"));
+        }
+        rest = &body[end..];
+    }
+    found
+}
+
+#[test]
+fn the_workflows_of_the_front_pages_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::git(dir.path(), &["init", "-q", "-b", "main"]);
+    let mut checked = 0;
+    for page in ["README.md", "docs/src/guide/first-workflow.md"] {
+        let text = std::fs::read_to_string(workspace().join(page)).unwrap();
+        for (i, workflow) in workflows_in(&text).into_iter().enumerate() {
+            let file = dir.path().join(format!("w{checked}.yaml"));
+            std::fs::write(&file, &workflow).unwrap();
+            let out = orch().current_dir(dir.path()).arg("validate").arg(&file).output().unwrap();
+            assert!(
+                out.status.success(),
+                "workflow {i} of {page} is invalid:\n{workflow}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "only {checked} workflows found");
+}
