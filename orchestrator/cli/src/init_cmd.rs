@@ -222,7 +222,8 @@ pub fn run(args: &InitArgs) -> Code {
         }
     };
     if !args.force {
-        let existing: Vec<&str> = recipe.files.iter().map(|f| f.dest).filter(|d| root.join(d).exists()).collect();
+        let existing: Vec<&str> =
+            recipe.files.iter().map(|f| f.dest).filter(|d| std::fs::symlink_metadata(root.join(d)).is_ok()).collect();
         if !existing.is_empty() {
             say!(
                 "error: {} already exist{}; nothing was written; pass --force to overwrite {}",
@@ -242,7 +243,14 @@ pub fn run(args: &InitArgs) -> Code {
     for file in &recipe.files {
         let path = root.join(file.dest);
         let text = if file.actions { pin_action(file.text) } else { file.text.to_string() };
-        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, &text));
+        // A link in its place (`--force`) is replaced, never written through.
+        let unlinked = match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => std::fs::remove_file(&path),
+            _ => Ok(()),
+        };
+        let written = unlinked
+            .and_then(|()| path.parent().map_or(Ok(()), std::fs::create_dir_all))
+            .and_then(|()| std::fs::write(&path, &text));
         if let Err(e) = written {
             say!("error: cannot write {}: {e}; check that the directory is writable", path.display());
             return Code::Infrastructure;

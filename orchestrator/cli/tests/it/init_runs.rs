@@ -74,6 +74,22 @@ fn existing_files_are_kept_unless_forced() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let review = std::fs::read_to_string(repo.join(".github/orch/review.yaml")).unwrap();
     assert!(review.contains("name: pr-review"), "{review}");
+
+    // A link in a file's place, even a dangling one, counts as a file; --force replaces
+    // the link and never writes through it.
+    let (dir, repo) = self::repo();
+    let elsewhere = dir.path().join("elsewhere.yml");
+    std::fs::create_dir_all(repo.join(".github/workflows")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, repo.join(".github/workflows/orch-triage.yml")).unwrap();
+    let out = init(&repo, &["issue-triage"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(".github/workflows/orch-triage.yml"), "{stderr}");
+    let out = init(&repo, &["issue-triage", "--force"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!elsewhere.exists(), "--force wrote through a link");
+    let meta = std::fs::symlink_metadata(repo.join(".github/workflows/orch-triage.yml")).unwrap();
+    assert!(meta.file_type().is_file());
 }
 
 #[test]
