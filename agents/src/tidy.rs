@@ -1,4 +1,4 @@
-//! Tidy tests: checks that the lists and tables kept by hand, here and in the README,
+//! Tidy tests: checks that the lists and tables kept by hand, here and in the book (docs/src),
 //! agree with the code, and that the `--json` form of every event is pinned.
 
 use std::collections::BTreeSet;
@@ -66,25 +66,25 @@ fn core_tools_are_the_catalogs_host_entries_with_the_same_flags() {
     }
 }
 
-/// Where the README's tool table starts and ends; between them is
+/// Where the tool table of the book's Tools page starts and ends; between them is
 /// [`orch_types::tools::markdown_table`].
-const TABLE_START: &str = "<!-- the tool table: made from orchestrator/types/src/tools.rs by `UPDATE_README=1 cargo nextest run -p orch-agents readme_tool_table` -->\n";
+const TABLE_START: &str = "<!-- the tool table: made from orchestrator/types/src/tools.rs by `UPDATE_DOCS=1 cargo nextest run -p orch-agents docs_tool_table` -->\n";
 const TABLE_END: &str = "<!-- end of the tool table -->";
 
 #[test]
-fn the_readme_tool_table_is_made_from_the_catalog() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(&path).expect("the README is readable");
-    let (before, rest) = readme.split_once(TABLE_START).expect("the README has the tool table's start marker");
-    let (table, after) = rest.split_once(TABLE_END).expect("the README has the tool table's end marker");
+fn the_docs_tool_table_is_made_from_the_catalog() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/concepts/tools.md");
+    let page = std::fs::read_to_string(&path).expect("the Tools page is readable");
+    let (before, rest) = page.split_once(TABLE_START).expect("the Tools page has the tool table's start marker");
+    let (table, after) = rest.split_once(TABLE_END).expect("the Tools page has the tool table's end marker");
     let made = orch_types::tools::markdown_table();
     if table != made {
-        if std::env::var_os("UPDATE_README").is_some() {
+        if std::env::var_os("UPDATE_DOCS").is_some() {
             std::fs::write(&path, format!("{before}{TABLE_START}{made}{TABLE_END}{after}"))
-                .expect("the README is writable");
+                .expect("the Tools page is writable");
         } else {
             panic!(
-                "the README's tool table differs from the catalog; rerun this test with UPDATE_README=1 to remake it"
+                "the Tools page's tool table differs from the catalog; rerun this test with UPDATE_DOCS=1 to remake it"
             );
         }
     }
@@ -216,21 +216,21 @@ fn terminals() -> Vec<Terminal> {
 }
 
 #[test]
-fn the_readme_terminal_table_lists_every_terminal_reason() {
+fn the_docs_terminal_table_lists_every_terminal_reason() {
     let covered: BTreeSet<usize> = terminals().iter().map(terminal_index).collect();
     assert_eq!(covered, (0..TERMINAL_COUNT).collect(), "terminals() misses a reason");
-    let readme = include_str!("../../README.md");
-    let table = readme
+    let page = include_str!("../../docs/src/concepts/agent-loop.md");
+    let table = page
         .split_once("| reason | when | `orch exec` exit |")
         .map(|(_, rest)| rest.split("\n\n").next().unwrap_or_default())
-        .expect("the README has a terminal reason table under `## The query loop`");
+        .expect("docs/src/concepts/agent-loop.md has the terminal reason table");
     let listed: BTreeSet<&str> = table
         .lines()
         .filter_map(|line| line.strip_prefix("| `"))
         .filter_map(|line| line.split_once('`').map(|(name, _)| name))
         .collect();
     let names: BTreeSet<&str> = terminals().iter().map(Terminal::name).collect();
-    assert_eq!(listed, names, "the README's terminal table and `Terminal` differ");
+    assert_eq!(listed, names, "the agent loop page's terminal table and `Terminal` differ");
 }
 
 /// The same guard for events.

@@ -169,13 +169,39 @@ recipe_nightly() {
   check "the issue would be posted (a dry run without a token)" grep -q 'TODO sweep' "$merged/publish.json"
 }
 
+recipe_triage() {
+  local dir=$work/triage recipe=$source_dir/examples/github/issue-triage.yml
+  echo "== issue-triage"
+  new_repo "$dir"
+  install_recipe "$recipe"
+  publish_origin "$dir"
+  # The body tries to run a command through the job's shell: it must stay text.
+  jq -n --arg pwned "$dir/pwned" '{
+    action: "opened",
+    issue: { number: 7, title: "Shout drops the text \u0027 \\\" `true`",
+             body: ("Calling util.Shout with spaces loses them.\n$(touch " + $pwned + ")\nname=value") },
+    repository: { full_name: "example/app", default_branch: "main" } }' > "$dir/event.json"
+  cd "$dir"
+  EVENT_NAME=issues EVENT_PATH=$dir/event.json REF=main SCRIPT=$here/triage.script.yaml \
+    run_jobs "$recipe" "$dir" || fail "issue-triage: a job failed (the log is above)"
+  local temp; temp=$(jq -r '.triage.runner_temp' "$dir/state/result.json")
+  local report=$temp/orch-triage/report.json
+  check "the run wrote its report" test -f "$report"
+  check "the triage agent succeeded" test "$(jq -r '.agents[0].status' "$report")" = succeeded
+  check "the issue's body was not run by the shell" test ! -e "$dir/pwned"
+  check "the comment would be posted on the issue (a dry run without a token)" \
+    bash -c "grep -q 'automated triage' '$temp/orch-triage/publish.json' && grep -q '/issues/7/comments' '$temp/orch-triage/publish.json'"
+  check "the run directory was kept as an artifact" test -f "$dir/state/artifacts/orch-triage/report.json"
+}
+
 recipes=("$@")
-[ ${#recipes[@]} -gt 0 ] || recipes=(pr-review nightly)
+[ ${#recipes[@]} -gt 0 ] || recipes=(pr-review nightly triage)
 for r in "${recipes[@]}"; do
   case $r in
     pr-review) recipe_pr_review ;;
     nightly) recipe_nightly ;;
-    *) echo "run.sh: unknown recipe $r (pr-review, nightly)" >&2; exit 2 ;;
+    triage) recipe_triage ;;
+    *) echo "run.sh: unknown recipe $r (pr-review, nightly, triage)" >&2; exit 2 ;;
   esac
 done
 echo "run.sh: every recipe ran green"

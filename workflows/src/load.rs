@@ -90,7 +90,7 @@ fn load_checked(text: &str, file_name: &str, options: &LoadOptions) -> Result<Wo
             loader.diagnostics.push(Diagnostic::new(
                 "the workflow file is empty",
                 source.at(1, 0, 1),
-                "start with `version: 1`, a `name:` and an `agents:` mapping (see the README's \"Workflow files\")",
+                "start with `version: 1`, a `name:` and an `agents:` mapping (see docs/src/reference/workflow-files.md)",
             ));
             return Err(loader.diagnostics);
         }
@@ -513,7 +513,7 @@ pub(crate) fn de_diagnostic(source: &SourceFile, err: DeError) -> Diagnostic {
             )
         }
         DeErrorKind::Custom(message) => {
-            let hint = hint_for_path().unwrap_or_else(|| "see the README's \"Workflow files\" section".to_string());
+            let hint = hint_for_path().unwrap_or_else(|| "see docs/src/reference/workflow-files.md".to_string());
             Diagnostic::new(format!("{message} (in `{dotted}`)"), location, hint)
         }
     }

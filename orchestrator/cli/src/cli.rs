@@ -40,6 +40,15 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions(CompletionsArgs),
+    /// Write a recipe (an orch workflow and the GitHub Actions workflow that runs it)
+    /// into this repository.
+    Init(InitArgs),
+    /// List or clean up the run directories under orch's state directory.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Write the book's generated reference pages into DIR (the book's `src/`).
+    #[command(name = "__docs-gen", hide = true)]
+    DocsGen(DocsGenArgs),
     /// The tool host of one agent (started by orch itself, not by hand).
     #[command(name = "__tool-host", hide = true)]
     ToolHost(HostArgs),
@@ -354,10 +363,12 @@ impl From<ProviderKind> for Provider {
 
 impl ModelArgs {
     fn spec(self) -> ModelSpec {
+        // Claude Code's aliases (`--model sonnet`) name the models they stand for.
+        let alias = |m: String| orch_types::model::model_id(&m).unwrap_or(m);
         ModelSpec {
             provider: self.provider.into(),
-            model: self.model,
-            fallback_model: self.fallback_model,
+            model: alias(self.model),
+            fallback_model: self.fallback_model.map(alias),
             script: self.script,
             prices: self.prices,
         }
@@ -853,6 +864,55 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// `orch __docs-gen DIR`.
+#[derive(Debug, Args)]
+pub struct DocsGenArgs {
+    /// The book's source directory (`docs/src`).
+    pub dir: PathBuf,
+}
+
+/// `orch init [RECIPE]`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The recipe (`orch init --list` shows them).
+    #[arg(required_unless_present = "list")]
+    pub recipe: Option<String>,
+    /// List the recipes, one per line, and write nothing.
+    #[arg(long, conflicts_with_all = ["recipe", "force"])]
+    pub list: bool,
+    /// Overwrite files that already exist.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `orch runs ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List the runs: id, start time, status and size on disk.
+    List(RunsListArgs),
+    /// Remove the runs older than a duration (never one that is still going).
+    Clean(RunsCleanArgs),
+}
+
+/// `orch runs list`.
+#[derive(Debug, Args)]
+pub struct RunsListArgs {
+    /// Print one JSON array on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `orch runs clean`.
+#[derive(Debug, Args)]
+pub struct RunsCleanArgs {
+    /// Remove the runs that started longer ago than this, such as `12h` or `7d`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    /// Say what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 /// `orch validate WORKFLOW`.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -1007,6 +1067,15 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{}` is out of range; give a positive duration of at most a week", text.trim()));
     }
     Ok(duration)
+}
+
+/// Parses an age in orch's duration grammar (`12h`, `7d`, `1d12h`); any positive length.
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let duration = orch_types::Duration::parse(text).map_err(|e| format!("{e}; write it like 12h, 7d or 30d"))?;
+    if duration.is_zero() {
+        return Err(format!("`{}` is zero; give a positive age such as 12h or 7d", text.trim()));
+    }
+    Ok(duration.as_std())
 }
 
 fn parse_publish(s: &str) -> Result<orch_run::publish::PublishMode, String> {

@@ -20,10 +20,13 @@ macro_rules! say_raw {
 }
 
 mod cli;
+mod docs_cmd;
 mod exit;
+mod init_cmd;
 mod logging;
 mod plan_cmd;
 mod progress;
+mod runs_cmd;
 mod sandbox_cmd;
 
 use std::io::Write as _;
@@ -75,6 +78,17 @@ fn main() -> std::process::ExitCode {
         cli::Command::Sandbox(cli::SandboxCommand::Run(args)) => return sandbox_cmd::run(args),
         cli::Command::Validate(args) => return plan_cmd::validate(&args).into(),
         cli::Command::Schema(args) => return print_data(&args.name.schema().json()),
+        cli::Command::Init(args) => return init_cmd::run(&args).into(),
+        cli::Command::DocsGen(args) => {
+            return match docs_cmd::write(&args.dir) {
+                Ok(()) => exit::Code::Success.into(),
+                Err(e) => {
+                    say!("error: cannot write the reference pages into {}: {e}", args.dir.display());
+                    exit::Code::Infrastructure.into()
+                }
+            };
+        }
+        cli::Command::Runs(command) => return runs_cmd::run(&command).into(),
         cli::Command::Completions(args) => {
             let full = <cli::Cli as clap::CommandFactory>::command();
             // clap_complete offers hidden subcommands too: orch's internal ones stay out.
@@ -125,6 +139,9 @@ fn main() -> std::process::ExitCode {
             cli::Command::Sandbox(_)
             | cli::Command::ToolHost(_)
             | cli::Command::Schema(_)
+            | cli::Command::Init(_)
+            | cli::Command::DocsGen(_)
+            | cli::Command::Runs(_)
             | cli::Command::Completions(_) => Ok(exit::Code::Usage),
         }
     });

@@ -34,6 +34,38 @@ pub fn run_id() -> String {
     )
 }
 
+/// Reads what [`rfc3339`] writes (`2026-11-29T15:20:01.123Z`; the fraction may be
+/// absent or of any length, the zone must be `Z`); `None` for any other text.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let (date, time) = text.trim().strip_suffix('Z')?.split_once('T')?;
+    let mut ymd = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut parts = hms.splitn(3, ':').map(|p| p.parse::<u64>().ok());
+    let (h, min, s) = (parts.next()??, parts.next()??, parts.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || min > 59 || s > 60 {
+        return None;
+    }
+    if !fraction.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let ms = format!("{fraction:0<3}").get(..3)?.parse::<u64>().ok()?;
+    let days = u64::try_from(days_from_civil(y, m, d)).ok()?;
+    let secs = days * 86_400 + h * 3600 + min * 60 + s;
+    Some(UNIX_EPOCH + std::time::Duration::from_millis(secs * 1000 + ms))
+}
+
+/// A calendar date to days since 1970-01-01 (the inverse of [`civil_from_days`]).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// The date of `at` and the milliseconds since its midnight.
 fn split(at: SystemTime) -> (String, u64) {
     let ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -69,6 +101,14 @@ mod tests {
     fn timestamps() {
         let at = UNIX_EPOCH + Duration::from_millis(20_786 * 86_400_000 + 15 * 3_600_000 + 61_005);
         assert_eq!(super::rfc3339(at), "2026-11-29T15:01:01.005Z");
+        assert_eq!(super::parse_rfc3339("2026-11-29T15:01:01.005Z"), Some(at));
+        assert_eq!(super::parse_rfc3339("2026-11-29T15:01:01.5Z"), Some(at + Duration::from_millis(495)));
+        assert_eq!(super::parse_rfc3339("2026-11-29T15:01:01Z"), Some(at - Duration::from_millis(5)));
+        let leap = UNIX_EPOCH + Duration::from_secs(11_016 * 86_400);
+        assert_eq!(super::parse_rfc3339("2000-02-29T00:00:00.000Z"), Some(leap));
+        for bad in ["", "2026-11-29", "2026-13-01T00:00:00Z", "2026-11-29T15:01:01+01:00", "2026-11-29T25:00:00Z"] {
+            assert_eq!(super::parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod record;
 pub mod repo_config;
 pub mod run;
 pub mod run_event;
+pub mod runs;
 pub mod sandbox;
 pub mod schemas;
 pub mod secrets;

@@ -1,7 +1,7 @@
 //! The catalog of built-in tools: one entry per tool, from which every list of tool
 //! names derives (the names a workflow may list, the default tools, the tools the tool
 //! host runs, the results compaction may clear, the tools that need a writable
-//! worktree, what each tool's permission rules take, the README's tool table).
+//! worktree, what each tool's permission rules take, the book's tool table, docs/src/concepts/tools.md).
 //!
 //! Adding a tool means adding its [`ToolInfo`] to [`CATALOG`] (and implementing it);
 //! the tidy tests of `orch-workflows` and `orch-agents` fail until both agree, and
@@ -67,7 +67,7 @@ pub struct ToolInfo {
     /// The input field naming the path it works on, whose directory's instruction files
     /// come with the result the first time.
     pub path_field: Option<&'static str>,
-    /// One line of documentation: the README's tool table.
+    /// One line of documentation: the book's tool table.
     pub doc: &'static str,
 }
 
@@ -175,7 +175,7 @@ pub fn rule_kind(name: &str) -> Option<RuleKind> {
     lookup(name).map(|t| t.rule).or_else(|| FOREIGN.iter().find(|(n, _)| *n == name).map(|(_, k)| *k))
 }
 
-/// The README's tool table, in Markdown: one row per tool, where it runs and what it does.
+/// The book's tool table (docs/src/concepts/tools.md), in Markdown: one row per tool, where it runs and what it does.
 pub fn markdown_table() -> String {
     let mut out = String::from("| tool | runs in | what it does |\n|---|---|---|\n");
     for tool in CATALOG {
@@ -201,8 +201,8 @@ const DOC_BASH: &str = r#"`bash -c` in its own process group, starting where the
 const DOC_BASH_OUTPUT: &str = r#"a background shell's new output since the last call (`bash_id`, optional `filter` regex) and its status; unread output is kept up to 30,000 characters per stream"#;
 const DOC_KILL_SHELL: &str = r#"stops a background shell and its process group (`shell_id`); at most 16 run at once, and all are killed when the agent ends"#;
 const DOC_TODO_WRITE: &str = r#"the agent's task list"#;
-const DOC_AGENT: &str = r#"starts a sub-agent (`prompt`, optional `description`, `subagent_type`, `tools`, `model`: `sonnet`, `opus`, `haiku`, `inherit` or a model id; `run_in_background` is accepted, the sub-agent still runs to the end) with its own context and limits, and returns its final answer; see [Sub-agents](#sub-agents-and-agent-files)"#;
-const DOC_SKILL: &str = r#"loads one of the repository's skills (`skill`, optional `args`): its full text and the directory of its files; see [Skills](#skills)"#;
+const DOC_AGENT: &str = r#"starts a sub-agent (`prompt`, optional `description`, `subagent_type`, `tools`, `model`: `sonnet`, `opus`, `haiku`, `inherit` or a model id; `run_in_background` is accepted, the sub-agent still runs to the end) with its own context and limits, and returns its final answer; see [Sub-agents](subagents.md#sub-agents-and-agent-files)"#;
+const DOC_SKILL: &str = r#"loads one of the repository's skills (`skill`, optional `args`): its full text and the directory of its files; see [Skills](skills.md#skills)"#;
 const DOC_WEB_FETCH: &str = r#"fetches one page (`url`, `prompt`) from the tool host, through the sandbox's proxy environment; http is upgraded to https (not for loopback hosts), redirects are followed only within one host (another host is reported to the model), HTML becomes Markdown (`htmd`), bodies are capped at 10 MB and text at 100,000 characters. Claude Code answers `prompt` with a small model; orch returns the page with the prompt restated above it, for the agent's own model to answer. Offered only when the agent's network is not `none`"#;
 const DOC_WEB_SEARCH: &str = r#"searches the web (`query`, `allowed_domains` or `blocked_domains`) as Claude Code does: a nested request to the Anthropic API offering only its `web_search` server tool (with the domain filters, at most 8 searches); the results (titles, URLs, ages) and the model's summary are the tool result, and its tokens count against the agent's budgets. Offered only with the `anthropic` provider and a network that is not `none`"#;
 

@@ -422,13 +422,15 @@ fn yaml_1_2_scalars() {
     assert_eq!(prompts, ["no", "on", "yes", "1", "1.5"]);
 }
 
-/// The example in the README's "Workflow files" section loads and plans, and a typo in
-/// it gives the error the README shows.
+/// The example of the book's "Workflow files" page loads and plans, and a typo in it
+/// gives the error the page shows.
 #[test]
-fn the_readme_example_is_valid() {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let section = &readme[readme.find("## Workflow files").expect("the README has a Workflow files section")..];
+fn the_docs_example_is_valid() {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference/workflow-files.md"),
+    )
+    .unwrap();
+    let section = &page[page.find("# Workflow files").expect("the page has its Workflow files heading")..];
     let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
     let example = &section[start..start + section[start..].find("```").unwrap()];
     let wf = load_str(example, "clippy.yaml").unwrap_or_else(|d| panic!("{}", render_diagnostics(&d)));

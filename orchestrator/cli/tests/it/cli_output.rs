@@ -20,6 +20,9 @@ fn help_of_every_subcommand() {
         ("merge", &["merge"][..]),
         ("exec", &["exec"][..]),
         ("recover", &["recover"][..]),
+        ("init", &["init"][..]),
+        ("runs_list", &["runs", "list"][..]),
+        ("runs_clean", &["runs", "clean"][..]),
         ("sandbox", &["sandbox"][..]),
         ("sandbox_run", &["sandbox", "run"][..]),
     ] {

