@@ -255,9 +255,9 @@ pub struct ExecArgs {
     /// Allow write tools outside a git repository, or in the home or root directory.
     #[arg(long)]
     pub allow_outside_repo: bool,
-    /// The tools the agent may use, comma-separated [default: Glob,Grep,LS,Read,TodoWrite].
-    #[arg(long, value_delimiter = ',', value_parser = parse_tool)]
-    pub tools: Option<Vec<String>>,
+    /// The tools the agent may use, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "Glob,Grep,LS,Read,TodoWrite", value_parser = parse_tool)]
+    pub tools: Vec<String>,
     /// The agent's working directory (default: the current one).
     #[arg(short = 'C', long)]
     pub cwd: Option<PathBuf>,
@@ -437,7 +437,7 @@ impl ExecArgs {
         let ci = crate::progress::in_ci();
         // The agent a one-agent workflow with these settings would plan.
         let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
-        agent.tools = self.tools.unwrap_or_else(|| DEFAULT_EXEC_TOOLS.iter().map(|t| t.to_string()).collect());
+        agent.tools = self.tools;
         // Through the workflow key's own parser, so every `limits:` key is a flag too.
         let mut limits: orch_workflows::Limits =
             serde_json::from_value(serde_json::Value::Object(self.limits.into_iter().collect()))
@@ -498,9 +498,6 @@ impl ExecArgs {
         })
     }
 }
-
-/// The tools of `orch exec` when `--tools` is not given.
-const DEFAULT_EXEC_TOOLS: [&str; 5] = ["Glob", "Grep", "LS", "Read", "TodoWrite"];
 
 /// How long a prompt given as an argument waits for piped input to start, as `claude -p`.
 const STDIN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);

@@ -63,17 +63,18 @@ pub fn safe_name(agent_id: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    /// The README's example names are what orch writes (a tidy check).
+    /// The example names of the workflow-files reference are what orch writes (a tidy
+    /// check).
     #[test]
-    fn the_readme_names_the_branches_and_files_orch_writes() {
-        let readme = include_str!("../../../../README.md");
+    fn the_docs_name_the_branches_and_files_orch_writes() {
+        let readme = include_str!("../../../../docs/src/reference/workflow-files.md");
         let name = safe_name("fix/crates-core").unwrap();
         for written in
             [format!("orch/<run>/{name}`"), format!("transcripts/{name}.jsonl"), format!("patches/{name}.patch")]
         {
-            assert!(readme.contains(&written), "README.md does not show `{written}`");
+            assert!(readme.contains(&written), "workflow-files.md does not show `{written}`");
         }
-        assert!(!readme.contains("orch/<run>/fix/crates-core"), "README.md shows a branch orch never writes");
+        assert!(!readme.contains("orch/<run>/fix/crates-core"), "workflow-files.md shows a branch orch never writes");
     }
 
     #[test]
