@@ -31,6 +31,7 @@ mod network;
 mod permission_settings;
 mod pipelines;
 mod pipes;
+mod prompt_cache;
 mod publish;
 mod reap;
 mod recipes;
