@@ -14,7 +14,8 @@
 //! `--log FILE`: on SIGINT, before it exits, the server writes one JSON line per request
 //! it received, in order: `{"n": 1, "tools": 3, "bytes": 5120, "tokens": 1280}` (the
 //! number of tools offered, the body's size, and the loop's estimate of its tokens:
-//! a quarter of its bytes). Benchmarks read request sizes from it.
+//! a quarter of its bytes), plus `at_ns`, when it arrived (Unix time in nanoseconds).
+//! Benchmarks read request sizes and times from it.
 //! `--bodies FILE`: on SIGINT, the server also writes every request body it received,
 //! one JSON line each, in order (what reference captures of other clients compare).
 //!
@@ -137,6 +138,7 @@ fn write_log(path: &Path, server: &MockServer) -> std::io::Result<()> {
             "tools": r.tools().len(),
             "bytes": r.body.len(),
             "tokens": (r.body.len() as u64).div_ceil(4),
+            "at_ns": r.received_wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
         });
         writeln!(out, "{line}")?;
     }

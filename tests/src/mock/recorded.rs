@@ -19,6 +19,8 @@ pub struct RecordedRequest {
     /// The body parsed as JSON (`Value::Null` when it is not JSON).
     pub json: Value,
     pub received_at: Instant,
+    /// The same moment on the wall clock, to compare with other processes' clocks.
+    pub received_wall: std::time::SystemTime,
 }
 
 impl RecordedRequest {
@@ -39,6 +41,7 @@ impl RecordedRequest {
             json: serde_json::from_slice(&body).unwrap_or(Value::Null),
             body,
             received_at: Instant::now(),
+            received_wall: std::time::SystemTime::now(),
         }
     }
 
