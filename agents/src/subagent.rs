@@ -58,6 +58,7 @@ use crate::permissions::{Mode, stricter};
 use crate::pipeline::{LocalTool, PoolError, ToolPool};
 use crate::query::{QueryConfig, query};
 use crate::tool::{ToolCall, ToolOutput};
+use crate::tools::task_output::{TASK_OUTPUT_TOOL, TaskOutputSpec, TaskOutputTool};
 use crate::tools::{DynTool, Tool, ToolContext, ToolError};
 use crate::usage::Usage;
 
@@ -430,10 +431,11 @@ impl EventSink for NestedSink {
     }
 }
 
-/// The background sub-agents of one caller: the token that cancels them, how many
-/// run, and the reports its loop has not taken yet.
+/// The background sub-agents of one caller: the token that cancels them, which run,
+/// their reports, and which of those its loop has not taken yet. Shared by the caller's
+/// `Agent` and `TaskOutput` tools.
 #[derive(Debug, Default)]
-struct Background {
+pub(crate) struct Background {
     /// The parent of every background sub-agent's token; replaced by a fresh one when
     /// the caller's loop stops them, so a later loop over the same tools can start more.
     token: Mutex<CancellationToken>,
@@ -442,9 +444,12 @@ struct Background {
 }
 
 #[derive(Debug, Default)]
-struct BackgroundState {
-    running: usize,
-    reports: Vec<String>,
+pub(crate) struct BackgroundState {
+    running: std::collections::BTreeSet<String>,
+    /// Every report, by sub-agent id.
+    results: std::collections::BTreeMap<String, String>,
+    /// The ids whose report neither the loop nor `TaskOutput` has taken, oldest first.
+    unread: Vec<String>,
 }
 
 impl Background {
@@ -456,12 +461,54 @@ impl Background {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn finish(&self, report: String) {
+    pub(crate) fn started(&self, id: &str) {
+        self.lock().running.insert(id.to_string());
+    }
+
+    pub(crate) fn finish(&self, id: &str, report: String) {
         let mut state = self.lock();
-        state.running -= 1;
-        state.reports.push(report);
+        state.running.remove(id);
+        state.results.insert(id.to_string(), report);
+        state.unread.push(id.to_string());
         drop(state);
         self.changed.notify_waiters();
+    }
+
+    /// The reports not taken yet, oldest first; they count as read.
+    pub(crate) fn take(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let unread = std::mem::take(&mut state.unread);
+        unread.iter().filter_map(|id| state.results.get(id).cloned()).collect()
+    }
+
+    fn running(&self) -> usize {
+        self.lock().running.len()
+    }
+
+    /// Whether `id` is one of these sub-agents, running or finished.
+    pub(crate) fn knows(&self, id: &str) -> bool {
+        let state = self.lock();
+        state.running.contains(id) || state.results.contains_key(id)
+    }
+
+    /// Every id, running or finished, sorted.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        let state = self.lock();
+        let mut ids: Vec<String> = state.running.iter().chain(state.results.keys()).cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// The report of `id` when it has finished; it counts as read.
+    pub(crate) fn result(&self, id: &str) -> Option<String> {
+        let mut state = self.lock();
+        state.unread.retain(|u| u != id);
+        state.results.get(id).cloned()
+    }
+
+    /// Returns once `id` is not running.
+    pub(crate) async fn wait_for(&self, id: &str) {
+        self.wait_until(|s| !s.running.contains(id)).await;
     }
 
     /// Returns once `done` holds for the state, checked at every change.
@@ -492,10 +539,11 @@ struct Finish {
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        let report = self.report.take().unwrap_or_else(|| {
-            notification(&self.id, None, &ToolOutput::error("its task ended without a report"))
-        });
-        self.background.finish(report);
+        let report = self
+            .report
+            .take()
+            .unwrap_or_else(|| notification(&self.id, None, &ToolOutput::error("its task ended without a report")));
+        self.background.finish(&self.id, report);
     }
 }
 
@@ -562,8 +610,9 @@ impl AgentTool {
         }
     }
 
-    /// Adds the `Agent` tool to `pool`, when the depth limit allows sub-agents below
-    /// this agent; otherwise a call says which limit stops it.
+    /// Adds the `Agent` tool to `pool`, with `TaskOutput` that reads its background
+    /// sub-agents, when the depth limit allows sub-agents below this agent; otherwise a
+    /// call of either says which limit stops it.
     pub fn install(self, pool: ToolPool) -> Result<ToolPool, PoolError> {
         let max = self.run.limits.max_depth;
         if self.depth >= max {
@@ -572,8 +621,13 @@ impl AgentTool {
                  (subagents.max_depth: {max}); do the work yourself",
                 self.depth
             );
-            return Ok(pool.with_withheld(AGENT_TOOL, reason.clone()).with_withheld(TASK_TOOL, reason));
+            return Ok(pool
+                .with_withheld(AGENT_TOOL, reason.clone())
+                .with_withheld(TASK_TOOL, reason.clone())
+                .with_withheld(TASK_OUTPUT_TOOL, reason));
         }
+        let output: Arc<dyn DynTool> = Arc::new(TaskOutputSpec);
+        let pool = pool.with_local(output, Arc::new(TaskOutputTool::new(self.background.clone())))?;
         let spec: Arc<dyn DynTool> = Arc::new(AgentToolSpec);
         pool.with_local(spec, Arc::new(self))
     }
@@ -762,9 +816,17 @@ impl LocalTool for AgentTool {
         if background {
             return self.start_background(id, input, config, child_pool, sink);
         }
-        let outcome =
-            drive(&self.run, &self.records, self.provider.as_ref(), &child_pool, &config, &input, &sink, cancel.child_token())
-                .await;
+        let outcome = drive(
+            &self.run,
+            &self.records,
+            self.provider.as_ref(),
+            &child_pool,
+            &config,
+            &input,
+            &sink,
+            cancel.child_token(),
+        )
+        .await;
         drop(permit);
         report(&id, &outcome)
     }
@@ -774,20 +836,20 @@ impl LocalTool for AgentTool {
     }
 
     fn take_background_reports(&self) -> Vec<String> {
-        std::mem::take(&mut self.background.lock().reports)
+        self.background.take()
     }
 
     fn background_running(&self) -> usize {
-        self.background.lock().running
+        self.background.running()
     }
 
     async fn wait_background(&self) {
-        self.background.wait_until(|s| !s.reports.is_empty() || s.running == 0).await;
+        self.background.wait_until(|s| !s.unread.is_empty() || s.running.is_empty()).await;
     }
 
     async fn stop_background(&self) {
         self.background.cancel();
-        self.background.wait_until(|s| s.running == 0).await;
+        self.background.wait_until(|s| s.running.is_empty()).await;
     }
 }
 
@@ -804,7 +866,7 @@ impl AgentTool {
     ) -> ToolOutput {
         let background = self.background.clone();
         let token = background.token().child_token();
-        background.lock().running += 1;
+        background.started(&id);
         let mut finish = Finish { background, id: id.clone(), report: None };
         let (run, records, provider) = (self.run.clone(), self.records.clone(), self.provider.clone());
         tracing::debug!(agent = %id, "sub-agent started in the background");
@@ -812,8 +874,7 @@ impl AgentTool {
             let description = input.description.as_deref();
             let output = match run.acquire(&finish.id, &token).await {
                 Ok(permit) => {
-                    let outcome =
-                        drive(&run, &records, provider.as_ref(), &pool, &config, &input, &sink, token).await;
+                    let outcome = drive(&run, &records, provider.as_ref(), &pool, &config, &input, &sink, token).await;
                     drop(permit);
                     report(&finish.id, &outcome)
                 }
@@ -889,7 +950,9 @@ fn report(id: &str, outcome: &crate::query::QueryOutcome) -> ToolOutput {
         crate::event::Terminal::Completed => ToolOutput::ok(format!("{report}\n\n{stats}")),
         terminal => {
             let last = if report.is_empty() { "(no report)".to_string() } else { report.to_string() };
-            ToolOutput::error(format!("the sub-agent did not finish: {terminal}. What it said last:\n{last}\n\n{stats}"))
+            ToolOutput::error(format!(
+                "the sub-agent did not finish: {terminal}. What it said last:\n{last}\n\n{stats}"
+            ))
         }
     }
 }
