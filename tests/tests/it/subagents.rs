@@ -819,3 +819,33 @@ agents:
     assert_eq!(tree.run.peak_concurrent(), 1);
     assert_eq!(root_notes(&outcome).len(), 2);
 }
+
+#[tokio::test]
+async fn task_output_waits_for_a_background_report_which_is_then_not_delivered_again() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "survey", run_in_background: true } }]
+    - tool_calls: [{ name: TaskOutput, input: { task_id: root/sub-1 } }]
+      expect: { contains: "running in the background" }
+    - text: read it
+      expect: { contains: "SURVEY: gamma" }
+  root/sub-1:
+    - text: "SURVEY: gamma"
+"#,
+        ),
+        slow: vec!["root/sub-1".into()],
+        delay: Duration::from_millis(300),
+    });
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.turns, 3);
+    let results = root_results(&outcome);
+    assert!(!results[1].1 && results[1].0.contains("SURVEY: gamma"), "{:?}", results[1]);
+    assert!(root_notes(&outcome).is_empty(), "delivered twice: {:?}", root_notes(&outcome));
+    assert_eq!(tree.record("root/sub-1").status, "completed");
+}
