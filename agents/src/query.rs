@@ -24,6 +24,12 @@
 //! (the context estimate plus the output cap, which shrinks to fit), so a budget is
 //! overshot by at most the error of one estimate; [`QueryOutcome::overshoot`] says by
 //! how much.
+//!
+//! Background sub-agents (`Agent` with `run_in_background`) report through the tools:
+//! before each model call the loop adds the reports that came in to the conversation;
+//! an answer without tool calls while one still runs waits for the next report (within
+//! the time limit and the abort) and goes on with it; when the loop ends, whatever still
+//! runs is cancelled and awaited, so its spend is in the totals.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
