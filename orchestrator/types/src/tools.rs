@@ -342,6 +342,7 @@ mod tests {
                 "KillShell",
                 "TodoWrite",
                 "Agent",
+                "TaskOutput",
                 "Skill",
                 "WebFetch",
                 "WebSearch"
