@@ -409,7 +409,12 @@ impl Loop<'_> {
 
             let calls = tool_calls(&response.content);
             if response.content.is_empty() {
-                return Terminal::Completed;
+                // An empty answer ends the agent too, once no background report is due.
+                match self.await_background().await {
+                    Ok(true) => continue,
+                    Ok(false) => return Terminal::Completed,
+                    Err(end) => return end,
+                }
             }
             let cut = response.stop_reason == StopReason::MaxTokens;
             if cut && !calls.is_empty() {

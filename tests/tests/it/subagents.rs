@@ -849,3 +849,32 @@ agents:
     assert!(root_notes(&outcome).is_empty(), "delivered twice: {:?}", root_notes(&outcome));
     assert_eq!(tree.record("root/sub-1").status, "completed");
 }
+
+#[tokio::test]
+async fn a_background_agent_against_the_mock_server_overlaps_its_caller_and_spends_into_its_totals() {
+    let mock = MockServer::start().await;
+    let latency = Duration::from_millis(400);
+    mock.set_latency(latency);
+    let usage = |input, output| MockUsage { input_tokens: input, output_tokens: output, ..MockUsage::default() };
+    let background = ToolCall::new("Agent", json!({ "prompt": "count", "run_in_background": true }));
+    mock.push(Step::Reply(Turn::tools(vec![background]).with_usage(usage(100, 10))));
+    // The root's second turn and the sub-agent's only one are asked at the same time;
+    // whichever gets which, both end their agent's answer.
+    mock.push(Step::Reply(Turn::text("first").with_usage(usage(1000, 50))));
+    mock.push(Step::Reply(Turn::text("second").with_usage(usage(2000, 60))));
+    mock.push(Step::Reply(Turn::text("all in").with_usage(usage(300, 30))));
+    let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.final_text, "all in");
+    assert_eq!(outcome.turns, 3);
+    assert_eq!(mock.remaining(), 0);
+    let calls = root_agent_calls(&tree);
+    assert!(calls.len() == 1 && Duration::from_millis(calls[0].1) < latency, "{calls:?}");
+    assert_eq!(root_notes(&outcome).len(), 1);
+    assert_eq!(outcome.usage, Usage { input_tokens: 3400, output_tokens: 150, ..Usage::default() });
+    let record = tree.record("root/sub-1");
+    assert_eq!(record.status, "completed");
+    assert!(record.cost_usd > 0.0 && outcome.cost_usd > record.cost_usd);
+}
