@@ -38,7 +38,8 @@
 //! answers without tool calls while one still runs waits for it first, so no report is
 //! lost. Its usage reaches the caller's totals before each of the caller's model calls.
 //! The caller's abort, or the end of its loop for any other reason, cancels its
-//! background sub-agents (and the loop waits for them to stop).
+//! background sub-agents (and the loop waits for them to stop). `TaskOutput` and
+//! `TaskStop` (in `tools/`) read and stop one by id.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -59,6 +60,7 @@ use crate::pipeline::{LocalTool, PoolError, ToolPool};
 use crate::query::{QueryConfig, query};
 use crate::tool::{ToolCall, ToolOutput};
 use crate::tools::task_output::{TASK_OUTPUT_TOOL, TaskOutputSpec, TaskOutputTool};
+use crate::tools::task_stop::{TASK_STOP_TOOL, TaskStopSpec, TaskStopTool};
 use crate::tools::{DynTool, Tool, ToolContext, ToolError};
 use crate::usage::Usage;
 
@@ -445,7 +447,8 @@ pub(crate) struct Background {
 
 #[derive(Debug, Default)]
 pub(crate) struct BackgroundState {
-    running: std::collections::BTreeSet<String>,
+    /// The running ones, with their own tokens.
+    running: std::collections::BTreeMap<String, CancellationToken>,
     /// Every report, by sub-agent id.
     results: std::collections::BTreeMap<String, String>,
     /// The ids whose report neither the loop nor `TaskOutput` has taken, oldest first.
@@ -461,8 +464,19 @@ impl Background {
         self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub(crate) fn started(&self, id: &str) {
-        self.lock().running.insert(id.to_string());
+    pub(crate) fn started(&self, id: &str, token: CancellationToken) {
+        self.lock().running.insert(id.to_string(), token);
+    }
+
+    pub(crate) fn is_running(&self, id: &str) -> bool {
+        self.lock().running.contains_key(id)
+    }
+
+    /// Cancels the running sub-agent `id` (and its subtree); its report follows.
+    pub(crate) fn cancel_one(&self, id: &str) {
+        if let Some(token) = self.lock().running.get(id) {
+            token.cancel();
+        }
     }
 
     pub(crate) fn finish(&self, id: &str, report: String) {
@@ -488,13 +502,13 @@ impl Background {
     /// Whether `id` is one of these sub-agents, running or finished.
     pub(crate) fn knows(&self, id: &str) -> bool {
         let state = self.lock();
-        state.running.contains(id) || state.results.contains_key(id)
+        state.running.contains_key(id) || state.results.contains_key(id)
     }
 
     /// Every id, running or finished, sorted.
     pub(crate) fn ids(&self) -> Vec<String> {
         let state = self.lock();
-        let mut ids: Vec<String> = state.running.iter().chain(state.results.keys()).cloned().collect();
+        let mut ids: Vec<String> = state.running.keys().chain(state.results.keys()).cloned().collect();
         ids.sort();
         ids
     }
@@ -508,7 +522,7 @@ impl Background {
 
     /// Returns once `id` is not running.
     pub(crate) async fn wait_for(&self, id: &str) {
-        self.wait_until(|s| !s.running.contains(id)).await;
+        self.wait_until(|s| !s.running.contains_key(id)).await;
     }
 
     /// Returns once `done` holds for the state, checked at every change.
@@ -610,8 +624,8 @@ impl AgentTool {
         }
     }
 
-    /// Adds the `Agent` tool to `pool`, with `TaskOutput` that reads its background
-    /// sub-agents, when the depth limit allows sub-agents below this agent; otherwise a
+    /// Adds the `Agent` tool to `pool`, with `TaskOutput` and `TaskStop` that read and
+    /// stop its background sub-agents, when the depth limit allows sub-agents below this agent; otherwise a
     /// call of either says which limit stops it.
     pub fn install(self, pool: ToolPool) -> Result<ToolPool, PoolError> {
         let max = self.run.limits.max_depth;
@@ -624,10 +638,13 @@ impl AgentTool {
             return Ok(pool
                 .with_withheld(AGENT_TOOL, reason.clone())
                 .with_withheld(TASK_TOOL, reason.clone())
-                .with_withheld(TASK_OUTPUT_TOOL, reason));
+                .with_withheld(TASK_OUTPUT_TOOL, reason.clone())
+                .with_withheld(TASK_STOP_TOOL, reason));
         }
         let output: Arc<dyn DynTool> = Arc::new(TaskOutputSpec);
         let pool = pool.with_local(output, Arc::new(TaskOutputTool::new(self.background.clone())))?;
+        let stop: Arc<dyn DynTool> = Arc::new(TaskStopSpec);
+        let pool = pool.with_local(stop, Arc::new(TaskStopTool::new(self.background.clone())))?;
         let spec: Arc<dyn DynTool> = Arc::new(AgentToolSpec);
         pool.with_local(spec, Arc::new(self))
     }
@@ -866,7 +883,7 @@ impl AgentTool {
     ) -> ToolOutput {
         let background = self.background.clone();
         let token = background.token().child_token();
-        background.started(&id);
+        background.started(&id, token.clone());
         let mut finish = Finish { background, id: id.clone(), report: None };
         let (run, records, provider) = (self.run.clone(), self.records.clone(), self.provider.clone());
         tracing::debug!(agent = %id, "sub-agent started in the background");

@@ -45,6 +45,7 @@ fn core_tools_are_the_catalogs_host_entries_with_the_same_flags() {
         [
             crate::subagent::AGENT_TOOL,
             crate::tools::task_output::TASK_OUTPUT_TOOL,
+            crate::tools::task_stop::TASK_STOP_TOOL,
             crate::tools::skill::SKILL_TOOL,
             crate::tools::web_search::WEB_SEARCH_TOOL
         ]
@@ -368,6 +369,7 @@ fn tool_schemas() -> Vec<(&'static str, Value)> {
     for tool in [
         &crate::subagent::AgentToolSpec as &dyn DynTool,
         &crate::tools::task_output::TaskOutputSpec,
+        &crate::tools::task_stop::TaskStopSpec,
         &crate::tools::skill::SkillToolSpec,
         &crate::tools::web_search::WebSearchSpec,
     ] {

@@ -177,7 +177,7 @@ mod tests {
         let out = tool.read(read("bash_1", false, 0), &cancel).await;
         assert!(out.is_error && out.content.contains("BashOutput"), "{}", out.content);
 
-        background.started("a/sub-1");
+        background.started("a/sub-1", CancellationToken::new());
         let out = tool.read(read("a/sub-1", false, 0), &cancel).await;
         assert!(!out.is_error && out.content.contains("still running"), "{}", out.content);
         let out = tool.read(read("a/sub-1", true, 50), &cancel).await;

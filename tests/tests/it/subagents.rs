@@ -878,3 +878,40 @@ async fn a_background_agent_against_the_mock_server_overlaps_its_caller_and_spen
     assert_eq!(record.status, "completed");
     assert!(record.cost_usd > 0.0 && outcome.cost_usd > record.cost_usd);
 }
+
+#[tokio::test]
+async fn task_stop_stops_a_background_agent_and_its_subtree_and_returns_its_result() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "long work", run_in_background: true } }]
+    # Long enough for the sub-agent to start its own.
+    - tool_calls: [{ name: Bash, input: { command: "sleep 0.5" } }]
+      expect: { contains: "running in the background" }
+    - tool_calls: [{ name: TaskStop, input: { task_id: root/sub-1 } }]
+    - text: stopped it
+      expect: { contains: "Stopped root/sub-1" }
+  root/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "deeper" } }]
+    - text: never
+  root/sub-1/sub-1:
+    - text: never
+"#,
+        ),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let started = Instant::now();
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(!results[2].1 && results[2].0.contains("ended with an error"), "{:?}", results[2]);
+    assert!(root_notes(&outcome).is_empty(), "delivered twice: {:?}", root_notes(&outcome));
+    assert_eq!(tree.record("root/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-1/sub-1").status, "aborted");
+}
