@@ -730,7 +730,8 @@ version: 1
 agents:
   root:
     - tool_calls: [{ name: Agent, input: { prompt: "long work", run_in_background: true } }]
-    - tool_calls: [{ name: Read, input: { file_path: notes.txt } }]
+    # Long enough for the sub-agent to start its own.
+    - tool_calls: [{ name: Bash, input: { command: "sleep 0.5" } }]
     - text: waiting
   root/sub-1:
     - tool_calls: [{ name: Agent, input: { prompt: "deeper", run_in_background: true } }]
@@ -749,7 +750,7 @@ async fn aborting_the_caller_stops_its_background_agents_and_theirs() {
     let cancel = CancellationToken::new();
     let canceller = cancel.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         canceller.cancel();
     });
     let started = Instant::now();
