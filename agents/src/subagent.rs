@@ -625,8 +625,8 @@ impl AgentTool {
     }
 
     /// Adds the `Agent` tool to `pool`, with `TaskOutput` and `TaskStop` that read and
-    /// stop its background sub-agents, when the depth limit allows sub-agents below this agent; otherwise a
-    /// call of either says which limit stops it.
+    /// stop its background sub-agents, when the depth limit allows sub-agents below
+    /// this agent; otherwise a call of any of them says which limit stops it.
     pub fn install(self, pool: ToolPool) -> Result<ToolPool, PoolError> {
         let max = self.run.limits.max_depth;
         if self.depth >= max {
@@ -906,7 +906,8 @@ impl AgentTool {
         ToolOutput::ok(format!(
             "Sub-agent {id} is running in the background. Go on with other work (do not do its task \
              yourself): its report is added to the conversation when it finishes, and if you end your \
-             answer while it still runs, you are given the report before you finish."
+             answer while it still runs, you are given the report before you finish. To wait for it \
+             now, call TaskOutput with task_id \"{id}\"; to stop it, TaskStop."
         ))
     }
 }

@@ -52,6 +52,12 @@ impl Tool for TaskStopSpec {
         DESCRIPTION
     }
 
+    /// It changes nothing but the agent's own background work, so it needs no
+    /// approval, as in Claude Code; it is not concurrency-safe, so it never starts early.
+    fn is_read_only(&self, _input: &TaskStopInput) -> bool {
+        true
+    }
+
     fn is_destructive(&self, _input: &TaskStopInput) -> bool {
         false
     }
@@ -140,7 +146,8 @@ mod tests {
         let schema = DynTool::input_schema(&TaskStopSpec);
         assert_eq!(schema["required"], serde_json::json!(["task_id"]));
         assert!(DynTool::validate(&TaskStopSpec, &serde_json::json!({"task_id": ""})).is_err());
-        assert!(!DynTool::is_read_only(&TaskStopSpec, &serde_json::json!({"task_id": "a/sub-1"})));
+        let input = serde_json::json!({"task_id": "a/sub-1"});
+        assert!(DynTool::is_read_only(&TaskStopSpec, &input) && !DynTool::is_concurrency_safe(&TaskStopSpec, &input));
     }
 
     #[tokio::test]

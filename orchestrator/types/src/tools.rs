@@ -137,8 +137,9 @@ pub const CATALOG: &[ToolInfo] = &[
         concurrency_safe: true,
         ..tool("TaskOutput", DOC_TASK_OUTPUT)
     },
-    // Stops a background sub-agent: it has effects, so it is neither read-only nor batched.
-    ToolInfo { runs: Runs::Coordinator, ..tool("TaskStop", DOC_TASK_STOP) },
+    // Stops one of the agent's own background sub-agents: nothing outside the agent's work
+    // changes, so it needs no approval (as in Claude Code), but it never runs early.
+    ToolInfo { runs: Runs::Coordinator, read_only: true, ..tool("TaskStop", DOC_TASK_STOP) },
     // It returns a skill's text, which calling again gives back.
     ToolInfo {
         rule: RuleKind::Name,
