@@ -67,6 +67,22 @@ pub trait LocalTool: Send + Sync {
     fn take_nested_usage(&self) -> Option<(Usage, f64)> {
         None
     }
+
+    /// See [`ToolRunner::take_background_reports`].
+    fn take_background_reports(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// See [`ToolRunner::background_running`].
+    fn background_running(&self) -> usize {
+        0
+    }
+
+    /// See [`ToolRunner::wait_background`].
+    async fn wait_background(&self) {}
+
+    /// See [`ToolRunner::stop_background`].
+    async fn stop_background(&self) {}
 }
 
 /// The tools one agent may use, bound to its tool host, its permissions and hooks.
@@ -374,6 +390,13 @@ fn floor_char_boundary(s: &str, mut at: usize) -> usize {
     at
 }
 
+impl ToolPool {
+    /// The local tools of the pool.
+    fn locals(&self) -> impl Iterator<Item = &Arc<dyn LocalTool>> {
+        self.entries.iter().filter_map(|e| e.local.as_ref())
+    }
+}
+
 #[async_trait]
 impl ToolRunner for ToolPool {
     fn specs(&self) -> Vec<ToolSpec> {
@@ -414,6 +437,25 @@ impl ToolRunner for ToolPool {
             }
         }
         total
+    }
+
+    fn take_background_reports(&self) -> Vec<String> {
+        self.locals().flat_map(|l| l.take_background_reports()).collect()
+    }
+
+    fn background_running(&self) -> usize {
+        self.locals().map(|l| l.background_running()).sum()
+    }
+
+    async fn wait_background(&self) {
+        let waits: Vec<_> = self.locals().filter(|l| l.background_running() > 0).map(|l| l.wait_background()).collect();
+        if !waits.is_empty() {
+            futures::future::select_all(waits).await;
+        }
+    }
+
+    async fn stop_background(&self) {
+        futures::future::join_all(self.locals().map(|l| l.stop_background())).await;
     }
 
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput {

@@ -24,6 +24,12 @@
 //! (the context estimate plus the output cap, which shrinks to fit), so a budget is
 //! overshot by at most the error of one estimate; [`QueryOutcome::overshoot`] says by
 //! how much.
+//!
+//! Background sub-agents (`Agent` with `run_in_background`) report through the tools:
+//! before each model call the loop adds the reports that came in to the conversation;
+//! an answer without tool calls while one still runs waits for the next report (within
+//! the time limit and the abort) and goes on with it; when the loop ends, whatever still
+//! runs is cancelled and awaited, so its spend is in the totals.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -261,6 +267,9 @@ pub async fn query(
         cut_calls: 0,
     };
     let terminal = state.run().await;
+    // Background sub-agents still running (the loop ended early: abort, limit, error)
+    // are cancelled, and what they spent is counted before the totals are final.
+    state.tools.stop_background().await;
     state.absorb_nested();
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
     let last = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
@@ -288,9 +297,12 @@ impl Loop<'_> {
             return end;
         }
         loop {
+            // Background sub-agents spend while the loop runs: their usage counts first.
+            self.absorb_nested();
             if let Some(end) = self.check_limits() {
                 return end;
             }
+            self.deliver_background();
             if let Some(end) = self.manage_context(&specs).await {
                 return end;
             }
@@ -397,7 +409,12 @@ impl Loop<'_> {
 
             let calls = tool_calls(&response.content);
             if response.content.is_empty() {
-                return Terminal::Completed;
+                // An empty answer ends the agent too, once no background report is due.
+                match self.await_background().await {
+                    Ok(true) => continue,
+                    Ok(false) => return Terminal::Completed,
+                    Err(end) => return end,
+                }
             }
             let cut = response.stop_reason == StopReason::MaxTokens;
             if cut && !calls.is_empty() {
@@ -420,6 +437,11 @@ impl Loop<'_> {
                     self.cut_text.push_str(&text);
                     self.messages.push(Message::user(CONTINUE_PROMPT));
                     continue;
+                }
+                match self.await_background().await {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(end) => return end,
                 }
                 match self.stop_hooks().await {
                     Ok(true) => continue,
@@ -463,6 +485,41 @@ impl Loop<'_> {
             first.content.push(ContentBlock::Text { text: format!("Context from a SessionStart hook:\n{text}") });
         }
         hooks.halted().map(|message| Terminal::HookStopped { message })
+    }
+
+    /// Adds the reports of background sub-agents that finished to the conversation:
+    /// to the last user message (tool results), or as a new one after an answer.
+    /// `false` when there was none.
+    fn deliver_background(&mut self) -> bool {
+        let reports = self.tools.take_background_reports();
+        if reports.is_empty() {
+            return false;
+        }
+        tracing::debug!(agent = %self.config.agent_id, reports = reports.len(), "background reports delivered");
+        let text = reports.join("\n\n");
+        match self.messages.last_mut() {
+            Some(last) if last.role == Role::User => last.content.push(ContentBlock::Text { text }),
+            _ => self.messages.push(Message::user(text)),
+        }
+        true
+    }
+
+    /// The model answered without tool calls while background sub-agents may still
+    /// run: the loop waits for the next one to finish (within the agent's time limit,
+    /// and its abort) and hands its report to the model, so no work is lost. `Ok(true)`:
+    /// a report was added and the loop goes on; `Ok(false)`: nothing runs, the agent may
+    /// finish.
+    async fn await_background(&mut self) -> Result<bool, Terminal> {
+        if self.tools.background_running() > 0 {
+            tracing::info!(agent = %self.config.agent_id, running = self.tools.background_running(), "waiting for background sub-agents before finishing");
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
+                _ = sleep_until(self.deadline) => return Err(self.timeout()),
+                () = self.tools.wait_background() => {}
+            }
+        }
+        Ok(self.deliver_background())
     }
 
     /// Stop hooks, when the model answered without tool calls. `Ok(true)`: a hook

@@ -29,6 +29,17 @@
 //! Events of a sub-agent reach the caller's sink wrapped in [`Event::Subagent`]; their
 //! usage is counted as it arrives and added to the caller's totals (and so to its
 //! budgets) after the call.
+//!
+//! With `run_in_background: true` the call returns at once with the sub-agent's id, and
+//! the sub-agent runs beside its caller (a task of its own, under the same limits: it
+//! waits for a slot there, not in the call). When it ends, its report waits in the
+//! caller's [`AgentTool`] until the caller's loop adds it to its next request (see
+//! [`ToolRunner::take_background_reports`](crate::tool::ToolRunner)); a caller that
+//! answers without tool calls while one still runs waits for it first, so no report is
+//! lost. Its usage reaches the caller's totals before each of the caller's model calls.
+//! The caller's abort, or the end of its loop for any other reason, cancels its
+//! background sub-agents (and the loop waits for them to stop). `TaskOutput` and
+//! `TaskStop` (in `tools/`) read and stop one by id.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -38,7 +49,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
@@ -48,6 +59,8 @@ use crate::permissions::{Mode, stricter};
 use crate::pipeline::{LocalTool, PoolError, ToolPool};
 use crate::query::{QueryConfig, query};
 use crate::tool::{ToolCall, ToolOutput};
+use crate::tools::task_output::{TASK_OUTPUT_TOOL, TaskOutputSpec, TaskOutputTool};
+use crate::tools::task_stop::{TASK_STOP_TOOL, TaskStopSpec, TaskStopTool};
 use crate::tools::{DynTool, Tool, ToolContext, ToolError};
 use crate::usage::Usage;
 
@@ -253,6 +266,33 @@ impl SubagentRun {
         ids
     }
 
+    /// A slot for the sub-agent `id`: at once when one is free, else after a wait of at
+    /// most [`Self::queue_wait`]; the error is the call's result.
+    async fn acquire(&self, id: &str, cancel: &CancellationToken) -> Result<OwnedSemaphorePermit, ToolOutput> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        tracing::debug!(agent = %id, "sub-agent queued: every slot is taken");
+        let wait = self.queue_wait;
+        let acquired = tokio::select! {
+            _ = cancel.cancelled() => return Err(AgentTool::error(id, "the call was cancelled while it waited for a slot")),
+            acquired = tokio::time::timeout(wait, self.slots.clone().acquire_owned()) => acquired,
+        };
+        match acquired {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(AgentTool::error(id, "the run is shutting down")),
+            Err(_) => Err(AgentTool::error(
+                id,
+                format!(
+                    "{} sub-agents were running, the most this run allows at once (subagents.max_concurrent), \
+                     and no slot came free within {} s; wait for yours to finish, or start fewer in one answer",
+                    self.limits.max_concurrent,
+                    wait.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
     fn register(&self, id: &str, token: CancellationToken) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.insert(id.to_string(), token);
@@ -285,8 +325,8 @@ pub struct AgentInput {
     /// Omit it for the agent definition's model, or else yours.
     #[serde(default)]
     pub model: Option<String>,
-    /// Accepted for Claude Code's sake; orch runs the sub-agent to the end before the
-    /// call returns, and its result says so.
+    /// Set to true to run the sub-agent in the background: the call returns at once
+    /// with its id, and its report is given to you when it finishes.
     #[serde(default)]
     pub run_in_background: Option<bool>,
 }
@@ -296,8 +336,11 @@ through your own tools and working directory, then returns its final report to y
 It does not see this conversation, so the prompt must carry the whole task and say \
 what to report. Use it for independent pieces of work (a survey of one area, a change \
 in one module) that you want done without filling your own context. Several Agent \
-calls in one answer run in parallel. Only its report comes back, not its steps; check \
-its claims when they matter.";
+calls in one answer run in parallel. With `run_in_background: true` the call returns at \
+once and you go on working; the report is added to the conversation when the sub-agent \
+finishes (you never need to poll, and if you end your answer first, you are given the \
+report before you finish). Only its report comes back, not its steps; check its claims \
+when they matter.";
 
 /// The metadata face of the `Agent` tool (name, schema, safety flags) for the pipeline.
 /// Its call never reaches a tool host: the pool runs it through [`AgentTool`].
@@ -390,6 +433,145 @@ impl EventSink for NestedSink {
     }
 }
 
+/// The background sub-agents of one caller: the token that cancels them, which run,
+/// their reports, and which of those its loop has not taken yet. Shared by the caller's
+/// `Agent` and `TaskOutput` tools.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    /// The parent of every background sub-agent's token; replaced by a fresh one when
+    /// the caller's loop stops them, so a later loop over the same tools can start more.
+    token: Mutex<CancellationToken>,
+    state: Mutex<BackgroundState>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct BackgroundState {
+    /// The running ones, with their own tokens.
+    running: std::collections::BTreeMap<String, CancellationToken>,
+    /// Every report, by sub-agent id.
+    results: std::collections::BTreeMap<String, String>,
+    /// The ids whose report neither the loop nor `TaskOutput` has taken, oldest first.
+    unread: Vec<String>,
+}
+
+impl Background {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BackgroundState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn token(&self) -> CancellationToken {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn started(&self, id: &str, token: CancellationToken) {
+        self.lock().running.insert(id.to_string(), token);
+    }
+
+    pub(crate) fn is_running(&self, id: &str) -> bool {
+        self.lock().running.contains_key(id)
+    }
+
+    /// Cancels the running sub-agent `id` (and its subtree); its report follows.
+    pub(crate) fn cancel_one(&self, id: &str) {
+        if let Some(token) = self.lock().running.get(id) {
+            token.cancel();
+        }
+    }
+
+    pub(crate) fn finish(&self, id: &str, report: String) {
+        let mut state = self.lock();
+        state.running.remove(id);
+        state.results.insert(id.to_string(), report);
+        state.unread.push(id.to_string());
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// The reports not taken yet, oldest first; they count as read.
+    pub(crate) fn take(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let unread = std::mem::take(&mut state.unread);
+        unread.iter().filter_map(|id| state.results.get(id).cloned()).collect()
+    }
+
+    fn running(&self) -> usize {
+        self.lock().running.len()
+    }
+
+    /// Whether `id` is one of these sub-agents, running or finished.
+    pub(crate) fn knows(&self, id: &str) -> bool {
+        let state = self.lock();
+        state.running.contains_key(id) || state.results.contains_key(id)
+    }
+
+    /// Every id, running or finished, sorted.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        let state = self.lock();
+        let mut ids: Vec<String> = state.running.keys().chain(state.results.keys()).cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// The report of `id` when it has finished; it counts as read.
+    pub(crate) fn result(&self, id: &str) -> Option<String> {
+        let mut state = self.lock();
+        state.unread.retain(|u| u != id);
+        state.results.get(id).cloned()
+    }
+
+    /// Returns once `id` is not running.
+    pub(crate) async fn wait_for(&self, id: &str) {
+        self.wait_until(|s| !s.running.contains_key(id)).await;
+    }
+
+    /// Returns once `done` holds for the state, checked at every change.
+    async fn wait_until(&self, done: impl Fn(&BackgroundState) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if done(&self.lock()) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn cancel(&self) {
+        let old = std::mem::take(&mut *self.token.lock().unwrap_or_else(|p| p.into_inner()));
+        old.cancel();
+    }
+}
+
+/// Files a background sub-agent's report when its task ends, however it ends.
+struct Finish {
+    background: Arc<Background>,
+    id: String,
+    report: Option<String>,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let report = self
+            .report
+            .take()
+            .unwrap_or_else(|| notification(&self.id, None, &ToolOutput::error("its task ended without a report")));
+        self.background.finish(&self.id, report);
+    }
+}
+
+/// What the caller is given when a background sub-agent ends: `output` is what the
+/// call would have returned had it run in the foreground.
+fn notification(id: &str, description: Option<&str>, output: &ToolOutput) -> String {
+    let label = description.map(|d| format!(" ({})", d.trim())).unwrap_or_default();
+    let how = if output.is_error { "ended with an error" } else { "finished" };
+    format!(
+        "<task-notification>\nThe background sub-agent {id}{label} {how}. Its result:\n{}\n</task-notification>",
+        output.content.trim()
+    )
+}
+
 /// The coordinator side of the `Agent` tool for one agent.
 pub struct AgentTool {
     run: Arc<SubagentRun>,
@@ -403,6 +585,15 @@ pub struct AgentTool {
     ledger: Arc<Ledger>,
     /// Finished sub-agents of the whole tree below the workflow agent.
     records: Arc<Mutex<Vec<SubagentRecord>>>,
+    /// This agent's sub-agents started with `run_in_background`.
+    background: Arc<Background>,
+}
+
+impl Drop for AgentTool {
+    /// The agent's tools are gone: its background sub-agents stop too.
+    fn drop(&mut self) {
+        self.background.cancel();
+    }
 }
 
 impl std::fmt::Debug for AgentTool {
@@ -421,11 +612,21 @@ impl AgentTool {
         sink: Arc<dyn EventSink>,
         records: Arc<Mutex<Vec<SubagentRecord>>>,
     ) -> Self {
-        Self { run, provider, config, depth: 0, sink, ledger: Arc::new(Ledger::default()), records }
+        Self {
+            run,
+            provider,
+            config,
+            depth: 0,
+            sink,
+            ledger: Arc::new(Ledger::default()),
+            records,
+            background: Arc::default(),
+        }
     }
 
-    /// Adds the `Agent` tool to `pool`, when the depth limit allows sub-agents below
-    /// this agent; otherwise a call says which limit stops it.
+    /// Adds the `Agent` tool to `pool`, with `TaskOutput` and `TaskStop` that read and
+    /// stop its background sub-agents, when the depth limit allows sub-agents below
+    /// this agent; otherwise a call of any of them says which limit stops it.
     pub fn install(self, pool: ToolPool) -> Result<ToolPool, PoolError> {
         let max = self.run.limits.max_depth;
         if self.depth >= max {
@@ -434,8 +635,16 @@ impl AgentTool {
                  (subagents.max_depth: {max}); do the work yourself",
                 self.depth
             );
-            return Ok(pool.with_withheld(AGENT_TOOL, reason.clone()).with_withheld(TASK_TOOL, reason));
+            return Ok(pool
+                .with_withheld(AGENT_TOOL, reason.clone())
+                .with_withheld(TASK_TOOL, reason.clone())
+                .with_withheld(TASK_OUTPUT_TOOL, reason.clone())
+                .with_withheld(TASK_STOP_TOOL, reason));
         }
+        let output: Arc<dyn DynTool> = Arc::new(TaskOutputSpec);
+        let pool = pool.with_local(output, Arc::new(TaskOutputTool::new(self.background.clone())))?;
+        let stop: Arc<dyn DynTool> = Arc::new(TaskStopSpec);
+        let pool = pool.with_local(stop, Arc::new(TaskStopTool::new(self.background.clone())))?;
         let spec: Arc<dyn DynTool> = Arc::new(AgentToolSpec);
         pool.with_local(spec, Arc::new(self))
     }
@@ -550,32 +759,14 @@ impl LocalTool for AgentTool {
         let pass_agent = names.iter().any(|n| n == AGENT_TOOL);
         let general = definition.is_some_and(|d| d.system_prompt.is_empty() && d.tools.is_none());
         names.retain(|n| n != AGENT_TOOL);
-        let permit = match self.run.slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                tracing::debug!(agent = %id, "sub-agent queued: every slot is taken");
-                let wait = self.run.queue_wait;
-                let acquired = tokio::select! {
-                    _ = cancel.cancelled() => return Self::error(&id, "the call was cancelled while it waited for a slot"),
-                    acquired = tokio::time::timeout(wait, self.run.slots.clone().acquire_owned()) => acquired,
-                };
-                match acquired {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Self::error(&id, "the run is shutting down"),
-                    Err(_) => {
-                        return Self::error(
-                            &id,
-                            format!(
-                                "{} sub-agents were running, the most this run allows at once \
-                                 (subagents.max_concurrent), and no slot came free within {} s; \
-                                 wait for yours to finish, or start fewer in one answer",
-                                limits.max_concurrent,
-                                wait.as_secs_f64()
-                            ),
-                        );
-                    }
-                }
-            }
+        let background = input.run_in_background == Some(true);
+        // A background sub-agent waits for its slot in its own task, not in the call.
+        let permit = match background {
+            true => None,
+            false => match self.run.acquire(&id, &cancel).await {
+                Ok(p) => Some(p),
+                Err(e) => return e,
+            },
         };
         if self.run.started.fetch_add(1, Ordering::SeqCst) >= limits.max_total {
             self.run.started.fetch_sub(1, Ordering::SeqCst);
@@ -631,6 +822,7 @@ impl LocalTool for AgentTool {
                 sink: sink.clone(),
                 ledger: Arc::new(Ledger::default()),
                 records: self.records.clone(),
+                background: Arc::default(),
             };
             child_pool = match child.install(child_pool) {
                 Ok(p) => p,
@@ -638,63 +830,147 @@ impl LocalTool for AgentTool {
             };
         }
 
-        let token = cancel.child_token();
-        self.run.register(&id, token.clone());
-        let mut guard = Running {
-            run: &self.run,
-            records: &self.records,
-            record: Some(SubagentRecord {
-                id: id.clone(),
-                subagent_type: input.subagent_type.clone(),
-                description: input.description.clone(),
-                status: "aborted".to_string(),
-                turns: 0,
-                usage: Usage::default(),
-                cost_usd: 0.0,
-                duration_ms: 0,
-            }),
-            started: std::time::Instant::now(),
-        };
-        tracing::debug!(agent = %id, depth, kind = ?input.subagent_type, "sub-agent started");
-        let outcome =
-            query(self.provider.as_ref(), &child_pool, &config, vec![Message::user(&input.prompt)], &sink, &token)
-                .await;
-        if let Some(record) = guard.record.as_mut() {
-            record.status = outcome.terminal.name().to_string();
-            record.turns = outcome.turns;
-            record.usage = outcome.usage;
-            record.cost_usd = outcome.cost_usd;
+        if background {
+            return self.start_background(id, input, config, child_pool, sink);
         }
-        drop(guard);
+        let outcome = drive(
+            &self.run,
+            &self.records,
+            self.provider.as_ref(),
+            &child_pool,
+            &config,
+            &input,
+            &sink,
+            cancel.child_token(),
+        )
+        .await;
         drop(permit);
-        let stats = format!(
-            "[sub-agent {id}: {}, {} turns, {} tokens, ${:.4}]",
-            outcome.terminal.name(),
-            outcome.turns,
-            outcome.usage.total(),
-            outcome.cost_usd
-        );
-        let report = outcome.final_text.trim();
-        let stats = if input.run_in_background == Some(true) {
-            format!(
-                "{stats}\n(run_in_background: orch has no background sub-agents, so this one ran to the end \
-                 before the call returned; its report is above)"
-            )
-        } else {
-            stats
-        };
-        match outcome.terminal {
-            crate::event::Terminal::Completed => ToolOutput::ok(format!("{report}\n\n{stats}")),
-            terminal => {
-                let last = if report.is_empty() { "(no report)".to_string() } else { report.to_string() };
-                ToolOutput::error(format!(
-                    "the sub-agent did not finish: {terminal}. What it said last:\n{last}\n\n{stats}"
-                ))
-            }
-        }
+        report(&id, &outcome)
     }
 
     fn take_nested_usage(&self) -> Option<(Usage, f64)> {
         self.ledger.take()
+    }
+
+    fn take_background_reports(&self) -> Vec<String> {
+        self.background.take()
+    }
+
+    fn background_running(&self) -> usize {
+        self.background.running()
+    }
+
+    async fn wait_background(&self) {
+        self.background.wait_until(|s| !s.unread.is_empty() || s.running.is_empty()).await;
+    }
+
+    async fn stop_background(&self) {
+        self.background.cancel();
+        self.background.wait_until(|s| s.running.is_empty()).await;
+    }
+}
+
+impl AgentTool {
+    /// Starts a prepared sub-agent in a task of its own and returns the call's result:
+    /// its id, and that the report comes later.
+    fn start_background(
+        &self,
+        id: String,
+        input: AgentInput,
+        config: QueryConfig,
+        pool: ToolPool,
+        sink: Arc<dyn EventSink>,
+    ) -> ToolOutput {
+        let background = self.background.clone();
+        let token = background.token().child_token();
+        background.started(&id, token.clone());
+        let mut finish = Finish { background, id: id.clone(), report: None };
+        let (run, records, provider) = (self.run.clone(), self.records.clone(), self.provider.clone());
+        tracing::debug!(agent = %id, "sub-agent started in the background");
+        tokio::spawn(async move {
+            let description = input.description.as_deref();
+            let output = match run.acquire(&finish.id, &token).await {
+                Ok(permit) => {
+                    let outcome = drive(&run, &records, provider.as_ref(), &pool, &config, &input, &sink, token).await;
+                    drop(permit);
+                    report(&finish.id, &outcome)
+                }
+                Err(refused) => {
+                    // It never started: it does not count against `max_total`.
+                    run.started.fetch_sub(1, Ordering::SeqCst);
+                    refused
+                }
+            };
+            finish.report.replace(notification(&finish.id, description, &output));
+        });
+        ToolOutput::ok(format!(
+            "Sub-agent {id} is running in the background. Go on with other work (do not do its task \
+             yourself): its report is added to the conversation when it finishes, and if you end your \
+             answer while it still runs, you are given the report before you finish. To wait for it \
+             now, call TaskOutput with task_id \"{id}\"; to stop it, TaskStop."
+        ))
+    }
+}
+
+/// Runs a prepared sub-agent to its end under `token`, listed as running meanwhile,
+/// and files its record.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    run: &SubagentRun,
+    records: &Mutex<Vec<SubagentRecord>>,
+    provider: &dyn ModelProvider,
+    pool: &ToolPool,
+    config: &QueryConfig,
+    input: &AgentInput,
+    sink: &Arc<dyn EventSink>,
+    token: CancellationToken,
+) -> crate::query::QueryOutcome {
+    let id = config.agent_id.clone();
+    run.register(&id, token.clone());
+    let mut guard = Running {
+        run,
+        records,
+        record: Some(SubagentRecord {
+            id: id.clone(),
+            subagent_type: input.subagent_type.clone(),
+            description: input.description.clone(),
+            status: "aborted".to_string(),
+            turns: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            duration_ms: 0,
+        }),
+        started: std::time::Instant::now(),
+    };
+    tracing::debug!(agent = %id, kind = ?input.subagent_type, "sub-agent started");
+    let outcome = query(provider, pool, config, vec![Message::user(&input.prompt)], sink, &token).await;
+    if let Some(record) = guard.record.as_mut() {
+        record.status = outcome.terminal.name().to_string();
+        record.turns = outcome.turns;
+        record.usage = outcome.usage;
+        record.cost_usd = outcome.cost_usd;
+    }
+    drop(guard);
+    outcome
+}
+
+/// The call's result for a sub-agent that ended: its report and what it spent.
+fn report(id: &str, outcome: &crate::query::QueryOutcome) -> ToolOutput {
+    let stats = format!(
+        "[sub-agent {id}: {}, {} turns, {} tokens, ${:.4}]",
+        outcome.terminal.name(),
+        outcome.turns,
+        outcome.usage.total(),
+        outcome.cost_usd
+    );
+    let report = outcome.final_text.trim();
+    match &outcome.terminal {
+        crate::event::Terminal::Completed => ToolOutput::ok(format!("{report}\n\n{stats}")),
+        terminal => {
+            let last = if report.is_empty() { "(no report)".to_string() } else { report.to_string() };
+            ToolOutput::error(format!(
+                "the sub-agent did not finish: {terminal}. What it said last:\n{last}\n\n{stats}"
+            ))
+        }
     }
 }

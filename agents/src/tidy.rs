@@ -42,7 +42,13 @@ fn core_tools_are_the_catalogs_host_entries_with_the_same_flags() {
     let in_coordinator: Vec<&str> = CATALOG.iter().filter(|t| t.runs == Runs::Coordinator).map(|t| t.name).collect();
     assert_eq!(
         in_coordinator,
-        [crate::subagent::AGENT_TOOL, crate::tools::skill::SKILL_TOOL, crate::tools::web_search::WEB_SEARCH_TOOL]
+        [
+            crate::subagent::AGENT_TOOL,
+            crate::tools::task_output::TASK_OUTPUT_TOOL,
+            crate::tools::task_stop::TASK_STOP_TOOL,
+            crate::tools::skill::SKILL_TOOL,
+            crate::tools::web_search::WEB_SEARCH_TOOL
+        ]
     );
     for tool in core_tools() {
         let Some(info) = lookup(tool.name()) else { continue };
@@ -362,6 +368,8 @@ fn tool_schemas() -> Vec<(&'static str, Value)> {
     let mut all: Vec<(&'static str, Value)> = core_tools().iter().map(|t| (t.name(), t.input_schema())).collect();
     for tool in [
         &crate::subagent::AgentToolSpec as &dyn DynTool,
+        &crate::tools::task_output::TaskOutputSpec,
+        &crate::tools::task_stop::TaskStopSpec,
         &crate::tools::skill::SkillToolSpec,
         &crate::tools::web_search::WebSearchSpec,
     ] {

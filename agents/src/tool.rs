@@ -76,6 +76,24 @@ pub trait ToolRunner: Send + Sync {
         None
     }
 
+    /// The reports of background work (sub-agents started with `run_in_background`)
+    /// that finished since the last call and were not read otherwise: the loop adds
+    /// them to its next request.
+    fn take_background_reports(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Background jobs of this agent still running.
+    fn background_running(&self) -> usize {
+        0
+    }
+
+    /// Returns once a background job has a report to take, or none is running.
+    async fn wait_background(&self) {}
+
+    /// Cancels every background job of this agent and returns once they have ended.
+    async fn stop_background(&self) {}
+
     /// Runs one call. The runner must return soon after `cancel` fires; the loop does
     /// not wait for it past that point anyway.
     async fn run(&self, call: &ToolCall, cancel: CancellationToken) -> ToolOutput;

@@ -599,11 +599,11 @@ mod tidy {
 
     /// The tool names a workflow may list are the catalog's: the core tools the agent
     /// loop implements plus the coordinator's `Agent` (which the model may also call
-    /// `Task`), `Skill` and `WebSearch`.
+    /// `Task`), `TaskOutput`, `TaskStop`, `Skill` and `WebSearch`.
     #[test]
     fn workflow_tool_names_are_the_catalog_plus_agent_and_skill() {
         let mut expected: Vec<&str> = CORE_NAMES.to_vec();
-        expected.extend(["Agent", "Skill", "WebSearch"]);
+        expected.extend(["Agent", "TaskOutput", "TaskStop", "Skill", "WebSearch"]);
         let mut known = KNOWN_TOOLS.to_vec();
         known.sort_unstable();
         expected.sort_unstable();

@@ -130,6 +130,16 @@ pub const CATALOG: &[ToolInfo] = &[
         starts_agent: true,
         ..tool("Agent", DOC_AGENT)
     },
+    // Reads what the coordinator holds: the reports of the caller's background sub-agents.
+    ToolInfo {
+        runs: Runs::Coordinator,
+        read_only: true,
+        concurrency_safe: true,
+        ..tool("TaskOutput", DOC_TASK_OUTPUT)
+    },
+    // Stops one of the agent's own background sub-agents: nothing outside the agent's work
+    // changes, so it needs no approval (as in Claude Code), but it never runs early.
+    ToolInfo { runs: Runs::Coordinator, read_only: true, ..tool("TaskStop", DOC_TASK_STOP) },
     // It returns a skill's text, which calling again gives back.
     ToolInfo {
         rule: RuleKind::Name,
@@ -201,7 +211,9 @@ const DOC_BASH: &str = r#"`bash -c` in its own process group, starting where the
 const DOC_BASH_OUTPUT: &str = r#"a background shell's new output since the last call (`bash_id`, optional `filter` regex) and its status; unread output is kept up to 30,000 characters per stream"#;
 const DOC_KILL_SHELL: &str = r#"stops a background shell and its process group (`shell_id`); at most 16 run at once, and all are killed when the agent ends"#;
 const DOC_TODO_WRITE: &str = r#"the agent's task list"#;
-const DOC_AGENT: &str = r#"starts a sub-agent (`prompt`, optional `description`, `subagent_type`, `tools`, `model`: `sonnet`, `opus`, `haiku`, `inherit` or a model id; `run_in_background` is accepted, the sub-agent still runs to the end) with its own context and limits, and returns its final answer; see [Sub-agents](subagents.md#sub-agents-and-agent-files)"#;
+const DOC_AGENT: &str = r#"starts a sub-agent (`prompt`, optional `description`, `subagent_type`, `tools`, `model`: `sonnet`, `opus`, `haiku`, `inherit` or a model id) with its own context and limits, and returns its final answer; with `run_in_background: true` the call returns at once with the sub-agent's id and the report is added to the caller's conversation when it finishes; see [Sub-agents](subagents.md#sub-agents-and-agent-files)"#;
+const DOC_TASK_OUTPUT: &str = r#"reads a background sub-agent's report by its id (`task_id`; `block`, true by default, waits up to `timeout` ms, 30,000 by default, 600,000 at most); comes with `Agent`; a shell id is sent to `BashOutput`"#;
+const DOC_TASK_STOP: &str = r#"stops a background sub-agent and its subtree by its id (`task_id`) and returns what it had reported; comes with `Agent`; a shell id is sent to `KillShell`"#;
 const DOC_SKILL: &str = r#"loads one of the repository's skills (`skill`, optional `args`): its full text and the directory of its files; see [Skills](skills.md#skills)"#;
 const DOC_WEB_FETCH: &str = r#"fetches one page (`url`, `prompt`) from the tool host, through the sandbox's proxy environment; http is upgraded to https (not for loopback hosts), redirects are followed only within one host (another host is reported to the model), HTML becomes Markdown (`htmd`), bodies are capped at 10 MB and text at 100,000 characters. Claude Code answers `prompt` with a small model; orch returns the page with the prompt restated above it, for the agent's own model to answer. Offered only when the agent's network is not `none`"#;
 const DOC_WEB_SEARCH: &str = r#"searches the web (`query`, `allowed_domains` or `blocked_domains`) as Claude Code does: a nested request to the Anthropic API offering only its `web_search` server tool (with the domain filters, at most 8 searches); the results (titles, URLs, ages) and the model's summary are the tool result, and its tokens count against the agent's budgets. Offered only with the `anthropic` provider and a network that is not `none`"#;
@@ -334,6 +346,8 @@ mod tests {
                 "KillShell",
                 "TodoWrite",
                 "Agent",
+                "TaskOutput",
+                "TaskStop",
                 "Skill",
                 "WebFetch",
                 "WebSearch"

@@ -1,6 +1,9 @@
 //! Nested sub-agents (the `Agent` tool) through the real loop and tool pool: parallel
 //! calls against the mock server with latency, usage roll-up and budgets, the depth,
-//! concurrency and total limits, and cancellation down the tree but not up.
+//! concurrency and total limits, cancellation down the tree but not up, and background
+//! sub-agents (`run_in_background`): the call returns first, the report reaches the
+//! caller's next request, the caller waits for it before finishing, and the caller's
+//! end or abort stops it.
 //!
 //! Sub-agent ids are deterministic (`<caller>/sub-<n>`, the n-th `Agent` call of the
 //! caller), so the scripted provider can give each one its own turns.
@@ -564,7 +567,7 @@ impl ModelProvider for Models {
 }
 
 #[tokio::test]
-async fn the_agent_tool_takes_a_model_alias_or_id_and_run_in_background() {
+async fn the_agent_tool_takes_a_model_alias_or_id() {
     let provider = Arc::new(Models {
         inner: scripted(
             r#"
@@ -572,7 +575,7 @@ version: 1
 agents:
   root:
     - tool_calls: [{ name: Agent, input: { prompt: "a", model: haiku } }]
-    - tool_calls: [{ name: Agent, input: { prompt: "b", model: claude-opus-4-1-20250805, run_in_background: true } }]
+    - tool_calls: [{ name: Agent, input: { prompt: "b", model: claude-opus-4-1-20250805 } }]
     - tool_calls: [{ name: Agent, input: { prompt: "c", model: inherit, subagent_type: quick } }]
     - tool_calls: [{ name: Agent, input: { prompt: "d", subagent_type: quick } }]
     - tool_calls: [{ name: Agent, input: { prompt: "e", model: "" } }]
@@ -610,7 +613,306 @@ agents:
     assert_eq!(model_of("root/sub-4"), "claude-haiku-4-5");
     let results = root_results(&outcome);
     assert!(!results[1].1 && results[1].0.starts_with("b done"), "{:?}", results[1]);
-    assert!(results[1].0.contains("run_in_background") && results[1].0.contains("ran to the end"), "{:?}", results[1]);
-    assert!(!results[0].0.contains("run_in_background"), "{:?}", results[0]);
     assert!(results[4].1 && results[4].0.contains("`model` is empty"), "{:?}", results[4]);
+}
+
+/// The `Agent` calls of the root that finished (not those of its sub-agents), with how
+/// long each took.
+fn root_agent_calls(tree: &Tree) -> Vec<(bool, u64, String)> {
+    tree.events
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolUseFinished { name, is_error, duration_ms, output, .. } if name == "Agent" => {
+                Some((*is_error, *duration_ms, output.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text the root's conversation gave it in user messages, apart from tool results.
+fn root_notes(outcome: &QueryOutcome) -> Vec<String> {
+    outcome
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } if text.contains("<task-notification>") => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_background_agent_returns_at_once_and_its_report_reaches_the_caller_that_waits_for_it() {
+    let delay = Duration::from_millis(800);
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "survey the notes", description: "a survey", run_in_background: true } }]
+      usage: { input_tokens: 100, output_tokens: 10 }
+    # It ends its answer while the sub-agent runs: the loop waits, then hands it the report.
+    - text: waiting for the survey
+      expect: { contains: "running in the background" }
+      usage: { input_tokens: 100, output_tokens: 10 }
+    - text: the survey says alpha
+      expect: { contains: "SURVEY: alpha" }
+      usage: { input_tokens: 100, output_tokens: 10 }
+  root/sub-1:
+    - text: "SURVEY: alpha"
+      usage: { input_tokens: 1000, output_tokens: 50 }
+"#,
+        ),
+        slow: vec!["root/sub-1".into()],
+        delay,
+    });
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.final_text, "the survey says alpha");
+    assert_eq!(outcome.turns, 3);
+    // The call came back before the sub-agent had its first answer.
+    let calls = root_agent_calls(&tree);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let (is_error, took, text) = &calls[0];
+    assert!(!is_error && text.contains("root/sub-1"), "{text}");
+    assert!(Duration::from_millis(*took) < delay / 2, "the call took {took} ms");
+    let record = tree.record("root/sub-1");
+    assert_eq!(record.status, "completed");
+    assert!(Duration::from_millis(record.duration_ms) >= delay, "{record:?}");
+    // The report came as one notification, after the answer that ended while it ran.
+    let notes = root_notes(&outcome);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("root/sub-1 (a survey) finished") && notes[0].contains("SURVEY: alpha"), "{}", notes[0]);
+    // Its spend is the caller's.
+    assert_eq!(outcome.usage, Usage { input_tokens: 1300, output_tokens: 80, ..Usage::default() });
+    assert!(tree.run.running().is_empty());
+}
+
+#[tokio::test]
+async fn a_background_report_joins_the_next_request_while_the_caller_works_on() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "survey", run_in_background: true } }]
+    - tool_calls: [{ name: Bash, input: { command: "sleep 1; echo slept" } }]
+      expect: { contains: "running in the background" }
+    # The newest user message holds the Bash result and, beside it, the report.
+    - text: both in
+      expect: { contains: "SURVEY: beta" }
+  root/sub-1:
+    - text: "SURVEY: beta"
+"#,
+        ),
+        slow: vec!["root/sub-1".into()],
+        delay: Duration::from_millis(200),
+    });
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.turns, 3);
+    let last_user = outcome.messages.iter().rev().find(|m| m.role == Role::User).unwrap();
+    assert!(matches!(last_user.content.first(), Some(ContentBlock::ToolResult { .. })), "{last_user:?}");
+    assert!(last_user.text().contains("SURVEY: beta"), "{last_user:?}");
+    assert_eq!(tree.record("root/sub-1").status, "completed");
+}
+
+const BACKGROUND_NEVER_ENDS: &str = r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "long work", run_in_background: true } }]
+    # Long enough for the sub-agent to start its own.
+    - tool_calls: [{ name: Bash, input: { command: "sleep 0.5" } }]
+    - text: waiting
+  root/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "deeper", run_in_background: true } }]
+    - text: never
+  root/sub-1/sub-1:
+    - text: never
+"#;
+
+#[tokio::test]
+async fn aborting_the_caller_stops_its_background_agents_and_theirs() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(BACKGROUND_NEVER_ENDS),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let (outcome, tree) = run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &cancel).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    // The root waited at its last answer, and was aborted there.
+    assert!(matches!(outcome.terminal, Terminal::Aborted { .. }), "{:?}", outcome.terminal);
+    assert_eq!(outcome.turns, 3);
+    assert_eq!(tree.record("root/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-1/sub-1").status, "aborted");
+    assert!(tree.run.running().is_empty(), "{:?}", tree.run.running());
+}
+
+#[tokio::test]
+async fn a_caller_ending_at_a_limit_stops_its_background_agents() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(BACKGROUND_NEVER_ENDS),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let mut limited = config();
+    limited.limits.max_turns = Some(2);
+    let started = Instant::now();
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), limited, &CancellationToken::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(outcome.terminal, Terminal::MaxTurns { limit: 2 });
+    assert_eq!(tree.record("root/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-1/sub-1").status, "aborted");
+    assert!(tree.run.running().is_empty(), "{:?}", tree.run.running());
+}
+
+#[tokio::test]
+async fn background_agents_wait_for_a_slot_in_their_own_task() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls:
+        - { name: Agent, input: { prompt: "one", run_in_background: true } }
+        - { name: Agent, input: { prompt: "two", run_in_background: true } }
+    - text: waiting
+      expect: { contains: "running in the background" }
+    - text: one is in
+      expect: { contains: "ONE" }
+    - text: both are in
+      expect: { contains: "TWO" }
+  root/sub-1:
+    - text: ONE
+  root/sub-2:
+    - text: TWO
+"#,
+        ),
+        slow: vec!["root/sub-1".into(), "root/sub-2".into()],
+        delay: Duration::from_millis(400),
+    });
+    let limits = SubagentLimits { max_concurrent: 1, ..SubagentLimits::default() };
+    let (outcome, tree) = run_tree(provider, limits, Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.final_text, "both are in");
+    // Both calls came back at once; the sub-agents ran one after the other.
+    for (is_error, took, text) in root_agent_calls(&tree) {
+        assert!(!is_error && took < 200, "{took} ms: {text}");
+    }
+    assert_eq!(tree.run.peak_concurrent(), 1);
+    assert_eq!(root_notes(&outcome).len(), 2);
+}
+
+#[tokio::test]
+async fn task_output_waits_for_a_background_report_which_is_then_not_delivered_again() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "survey", run_in_background: true } }]
+    - tool_calls: [{ name: TaskOutput, input: { task_id: root/sub-1 } }]
+      expect: { contains: "running in the background" }
+    - text: read it
+      expect: { contains: "SURVEY: gamma" }
+  root/sub-1:
+    - text: "SURVEY: gamma"
+"#,
+        ),
+        slow: vec!["root/sub-1".into()],
+        delay: Duration::from_millis(300),
+    });
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.turns, 3);
+    let results = root_results(&outcome);
+    assert!(!results[1].1 && results[1].0.contains("SURVEY: gamma"), "{:?}", results[1]);
+    assert!(root_notes(&outcome).is_empty(), "delivered twice: {:?}", root_notes(&outcome));
+    assert_eq!(tree.record("root/sub-1").status, "completed");
+}
+
+#[tokio::test]
+async fn a_background_agent_against_the_mock_server_overlaps_its_caller_and_spends_into_its_totals() {
+    let mock = MockServer::start().await;
+    let latency = Duration::from_millis(400);
+    mock.set_latency(latency);
+    let usage = |input, output| MockUsage { input_tokens: input, output_tokens: output, ..MockUsage::default() };
+    let background = ToolCall::new("Agent", json!({ "prompt": "count", "run_in_background": true }));
+    mock.push(Step::Reply(Turn::tools(vec![background]).with_usage(usage(100, 10))));
+    // The root's second turn and the sub-agent's only one are asked at the same time;
+    // whichever gets which, both end their agent's answer.
+    mock.push(Step::Reply(Turn::text("first").with_usage(usage(1000, 50))));
+    mock.push(Step::Reply(Turn::text("second").with_usage(usage(2000, 60))));
+    mock.push(Step::Reply(Turn::text("all in").with_usage(usage(300, 30))));
+    let provider: Arc<dyn ModelProvider> = Arc::new(anthropic(&mock.url()));
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    assert_eq!(outcome.final_text, "all in");
+    assert_eq!(outcome.turns, 3);
+    assert_eq!(mock.remaining(), 0);
+    let calls = root_agent_calls(&tree);
+    assert!(calls.len() == 1 && Duration::from_millis(calls[0].1) < latency, "{calls:?}");
+    assert_eq!(root_notes(&outcome).len(), 1);
+    assert_eq!(outcome.usage, Usage { input_tokens: 3400, output_tokens: 150, ..Usage::default() });
+    let record = tree.record("root/sub-1");
+    assert_eq!(record.status, "completed");
+    assert!(record.cost_usd > 0.0 && outcome.cost_usd > record.cost_usd);
+}
+
+#[tokio::test]
+async fn task_stop_stops_a_background_agent_and_its_subtree_and_returns_its_result() {
+    let provider: Arc<dyn ModelProvider> = Arc::new(Slow {
+        inner: scripted(
+            r#"
+version: 1
+agents:
+  root:
+    - tool_calls: [{ name: Agent, input: { prompt: "long work", run_in_background: true } }]
+    # Long enough for the sub-agent to start its own.
+    - tool_calls: [{ name: Bash, input: { command: "sleep 0.5" } }]
+      expect: { contains: "running in the background" }
+    - tool_calls: [{ name: TaskStop, input: { task_id: root/sub-1 } }]
+    - text: stopped it
+      expect: { contains: "Stopped root/sub-1" }
+  root/sub-1:
+    - tool_calls: [{ name: Agent, input: { prompt: "deeper" } }]
+    - text: never
+  root/sub-1/sub-1:
+    - text: never
+"#,
+        ),
+        slow: vec!["root/sub-1/sub-1".into()],
+        delay: Duration::from_secs(30),
+    });
+    let started = Instant::now();
+    let (outcome, tree) =
+        run_tree(provider, SubagentLimits::default(), Vec::new(), config(), &CancellationToken::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(outcome.terminal, Terminal::Completed, "{}", outcome.final_text);
+    let results = root_results(&outcome);
+    assert!(!results[2].1 && results[2].0.contains("ended with an error"), "{:?}", results[2]);
+    assert!(root_notes(&outcome).is_empty(), "delivered twice: {:?}", root_notes(&outcome));
+    assert_eq!(tree.record("root/sub-1").status, "aborted");
+    assert_eq!(tree.record("root/sub-1/sub-1").status, "aborted");
 }

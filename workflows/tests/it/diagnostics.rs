@@ -73,7 +73,7 @@ fn diagnostics_serialize_to_json() {
         serde_json::json!([{
             "message": "unknown tool `Nope`",
             "location": { "file": "wf.yaml", "line": 5, "column": 13 },
-            "hint": "the known tools are `Read`, `Write`, `Edit`, `MultiEdit`, `NotebookEdit`, `Glob`, `Grep`, `LS`, `Bash`, `BashOutput`, `KillShell`, `TodoWrite`, `Agent`, `Skill`, `WebFetch`, `WebSearch`, and MCP tools written `mcp__<server>__<tool>`"
+            "hint": "the known tools are `Read`, `Write`, `Edit`, `MultiEdit`, `NotebookEdit`, `Glob`, `Grep`, `LS`, `Bash`, `BashOutput`, `KillShell`, `TodoWrite`, `Agent`, `TaskOutput`, `TaskStop`, `Skill`, `WebFetch`, `WebSearch`, and MCP tools written `mcp__<server>__<tool>`"
         }])
     );
 }

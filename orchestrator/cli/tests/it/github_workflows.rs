@@ -47,6 +47,8 @@ fn the_projects_workflows_pass_actionlint() {
         .collect();
     files.sort();
     assert!(files.iter().any(|f| f.ends_with("ci.yml")), "no ci.yml in {files:?}");
+    let ci = std::fs::read_to_string(workspace().join(".github/workflows/ci.yml")).unwrap();
+    assert!(ci.contains("run: mdbook build docs"), "ci.yml does not build the book");
     let (clean, problems) = lint(&files);
     assert!(clean, "actionlint found problems:\n{problems}");
     // And it does find a mistake: an expression naming a context property that does not exist.

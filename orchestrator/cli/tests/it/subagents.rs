@@ -283,3 +283,57 @@ agents:
     assert!(stderr.contains("main: main/sub-1: Read notes.txt"), "{stderr}");
     assert!(stderr.contains("main: main/sub-1 completed (2 turns)"), "{stderr}");
 }
+
+/// A background sub-agent through the real binary: the call returns at once, `lead`
+/// ends its answer while the sub-agent still works, waits for it, gets the report as
+/// its next message, and its branch holds the sub-agent's change.
+#[test]
+fn a_background_sub_agent_finishes_before_its_caller_and_lands_on_its_branch() {
+    let fx = fixture("t-sub-background");
+    let workflow = r#"
+version: 1
+name: background
+defaults:
+  tools: [Read, Edit, Bash, Agent]
+  limits: { max_turns: 6, timeout: 1m }
+agents:
+  lead:
+    prompt: Get the typo in notes.txt fixed in the background.
+"#;
+    let script = r#"
+version: 1
+agents:
+  lead:
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      tool_calls: [{ name: Agent, input: { prompt: "Fix the typo in notes.txt.", description: fix typo, run_in_background: true } }]
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      expect: { contains: "running in the background" }
+      text: Waiting for the fix.
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      expect: { contains: "FIXED notes.txt" }
+      text: The typo is fixed.
+  lead/sub-1:
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      tool_calls: [{ name: Read, input: { file_path: notes.txt } }]
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      tool_calls: [{ name: Bash, input: { command: "sleep 2" } }]
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      tool_calls: [{ name: Edit, input: { file_path: notes.txt, old_string: teh, new_string: the } }]
+    - usage: { input_tokens: 100, output_tokens: 10 }
+      text: FIXED notes.txt
+"#;
+    let run: Run = fx.run(workflow, script, &[]);
+    run.expect_code(0);
+    let lead = run.agent("lead");
+    assert_eq!(lead["status"], "succeeded", "{lead:#}");
+    let subs = lead["subagents"].as_array().unwrap();
+    assert_eq!(subs.len(), 1, "{subs:?}");
+    assert_eq!(subs[0]["id"], "lead/sub-1");
+    assert_eq!(subs[0]["status"], "completed");
+    let results = run.tool_results("lead");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(!results[0].1 && results[0].2.contains("running in the background"), "{results:?}");
+    assert_eq!(fx.show(&fx.branch("lead"), "notes.txt"), "the first line\nsecond line\n");
+    // lead's three turns and the sub-agent's four, 110 tokens each.
+    assert_eq!(tokens(&lead["usage"]), 7 * 110);
+}

@@ -30,8 +30,6 @@ use orch_agents::pipeline::ToolPool;
 
 use orch_agents::pipeline::PoolError;
 use orch_agents::protocol::ToolExecutor;
-use orch_agents::subagent::AGENT_TOOL;
-use orch_agents::tools::skill::SKILL_TOOL;
 use orch_agents::tools::web_search::{WEB_SEARCH_TOOL, WebSearchTool};
 use orch_agents::{EventSink, SystemPart};
 use orch_sandbox::container::ContainerHost;
@@ -129,9 +127,9 @@ impl AgentSession {
         events: Arc<dyn EventSink>,
         cancel: &CancellationToken,
     ) -> crate::error::Result<AgentSession> {
-        // `Agent` and `Skill` run in the coordinator; MCP tools are served by their
-        // servers (stdio ones in the tool host, HTTP ones here); the tool host gets the
-        // others.
+        // The catalog's coordinator tools (`Agent`, `TaskOutput`, `Skill`, `WebSearch`)
+        // run here; MCP tools are served by their servers (stdio ones in the tool host,
+        // HTTP ones here); the tool host gets the others.
         // Without a network, the tools that need one are absent from the pool (a call
         // says why).
         let offline = spec.sandbox.network == orch_types::Network::None;
@@ -140,8 +138,11 @@ impl AgentSession {
         let host_tools: Vec<String> = spec
             .tools
             .iter()
-            .filter(|t| t.as_str() != AGENT_TOOL && t.as_str() != SKILL_TOOL && !t.starts_with(agent_mcp::PREFIX))
-            .filter(|t| t.as_str() != WEB_SEARCH_TOOL && !withheld.contains(t))
+            .filter(|t| {
+                orch_types::tools::lookup(t).is_none_or(|i| i.runs == orch_types::tools::Runs::Host)
+                    && !t.starts_with(agent_mcp::PREFIX)
+            })
+            .filter(|t| !withheld.contains(t))
             .cloned()
             .collect();
         let core = host::select_tools(&host_tools)?;
