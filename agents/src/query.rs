@@ -454,6 +454,8 @@ impl Loop<'_> {
         if self.messages.iter().any(|m| m.role == Role::Assistant) {
             return None;
         }
+        // The prompt as the caller gave it, before any hook adds to it.
+        let prompt = self.messages.iter().rev().find(|m| m.role == Role::User).map(Message::text).unwrap_or_default();
         let context = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return Some(Terminal::Aborted { during: Phase::Idle }),
@@ -466,7 +468,6 @@ impl Loop<'_> {
         if let Some(message) = hooks.halted() {
             return Some(Terminal::HookStopped { message });
         }
-        let prompt = self.messages.iter().rev().find(|m| m.role == Role::User).map(Message::text).unwrap_or_default();
         let submitted = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return Some(Terminal::Aborted { during: Phase::Idle }),
@@ -490,9 +491,9 @@ impl Loop<'_> {
         }
     }
 
-    /// The hooks of a loop's end: StopFailure when the model failed, then SessionEnd.
-    /// Neither can change how it ended; an aborted loop runs none (its hooks are
-    /// cancelled with it).
+    /// The hooks of a loop's end: StopFailure when the model failed. It cannot change
+    /// how the loop ended; an aborted loop runs none (its hooks are cancelled with it).
+    /// SessionEnd is the caller's: one session may run the loop more than once.
     async fn end_hooks(&mut self, terminal: &Terminal) {
         let Some(hooks) = self.tools.hooks() else { return };
         if self.cancel.is_cancelled() {
@@ -514,7 +515,6 @@ impl Loop<'_> {
             let last = self.last_text();
             hooks.stop_failure(error, &terminal.to_string(), &last).await;
         }
-        hooks.session_end("other").await;
     }
 
     /// The text of the last assistant message.
