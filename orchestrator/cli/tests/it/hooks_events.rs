@@ -174,7 +174,8 @@ const NESTED: &str = r#"
 version: 1
 name: nested-hooks
 defaults:
-  tools: [Read, Agent]
+  # Write makes the worktree writable, for the files the hooks write.
+  tools: [Read, Write, Agent]
   limits: { max_turns: 6, timeout: 1m }
 hooks:
   SubagentStart:
@@ -221,7 +222,7 @@ agents:
 fn subagent_start_adds_context_and_subagent_stop_can_keep_the_nested_agent_going() {
     let fx = Fixture::new("t-nested-hooks", &[("f.txt", "f\n")]);
     let run = fx.run(NESTED, NESTED_SCRIPT, &[]);
-    run.expect_code(0);
+    assert_eq!(run.code, 0, "{:?}", hook_runs(&run, "lead"));
     assert_eq!(run.agent("lead")["text"], "Lead finished.");
     let branch = fx.branch("lead");
     let start = json_on(&fx, &branch, "start.json");
