@@ -218,7 +218,8 @@ pub async fn start(
         cwd,
         sandbox,
         writes: orch_types::tools::any_writes(&spec.tools),
-        read: vec![results.clone()],
+        // Its own transcript, which hooks get as `transcript_path`, is readable too.
+        read: std::iter::once(results.clone()).chain(transcript.iter().filter(|t| t.is_file()).cloned()).collect(),
         private,
         env,
         tools: spec.tools.clone(),
@@ -227,7 +228,7 @@ pub async fn start(
         hooks: sources.extensions.hooks.clone(),
         mcp_servers: sources.extensions.mcp_servers.clone(),
         session_id: session_id.unwrap_or_else(|| format!("{run}/{}", spec.id)),
-        transcript,
+        transcript: transcript.clone(),
         // No single file can grow past the agent's disk limit.
         file_size_limit: Some(max_disk(spec).bytes()),
         egress,

@@ -41,7 +41,12 @@ hooks:
     - matcher: Bash
       hooks: [{ command: "cat > failure.json" }]
   Stop:
-    - hooks: [{ command: "cat > stop.json" }]
+    - hooks:
+        - command: |
+            input=$(cat)
+            printf '%s' "$input" > stop.json
+            transcript=$(printf '%s' "$input" | sed -n 's/.*"transcript_path":"\([^"]*\)".*/\1/p')
+            head -n 1 "$transcript" > transcript-head.jsonl
   SessionEnd:
     - hooks: [{ command: "cat > end.json; echo 'not heard' >&2; exit 2" }]
 agents:
@@ -100,6 +105,9 @@ fn prompt_tool_and_end_hooks_get_claude_codes_fields_and_a_post_tool_block_keeps
     assert!(failure["error"].as_str().unwrap().contains("broken"), "{failure}");
     let stop = json_on(&fx, &branch, "stop.json");
     assert_eq!(stop["last_assistant_message"], "All done.");
+    // The hook could read its transcript from inside the sandbox.
+    let head = json_on(&fx, &branch, "transcript-head.jsonl");
+    assert_eq!((head["agent"].as_str(), head["event"]["type"].as_str()), (Some("a"), Some("prompt")));
     let end = json_on(&fx, &branch, "end.json");
     assert_eq!((end["hook_event_name"].as_str(), end["reason"].as_str()), (Some("SessionEnd"), Some("other")));
 
@@ -292,3 +300,4 @@ fn a_call_nobody_can_approve_runs_the_notification_hooks() {
     assert_eq!(notes[0]["notification_type"], "permission_prompt");
     assert!(notes[0]["message"].as_str().unwrap().contains("Bash"), "{}", notes[0]);
 }
+
