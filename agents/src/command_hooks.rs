@@ -327,7 +327,11 @@ impl CommandHooks {
     ) -> Vec<Reply> {
         let stdin = Value::Object(payload).to_string();
         let mut replies = Vec::new();
-        for compiled in self.hooks.iter().filter(|c| c.hook.event == event && c.matcher.matches(target)) {
+        // As in Claude Code, a matcher on an event that has none to match is ignored.
+        let unmatched = matches!(event, HookEvent::UserPromptSubmit | HookEvent::Stop);
+        for compiled in
+            self.hooks.iter().filter(|c| c.hook.event == event && (unmatched || c.matcher.matches(target)))
+        {
             if let Some(rule) = &compiled.condition {
                 let tool = call.and_then(|c| self.tools.iter().find(|t| t.name() == c.name));
                 match (tool, call) {

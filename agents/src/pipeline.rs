@@ -293,7 +293,9 @@ impl ToolPool {
                 // Denied for want of an approval: someone who could say yes would have.
                 let mut approving = self.permissions.clone();
                 approving.ask_fallback = crate::permissions::AskFallback::Allow;
+                // `dontAsk` never asks, so it has no one to notify.
                 let approvable = !self.permissions.lifts_ask()
+                    && self.permissions.mode != Some(crate::permissions::Mode::DontAsk)
                     && approving.decide(tool, input, hook_allowed) == Decision::Allow;
                 Err((format!("permission denied: {reason}"), approvable))
             }
