@@ -329,8 +329,7 @@ impl CommandHooks {
         let mut replies = Vec::new();
         // As in Claude Code, a matcher on an event that has none to match is ignored.
         let unmatched = matches!(event, HookEvent::UserPromptSubmit | HookEvent::Stop);
-        for compiled in
-            self.hooks.iter().filter(|c| c.hook.event == event && (unmatched || c.matcher.matches(target)))
+        for compiled in self.hooks.iter().filter(|c| c.hook.event == event && (unmatched || c.matcher.matches(target)))
         {
             if let Some(rule) = &compiled.condition {
                 let tool = call.and_then(|c| self.tools.iter().find(|t| t.name() == c.name));

@@ -321,8 +321,7 @@ impl ToolPool {
                 }
             };
         }
-        if let Err((mut message, needed_approval)) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref())
-        {
+        if let Err((mut message, needed_approval)) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
             if needed_approval {
                 let note = format!("{} needs an approval, and nobody can give one in this run", call.name);
                 if let Some(context) = self.hooks.notification(&note, "permission_prompt").await {

@@ -476,7 +476,9 @@ impl Loop<'_> {
         };
         if let Some(reason) = submitted.blocked {
             tracing::info!(agent = %self.config.agent_id, "a UserPromptSubmit hook refused the prompt");
-            return Some(Terminal::HookStopped { message: format!("a UserPromptSubmit hook refused the prompt: {reason}") });
+            return Some(Terminal::HookStopped {
+                message: format!("a UserPromptSubmit hook refused the prompt: {reason}"),
+            });
         }
         if let Some(text) = submitted.context {
             self.add_to_prompt(format!("Context from a UserPromptSubmit hook:\n{text}"));

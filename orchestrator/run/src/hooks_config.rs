@@ -145,8 +145,12 @@ pub fn not_run(event: &str) -> &'static str {
         "Setup" => "it runs for `claude --init` and `--maintenance`",
         "Elicitation" | "ElicitationResult" => "it runs when an MCP server asks a person for input",
         "TeammateIdle" | "TaskCreated" | "TaskCompleted" => "it belongs to Claude Code's agent teams",
-        "ConfigChange" | "FileChanged" | "CwdChanged" => "orch reads settings once, from the trusted ref, and watches no files",
-        "InstructionsLoaded" => "orch does not run it yet: it reads the instruction files once, before the agent starts",
+        "ConfigChange" | "FileChanged" | "CwdChanged" => {
+            "orch reads settings once, from the trusted ref, and watches no files"
+        }
+        "InstructionsLoaded" => {
+            "orch does not run it yet: it reads the instruction files once, before the agent starts"
+        }
         "WorktreeCreate" | "WorktreeRemove" => "orch makes and removes worktrees in the coordinator itself",
         "MessageDisplay" | "PostToolBatch" => "orch does not run this event yet",
         _ => "not an event orch knows",

@@ -124,7 +124,10 @@ async fn pre_compact_can_block_and_post_compact_and_session_start_add_context() 
     assert!(!world.dir.path().join("startup-ran").exists());
     hooks.stop_failure("rate_limit", "slow down", "half an answer").await;
     let failed = world.payload("failed.json");
-    assert_eq!((failed["error"].as_str(), failed["last_assistant_message"].as_str()), (Some("rate_limit"), Some("half an answer")));
+    assert_eq!(
+        (failed["error"].as_str(), failed["last_assistant_message"].as_str()),
+        (Some("rate_limit"), Some("half an answer"))
+    );
     hooks.session_end("other").await;
     let outcomes = world.outcomes();
     assert!(outcomes.last().unwrap().1.contains("cannot block"), "{outcomes:?}");
@@ -213,7 +216,6 @@ mod loop_sites {
             self.calls.lock().unwrap().push(format!("post_compact:{trigger}"));
             Some("AFTER-COMPACT".into())
         }
-
     }
 
     struct Runner(Recorder);

@@ -235,7 +235,10 @@ fn subagent_start_adds_context_and_subagent_stop_can_keep_the_nested_agent_going
     let branch = fx.branch("lead");
     let start = json_on(&fx, &branch, "start.json");
     assert_eq!(start["hook_event_name"], "SubagentStart");
-    assert_eq!((start["agent_id"].as_str(), start["agent_type"].as_str()), (Some("lead/sub-1"), Some("general-purpose")));
+    assert_eq!(
+        (start["agent_id"].as_str(), start["agent_type"].as_str()),
+        (Some("lead/sub-1"), Some("general-purpose"))
+    );
     // The second SubagentStop run (after the block) overwrote the first.
     let stop = json_on(&fx, &branch, "substop.json");
     assert_eq!(stop["hook_event_name"], "SubagentStop");
@@ -300,4 +303,3 @@ fn a_call_nobody_can_approve_runs_the_notification_hooks() {
     assert_eq!(notes[0]["notification_type"], "permission_prompt");
     assert!(notes[0]["message"].as_str().unwrap().contains("Bash"), "{}", notes[0]);
 }
-
