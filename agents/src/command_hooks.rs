@@ -628,8 +628,9 @@ impl Hooks for CommandHooks {
         self.stop_limit
     }
 
-    fn for_subagent(&self, agent_id: &str, agent_type: &str) -> Option<Arc<dyn Hooks>> {
-        Some(Arc::new(CommandHooks::for_subagent(self, agent_id, agent_type, self.events.clone())))
+    fn for_subagent(&self, agent_id: &str, agent_type: &str, permission_mode: &str) -> Option<Arc<dyn Hooks>> {
+        let nested = CommandHooks::for_subagent(self, agent_id, agent_type, self.events.clone());
+        Some(Arc::new(nested.with_permission_mode(permission_mode)))
     }
 }
 

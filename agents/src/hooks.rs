@@ -123,10 +123,16 @@ pub trait Hooks: Send + Sync {
         DEFAULT_STOP_BLOCK_LIMIT
     }
 
-    /// The hooks of a nested agent `agent_id` of type `agent_type` started by this one:
-    /// its start runs the SubagentStart hooks and its stop the SubagentStop hooks; it
-    /// has no SessionStart, UserPromptSubmit or SessionEnd. `None`: the same hooks.
-    fn for_subagent(&self, _agent_id: &str, _agent_type: &str) -> Option<std::sync::Arc<dyn Hooks>> {
+    /// The hooks of a nested agent `agent_id` of type `agent_type`, in the permission
+    /// mode `permission_mode`, started by this one: its start runs the SubagentStart
+    /// hooks and its stop the SubagentStop hooks; it has no SessionStart,
+    /// UserPromptSubmit or SessionEnd. `None`: the same hooks.
+    fn for_subagent(
+        &self,
+        _agent_id: &str,
+        _agent_type: &str,
+        _permission_mode: &str,
+    ) -> Option<std::sync::Arc<dyn Hooks>> {
         None
     }
 }

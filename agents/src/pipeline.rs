@@ -187,7 +187,8 @@ impl ToolPool {
         };
         let agent_id: String = agent_id.into();
         // A nested agent's start and stop run the SubagentStart and SubagentStop hooks.
-        let hooks = self.hooks.for_subagent(&agent_id, agent_type).unwrap_or_else(|| self.hooks.clone());
+        let mode = permissions.mode.map_or("default", |m| m.as_str());
+        let hooks = self.hooks.for_subagent(&agent_id, agent_type, mode).unwrap_or_else(|| self.hooks.clone());
         Ok(ToolPool {
             scope: Some(agent_id.clone()),
             agent_id,

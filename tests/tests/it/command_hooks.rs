@@ -85,10 +85,11 @@ async fn a_nested_agent_runs_subagent_stop_hooks_and_no_session_start() {
     assert_eq!(payload["agent_type"], "general-purpose");
     assert_eq!(payload["stop_hook_active"], true);
     // Through the trait, as the pool hands hooks to a nested pool.
-    let via_trait = Hooks::for_subagent(&hooks, "main/sub-2", "explorer").unwrap();
+    let via_trait = Hooks::for_subagent(&hooks, "main/sub-2", "explorer", "plan").unwrap();
     assert_eq!(via_trait.stop(false, "").await.as_deref(), Some("report your findings first"));
     assert_eq!(world.payload("substop.json")["agent_id"], "main/sub-2");
     assert_eq!(world.payload("substop.json")["agent_type"], "explorer");
+    assert_eq!(world.payload("substop.json")["permission_mode"], "plan");
 }
 
 #[tokio::test]
