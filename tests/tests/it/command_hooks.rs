@@ -213,6 +213,10 @@ mod loop_sites {
             self.block_compaction.then(|| "not now".to_string())
         }
 
+        async fn stop_failure(&self, error: &str, _details: &str, last_message: &str) {
+            self.calls.lock().unwrap().push(format!("stop_failure:{error}:{last_message}"));
+        }
+
         async fn post_compact(&self, trigger: &str, _summary: &str) -> Option<String> {
             self.calls.lock().unwrap().push(format!("post_compact:{trigger}"));
             Some("AFTER-COMPACT".into())
@@ -328,5 +332,24 @@ mod loop_sites {
         let reqs = mock.requests();
         assert_eq!(reqs.len(), 3);
         assert!(reqs[1].messages()[0].to_string().contains("go"), "{}", reqs[1].messages()[0]);
+    }
+
+    #[tokio::test]
+    async fn a_model_failure_runs_stop_failure_with_claude_codes_error_name() {
+        let mock = MockServer::start().await;
+        mock.push_all([
+            Step::Reply(Turn::tool("Noop", json!({}))),
+            Step::Status { code: 401, retry_after: None, body: None },
+        ]);
+        let config = QueryConfig::new("main", "claude-sonnet-4-5");
+        let runner = Runner(Recorder::default());
+        let provider = common::anthropic(&mock.url());
+        let sink = common::Collect::default();
+        let out = query(&provider, &runner, &config, vec![Message::user("go")], &sink, &CancellationToken::new()).await;
+        assert!(matches!(out.terminal, Terminal::ModelError { .. }), "{:?}", out.terminal);
+        let calls = runner.0.calls.lock().unwrap().clone();
+        assert_eq!(calls.last().map(String::as_str), Some("stop_failure:authentication_failed:"), "{calls:?}");
+        // A loop that completes runs no StopFailure.
+        assert_eq!(calls.iter().filter(|c| c.starts_with("stop_failure")).count(), 1);
     }
 }
