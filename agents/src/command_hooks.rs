@@ -1,15 +1,21 @@
 //! Hook commands: the [`Hooks`] of an agent built from shell commands, in Claude Code's
 //! hook protocol.
 //!
-//! Each hook is a shell command bound to an event, a matcher on the tool name (or on
-//! the source of a SessionStart / the trigger of a PreCompact) and optionally a
-//! permission-rule pattern on the call (`Bash(git push *)`). It gets the event as JSON
-//! on stdin and answers with its exit code and stdout:
+//! Each hook is a shell command bound to an event, a matcher (on the tool name; on the
+//! source of a SessionStart, the trigger of a compaction, the agent type of a nested
+//! agent, the kind of a notification or of a model failure, the reason a session
+//! ended) and optionally a permission-rule pattern on the call (`Bash(git push *)`).
+//! It gets the event as JSON on stdin, with Claude Code's fields (`session_id`,
+//! `transcript_path`, `cwd`, `permission_mode`, `hook_event_name`, `agent_id` and
+//! `agent_type` in a nested agent, then the event's own), and answers with its exit
+//! code and stdout:
 //! - exit 0: fine; a JSON object on stdout may carry `decision` (`approve`/`block`),
 //!   `hookSpecificOutput.permissionDecision` (`allow`/`deny`/`ask`), `updatedInput`,
-//!   `additionalContext`, `continue: false` with `stopReason`. A SessionStart hook's
-//!   plain stdout is context for the model;
-//! - exit 2: blocks (the call, the stop), with stderr as the reason the model reads;
+//!   `updatedToolOutput`, `additionalContext`, `continue: false` with `stopReason`. The
+//!   plain stdout of a SessionStart or UserPromptSubmit hook is context for the model;
+//! - exit 2: blocks what the event is about (the prompt, the call, the stop, the
+//!   compaction) with stderr as the reason; after a tool ran, the reason is feedback
+//!   added to its result. Events that cannot block only report it;
 //! - anything else: a non-blocking error, reported.
 //!
 //! Hooks never run in the coordinator: each run is the internal host request
@@ -38,7 +44,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
-use crate::hooks::{DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PostToolUse, PreToolUse};
+use crate::hooks::{DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PostToolUse, PreToolUse, PromptSubmit};
 use crate::permissions::{Rule, RuleError};
 use crate::protocol::{HookRun, HostRequest, ToolExecutor};
 use crate::tool::{ToolCall, ToolOutput};
@@ -145,13 +151,20 @@ struct Reply {
     blocked: Option<String>,
     decision: Option<HookDecision>,
     updated_input: Option<Value>,
+    /// PostToolUse's `updatedToolOutput`, as text.
+    updated_output: Option<String>,
     context: Option<String>,
 }
 
 /// The hook commands of one agent, run in its tool host.
 pub struct CommandHooks {
     agent_id: String,
+    /// A nested agent's type (`general-purpose`, a definition's name); `None` for the
+    /// agent of the session.
+    agent_type: Option<String>,
     session_id: String,
+    transcript_path: String,
+    permission_mode: String,
     cwd: PathBuf,
     hooks: Vec<Compiled>,
     tools: Vec<Arc<dyn DynTool>>,
@@ -202,6 +215,9 @@ impl CommandHooks {
         Ok(CommandHooks {
             session_id: agent_id.clone(),
             agent_id,
+            agent_type: None,
+            transcript_path: String::new(),
+            permission_mode: "default".into(),
             cwd: cwd.to_path_buf(),
             hooks: compiled,
             tools,
@@ -214,11 +230,20 @@ impl CommandHooks {
         })
     }
 
-    /// The same hooks for a nested agent: its stop runs the SubagentStop hooks.
-    pub fn for_subagent(&self, agent_id: impl Into<String>, events: Arc<dyn EventSink>) -> CommandHooks {
+    /// The same hooks for a nested agent of type `agent_type`: its start runs the
+    /// SubagentStart hooks and its stop the SubagentStop hooks.
+    pub fn for_subagent(
+        &self,
+        agent_id: impl Into<String>,
+        agent_type: &str,
+        events: Arc<dyn EventSink>,
+    ) -> CommandHooks {
         CommandHooks {
             agent_id: agent_id.into(),
+            agent_type: Some(agent_type.to_string()),
             session_id: self.session_id.clone(),
+            transcript_path: self.transcript_path.clone(),
+            permission_mode: self.permission_mode.clone(),
             cwd: self.cwd.clone(),
             hooks: self
                 .hooks
@@ -246,6 +271,18 @@ impl CommandHooks {
         self
     }
 
+    /// The file hooks see as `transcript_path` (empty when there is none).
+    pub fn with_transcript_path(mut self, path: Option<&Path>) -> Self {
+        self.transcript_path = path.map(|p| p.display().to_string()).unwrap_or_default();
+        self
+    }
+
+    /// The permission mode hooks see as `permission_mode`, in Claude Code's names.
+    pub fn with_permission_mode(mut self, mode: impl Into<String>) -> Self {
+        self.permission_mode = mode.into();
+        self
+    }
+
     pub fn with_stop_block_limit(mut self, limit: u32) -> Self {
         self.stop_limit = limit;
         self
@@ -262,12 +299,20 @@ impl CommandHooks {
         self.hooks.iter().any(|h| h.hook.event == event)
     }
 
+    /// Claude Code's common input fields, and orch's own agent id (`orch_agent_id`).
+    /// As in Claude Code, `agent_id` and `agent_type` are there only in a nested agent.
     fn base_payload(&self, event: HookEvent) -> serde_json::Map<String, Value> {
         let mut map = serde_json::Map::new();
         map.insert("session_id".into(), json!(self.session_id));
-        map.insert("agent_id".into(), json!(self.agent_id));
-        map.insert("hook_event_name".into(), json!(event.as_str()));
+        map.insert("transcript_path".into(), json!(self.transcript_path));
         map.insert("cwd".into(), json!(self.cwd.display().to_string()));
+        map.insert("permission_mode".into(), json!(self.permission_mode));
+        map.insert("hook_event_name".into(), json!(event.as_str()));
+        if let Some(agent_type) = &self.agent_type {
+            map.insert("agent_id".into(), json!(self.agent_id));
+            map.insert("agent_type".into(), json!(agent_type));
+        }
+        map.insert("orch_agent_id".into(), json!(self.agent_id));
         map
     }
 
@@ -282,7 +327,10 @@ impl CommandHooks {
     ) -> Vec<Reply> {
         let stdin = Value::Object(payload).to_string();
         let mut replies = Vec::new();
-        for compiled in self.hooks.iter().filter(|c| c.hook.event == event && c.matcher.matches(target)) {
+        // As in Claude Code, a matcher on an event that has none to match is ignored.
+        let unmatched = matches!(event, HookEvent::UserPromptSubmit | HookEvent::Stop);
+        for compiled in self.hooks.iter().filter(|c| c.hook.event == event && (unmatched || c.matcher.matches(target)))
+        {
             if let Some(rule) = &compiled.condition {
                 let tool = call.and_then(|c| self.tools.iter().find(|t| t.name() == c.name));
                 match (tool, call) {
@@ -333,6 +381,12 @@ impl CommandHooks {
         }
         match result.code {
             Some(0) => {}
+            Some(2) if !event.can_block() => {
+                let outcome = format!("exit 2, which a {} hook cannot block with: {}", event.as_str(), {
+                    first_line(result.stderr.trim())
+                });
+                return (reply, outcome, false);
+            }
             Some(2) => {
                 let reason = result.stderr.trim();
                 let reason =
@@ -346,7 +400,7 @@ impl CommandHooks {
         }
         let stdout = result.stdout.trim();
         if !stdout.starts_with('{') {
-            if event == HookEvent::SessionStart && !stdout.is_empty() {
+            if matches!(event, HookEvent::SessionStart | HookEvent::UserPromptSubmit) && !stdout.is_empty() {
                 reply.context = Some(stdout.to_string());
             }
             return (reply, "ok".into(), false);
@@ -370,10 +424,14 @@ impl CommandHooks {
             Some("allow" | "approve") => reply.decision = Some(HookDecision::Allow),
             Some("deny") => reply.decision = Some(HookDecision::Deny(reason)),
             Some("ask") => reply.decision = Some(HookDecision::Ask(reason)),
-            Some("block") => reply.blocked = Some(reason),
+            Some("block") if event.can_block() => reply.blocked = Some(reason),
             _ => {}
         }
         reply.updated_input = specific.get("updatedInput").or_else(|| out.get("updatedInput")).cloned();
+        reply.updated_output = ["updatedToolOutput", "updatedMCPToolOutput"]
+            .iter()
+            .find_map(|key| specific.get(*key))
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
         reply.context = text(&specific, "additionalContext").or_else(|| text(&out, "additionalContext"));
         let outcome = match (&reply.blocked, &reply.decision) {
             (Some(r), _) => format!("blocked: {}", first_line(r)),
@@ -384,6 +442,14 @@ impl CommandHooks {
             (None, None) => "ok".into(),
         };
         (reply, outcome, false)
+    }
+
+    /// The SessionStart hooks, with `source` (`startup`, `compact`): their context.
+    async fn session_start_from(&self, source: &str) -> Option<String> {
+        let mut payload = self.base_payload(HookEvent::SessionStart);
+        payload.insert("source".into(), json!(source));
+        let replies = self.fire(HookEvent::SessionStart, source, None, payload).await;
+        joined(replies.into_iter().filter_map(|r| r.context))
     }
 
     fn report(&self, event: HookEvent, hook: &CommandHook, outcome: String, is_error: bool, started: Instant) {
@@ -449,40 +515,109 @@ impl Hooks for CommandHooks {
     }
 
     async fn post_tool_use(&self, call: &ToolCall, output: &ToolOutput) -> PostToolUse {
-        let mut payload = self.base_payload(HookEvent::PostToolUse);
+        // As in Claude Code: PostToolUse after a call that worked, PostToolUseFailure
+        // after one that failed.
+        let event = if output.is_error { HookEvent::PostToolUseFailure } else { HookEvent::PostToolUse };
+        let mut payload = self.base_payload(event);
         payload.insert("tool_name".into(), json!(call.name));
         payload.insert("tool_input".into(), call.input.clone());
         payload.insert("tool_use_id".into(), json!(call.id));
-        payload.insert("tool_response".into(), json!({ "content": output.content, "is_error": output.is_error }));
-        let replies = self.fire(HookEvent::PostToolUse, &call.name, Some(call), payload).await;
+        if output.is_error {
+            payload.insert("error".into(), json!(output.content));
+            payload.insert("is_interrupt".into(), json!(false));
+        } else {
+            payload.insert("tool_response".into(), json!({ "content": output.content, "is_error": false }));
+        }
+        let replies = self.fire(event, &call.name, Some(call), payload).await;
         PostToolUse {
             block: replies.iter().find_map(|r| r.blocked.clone()),
+            updated_output: replies.iter().rev().find_map(|r| r.updated_output.clone()),
             context: joined(replies.into_iter().filter_map(|r| r.context)),
         }
     }
 
     async fn session_start(&self) -> Option<String> {
-        if self.subagent {
-            return None;
+        if let Some(agent_type) = &self.agent_type {
+            let payload = self.base_payload(HookEvent::SubagentStart);
+            let replies = self.fire(HookEvent::SubagentStart, agent_type, None, payload).await;
+            return joined(replies.into_iter().filter_map(|r| r.context));
         }
-        let mut payload = self.base_payload(HookEvent::SessionStart);
-        payload.insert("source".into(), json!("startup"));
-        let replies = self.fire(HookEvent::SessionStart, "startup", None, payload).await;
-        joined(replies.into_iter().filter_map(|r| r.context))
+        self.session_start_from("startup").await
     }
 
-    async fn stop(&self, active: bool) -> Option<String> {
+    async fn user_prompt_submit(&self, prompt: &str) -> PromptSubmit {
+        if self.subagent {
+            return PromptSubmit::default();
+        }
+        let mut payload = self.base_payload(HookEvent::UserPromptSubmit);
+        payload.insert("prompt".into(), json!(prompt));
+        let replies = self.fire(HookEvent::UserPromptSubmit, "", None, payload).await;
+        PromptSubmit {
+            blocked: replies.iter().find_map(|r| r.blocked.clone()),
+            context: joined(replies.into_iter().filter_map(|r| r.context)),
+        }
+    }
+
+    async fn stop(&self, active: bool, last_message: &str) -> Option<String> {
         let event = if self.subagent { HookEvent::SubagentStop } else { HookEvent::Stop };
         let mut payload = self.base_payload(event);
         payload.insert("stop_hook_active".into(), json!(active));
-        let replies = self.fire(event, "", None, payload).await;
+        payload.insert("last_assistant_message".into(), json!(last_message));
+        let target = match &self.agent_type {
+            Some(agent_type) => {
+                // A nested agent's messages are part of its parent's transcript.
+                payload.insert("agent_transcript_path".into(), json!(self.transcript_path));
+                agent_type.as_str()
+            }
+            None => "",
+        };
+        let replies = self.fire(event, target, None, payload).await;
         replies.into_iter().find_map(|r| r.blocked)
     }
 
-    async fn pre_compact(&self, trigger: &str) {
+    async fn pre_compact(&self, trigger: &str) -> Option<String> {
         let mut payload = self.base_payload(HookEvent::PreCompact);
         payload.insert("trigger".into(), json!(trigger));
-        self.fire(HookEvent::PreCompact, trigger, None, payload).await;
+        // Only `/compact <instructions>` gives any; orch compacts on its own.
+        payload.insert("custom_instructions".into(), Value::Null);
+        let replies = self.fire(HookEvent::PreCompact, trigger, None, payload).await;
+        replies.into_iter().find_map(|r| r.blocked)
+    }
+
+    async fn post_compact(&self, trigger: &str, summary: &str) -> Option<String> {
+        let mut payload = self.base_payload(HookEvent::PostCompact);
+        payload.insert("trigger".into(), json!(trigger));
+        payload.insert("compact_summary".into(), json!(summary));
+        let post = self.fire(HookEvent::PostCompact, trigger, None, payload).await;
+        let context = joined(post.into_iter().filter_map(|r| r.context));
+        let start = if self.subagent { None } else { self.session_start_from("compact").await };
+        joined(context.into_iter().chain(start))
+    }
+
+    async fn notification(&self, message: &str, kind: &str) -> Option<String> {
+        let mut payload = self.base_payload(HookEvent::Notification);
+        payload.insert("message".into(), json!(message));
+        payload.insert("title".into(), json!("Permission needed"));
+        payload.insert("notification_type".into(), json!(kind));
+        let replies = self.fire(HookEvent::Notification, kind, None, payload).await;
+        joined(replies.into_iter().filter_map(|r| r.context))
+    }
+
+    async fn stop_failure(&self, error: &str, details: &str, last_message: &str) {
+        let mut payload = self.base_payload(HookEvent::StopFailure);
+        payload.insert("error".into(), json!(error));
+        payload.insert("error_details".into(), json!(details));
+        payload.insert("last_assistant_message".into(), json!(last_message));
+        self.fire(HookEvent::StopFailure, error, None, payload).await;
+    }
+
+    async fn session_end(&self, reason: &str) {
+        if self.subagent {
+            return;
+        }
+        let mut payload = self.base_payload(HookEvent::SessionEnd);
+        payload.insert("reason".into(), json!(reason));
+        self.fire(HookEvent::SessionEnd, reason, None, payload).await;
     }
 
     fn halted(&self) -> Option<String> {
@@ -493,8 +628,9 @@ impl Hooks for CommandHooks {
         self.stop_limit
     }
 
-    fn for_subagent(&self, agent_id: &str) -> Option<Arc<dyn Hooks>> {
-        Some(Arc::new(CommandHooks::for_subagent(self, agent_id, self.events.clone())))
+    fn for_subagent(&self, agent_id: &str, agent_type: &str, permission_mode: &str) -> Option<Arc<dyn Hooks>> {
+        let nested = CommandHooks::for_subagent(self, agent_id, agent_type, self.events.clone());
+        Some(Arc::new(nested.with_permission_mode(permission_mode)))
     }
 }
 

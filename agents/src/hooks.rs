@@ -1,6 +1,7 @@
-//! The hook interface: the tool pipeline calls it before and after each tool call, and
-//! the query loop at the start of a session, before a compaction and when the model
-//! wants to stop.
+//! The hook interface: the tool pipeline calls it before and after each tool call and
+//! when a call needed an approval nobody can give; the query loop calls it at the start
+//! of a session (and of a nested agent), on the agent's prompt, around a compaction,
+//! when the model wants to stop, when the model fails, and when the session ends.
 //!
 //! Running hook commands from settings files is a separate layer
 //! ([`crate::command_hooks`]); the pipeline and the loop only know this trait, so tests
@@ -37,8 +38,20 @@ pub struct PreToolUse {
 pub struct PostToolUse {
     /// Text added to the result the model sees.
     pub context: Option<String>,
-    /// Turn the result into an error with this message appended (a hook that blocks).
+    /// A hook's feedback for the model (exit 2 or `decision: "block"`): added to the
+    /// result, which is kept as the tool gave it, as Claude Code does.
     pub block: Option<String>,
+    /// Text that replaces the tool's result (`updatedToolOutput`).
+    pub updated_output: Option<String>,
+}
+
+/// What UserPromptSubmit hooks said about the agent's prompt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PromptSubmit {
+    /// The prompt is refused (exit 2 or `decision: "block"`): the agent does not run.
+    pub blocked: Option<String>,
+    /// Text added to the prompt the model sees.
+    pub context: Option<String>,
 }
 
 /// How many times in a row a Stop hook may keep an agent going before the loop ends
@@ -56,19 +69,48 @@ pub trait Hooks: Send + Sync {
         PostToolUse::default()
     }
 
-    /// Before the first model call of a session: text added to the first prompt.
+    /// Before the first model call of a session (SessionStart; SubagentStart for a
+    /// nested agent): text added to the first prompt.
     async fn session_start(&self) -> Option<String> {
         None
     }
 
-    /// The model answered without tool calls. `Some(reason)` keeps it going, with the
-    /// reason as its next message. `active` is true when a Stop hook already did so.
-    async fn stop(&self, _active: bool) -> Option<String> {
+    /// On the agent's prompt, before the first model call (UserPromptSubmit).
+    async fn user_prompt_submit(&self, _prompt: &str) -> PromptSubmit {
+        PromptSubmit::default()
+    }
+
+    /// The model answered without tool calls; `last_message` is its text. `Some(reason)`
+    /// keeps it going, with the reason as its next message. `active` is true when a
+    /// Stop hook already did so.
+    async fn stop(&self, _active: bool, _last_message: &str) -> Option<String> {
         None
     }
 
-    /// Before the history is compacted; `trigger` is `auto` or `manual`.
-    async fn pre_compact(&self, _trigger: &str) {}
+    /// Before the history is compacted; `trigger` is `auto` or `manual`. `Some(reason)`:
+    /// a hook blocks this compaction.
+    async fn pre_compact(&self, _trigger: &str) -> Option<String> {
+        None
+    }
+
+    /// After a compaction, with its summary (PostCompact, then SessionStart with the
+    /// source `compact`): text added to the compacted history.
+    async fn post_compact(&self, _trigger: &str, _summary: &str) -> Option<String> {
+        None
+    }
+
+    /// A call needed an approval that nobody can give, so it was denied (Notification
+    /// `permission_prompt`): text added to what the model reads of the denial.
+    async fn notification(&self, _message: &str, _kind: &str) -> Option<String> {
+        None
+    }
+
+    /// The loop ends because the model failed (StopFailure); `error` is Claude Code's
+    /// name for the kind of failure.
+    async fn stop_failure(&self, _error: &str, _details: &str, _last_message: &str) {}
+
+    /// The session ends (SessionEnd), whatever the reason; it cannot be stopped.
+    async fn session_end(&self, _reason: &str) {}
 
     /// Set once a hook asked the agent to stop altogether (`continue: false`); the loop
     /// ends with [`crate::Terminal::HookStopped`] at its next step.
@@ -81,9 +123,16 @@ pub trait Hooks: Send + Sync {
         DEFAULT_STOP_BLOCK_LIMIT
     }
 
-    /// The hooks of a nested agent `agent_id` started by this one: its stop runs the
-    /// SubagentStop hooks, and it has no SessionStart. `None`: the same hooks.
-    fn for_subagent(&self, _agent_id: &str) -> Option<std::sync::Arc<dyn Hooks>> {
+    /// The hooks of a nested agent `agent_id` of type `agent_type`, in the permission
+    /// mode `permission_mode`, started by this one: its start runs the SubagentStart
+    /// hooks and its stop the SubagentStop hooks; it has no SessionStart,
+    /// UserPromptSubmit or SessionEnd. `None`: the same hooks.
+    fn for_subagent(
+        &self,
+        _agent_id: &str,
+        _agent_type: &str,
+        _permission_mode: &str,
+    ) -> Option<std::sync::Arc<dyn Hooks>> {
         None
     }
 }

@@ -26,6 +26,10 @@ use crate::usage::Usage;
 /// How much of an oversized result the model sees inline.
 pub const PREVIEW_BYTES: usize = 2_000;
 
+/// The agent type of a nested agent started without a `subagent_type`, as Claude Code
+/// names it in hook input.
+pub const GENERAL_AGENT_TYPE: &str = "general-purpose";
+
 /// A tool pool that could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -166,6 +170,18 @@ impl ToolPool {
         names: Option<&[String]>,
         permissions: Permissions,
     ) -> Result<ToolPool, PoolError> {
+        self.derive_as(agent_id, GENERAL_AGENT_TYPE, names, permissions)
+    }
+
+    /// [`ToolPool::derive`] for a nested agent of type `agent_type` (what its
+    /// SubagentStart and SubagentStop hooks match and see).
+    pub fn derive_as(
+        &self,
+        agent_id: impl Into<String>,
+        agent_type: &str,
+        names: Option<&[String]>,
+        permissions: Permissions,
+    ) -> Result<ToolPool, PoolError> {
         let host: Vec<&Entry> = self.entries.iter().filter(|e| e.local.is_none()).collect();
         let entries = match names {
             None => host.into_iter().cloned().collect(),
@@ -186,8 +202,9 @@ impl ToolPool {
             }
         };
         let agent_id: String = agent_id.into();
-        // A nested agent's stop runs the SubagentStop hooks.
-        let hooks = self.hooks.for_subagent(&agent_id).unwrap_or_else(|| self.hooks.clone());
+        // A nested agent's start and stop run the SubagentStart and SubagentStop hooks.
+        let mode = permissions.mode.map_or("default", |m| m.as_str());
+        let hooks = self.hooks.for_subagent(&agent_id, agent_type, mode).unwrap_or_else(|| self.hooks.clone());
         Ok(ToolPool {
             scope: Some(agent_id.clone()),
             agent_id,
@@ -264,27 +281,41 @@ impl ToolPool {
         Ok(entry)
     }
 
-    /// Step 5, given what the hooks said.
-    fn permit(&self, tool: &dyn DynTool, input: &Value, hook: Option<&HookDecision>) -> Result<(), String> {
+    /// Step 5, given what the hooks said. `Err((message, needed_approval))`; the flag
+    /// is set when the call would have run had someone approved it.
+    fn permit(&self, tool: &dyn DynTool, input: &Value, hook: Option<&HookDecision>) -> Result<(), (String, bool)> {
         if let Some(reason) = self.permissions.hard_denial(tool, input) {
-            return Err(format!("permission denied: {reason}"));
+            return Err((format!("permission denied: {reason}"), false));
         }
         if let Some(HookDecision::Ask(reason)) = hook {
             let lifted = self.permissions.lifts_ask();
             if !lifted {
                 // Deny rules still get their say first, for a clearer reason.
                 if let Decision::Deny(r) = self.permissions.decide(tool, input, false) {
-                    return Err(format!("permission denied: {r}"));
+                    return Err((format!("permission denied: {r}"), false));
                 }
-                return Err(format!(
-                    "permission denied: a hook asks for approval ({reason}), and nobody can approve in an unattended run"
+                return Err((
+                    format!(
+                        "permission denied: a hook asks for approval ({reason}), and nobody can approve in an \
+                         unattended run"
+                    ),
+                    true,
                 ));
             }
         }
         let hook_allowed = matches!(hook, Some(HookDecision::Allow | HookDecision::Ask(_)));
         match self.permissions.decide(tool, input, hook_allowed) {
             Decision::Allow => Ok(()),
-            Decision::Deny(reason) => Err(format!("permission denied: {reason}")),
+            Decision::Deny(reason) => {
+                // Denied for want of an approval: someone who could say yes would have.
+                let mut approving = self.permissions.clone();
+                approving.ask_fallback = crate::permissions::AskFallback::Allow;
+                // `dontAsk` never asks, so it has no one to notify.
+                let approvable = !self.permissions.lifts_ask()
+                    && self.permissions.mode != Some(crate::permissions::Mode::DontAsk)
+                    && approving.decide(tool, input, hook_allowed) == Decision::Allow;
+                Err((format!("permission denied: {reason}"), approvable))
+            }
         }
     }
 
@@ -307,7 +338,13 @@ impl ToolPool {
                 }
             };
         }
-        if let Err(message) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
+        if let Err((mut message, needed_approval)) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
+            if needed_approval {
+                let note = format!("{} needs an approval, and nobody can give one in this run", call.name);
+                if let Some(context) = self.hooks.notification(&note, "permission_prompt").await {
+                    message.push_str(&format!("\n\n{context}"));
+                }
+            }
             return ToolOutput::error(message);
         }
         let mut output = if let Some(local) = entry.local.clone() {
@@ -329,9 +366,14 @@ impl ToolPool {
         };
         let effective = ToolCall { id: call.id.clone(), name: call.name.clone(), input };
         let post = self.hooks.post_tool_use(&effective, &output).await;
+        if let Some(replacement) = post.updated_output {
+            output.content = replacement;
+        }
         if let Some(reason) = post.block {
-            output.is_error = true;
-            output.content.push_str(&format!("\n\nA PostToolUse hook objected: {reason}"));
+            // As in Claude Code, the tool has run: its result stands, and the hook's
+            // reason goes to the model with it.
+            let event = if output.is_error { "PostToolUseFailure" } else { "PostToolUse" };
+            output.content.push_str(&format!("\n\nFeedback from a {event} hook: {reason}"));
         }
         for context in [pre.context, post.context].into_iter().flatten() {
             output.content.push_str(&format!("\n\n{context}"));

@@ -270,6 +270,7 @@ pub async fn query(
     // Background sub-agents still running (the loop ended early: abort, limit, error)
     // are cancelled, and what they spent is counted before the totals are final.
     state.tools.stop_background().await;
+    state.end_hooks(&terminal).await;
     state.absorb_nested();
     events.emit(Event::Terminal { reason: terminal.clone(), turns: state.turns });
     let last = state.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default();
@@ -466,23 +467,43 @@ impl Loop<'_> {
         }
     }
 
-    /// SessionStart hooks, before the first model call of a fresh session: what they
-    /// say is added to the first prompt. `Some` ends the loop.
+    /// SessionStart (SubagentStart) hooks, then UserPromptSubmit hooks on the prompt,
+    /// before the first model call of a fresh session: what they say is added to the
+    /// prompt. `Some` ends the loop: a UserPromptSubmit hook that refuses the prompt
+    /// ends it before any model call.
     async fn session_start(&mut self) -> Option<Terminal> {
         let hooks = self.tools.hooks()?;
         if self.messages.iter().any(|m| m.role == Role::Assistant) {
             return None;
         }
+        // The prompt as the caller gave it, before any hook adds to it.
+        let prompt = self.messages.iter().rev().find(|m| m.role == Role::User).map(Message::text).unwrap_or_default();
         let context = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return Some(Terminal::Aborted { during: Phase::Idle }),
             _ = sleep_until(self.deadline) => return Some(self.timeout()),
             c = hooks.session_start() => c,
         };
-        if let Some(text) = context
-            && let Some(first) = self.messages.iter_mut().rev().find(|m| m.role == Role::User)
-        {
-            first.content.push(ContentBlock::Text { text: format!("Context from a SessionStart hook:\n{text}") });
+        if let Some(text) = context {
+            self.add_to_prompt(format!("Context from a SessionStart hook:\n{text}"));
+        }
+        if let Some(message) = hooks.halted() {
+            return Some(Terminal::HookStopped { message });
+        }
+        let submitted = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Some(Terminal::Aborted { during: Phase::Idle }),
+            _ = sleep_until(self.deadline) => return Some(self.timeout()),
+            s = hooks.user_prompt_submit(&prompt) => s,
+        };
+        if let Some(reason) = submitted.blocked {
+            tracing::info!(agent = %self.config.agent_id, "a UserPromptSubmit hook refused the prompt");
+            return Some(Terminal::HookStopped {
+                message: format!("a UserPromptSubmit hook refused the prompt: {reason}"),
+            });
+        }
+        if let Some(text) = submitted.context {
+            self.add_to_prompt(format!("Context from a UserPromptSubmit hook:\n{text}"));
         }
         hooks.halted().map(|message| Terminal::HookStopped { message })
     }
@@ -522,17 +543,56 @@ impl Loop<'_> {
         Ok(self.deliver_background())
     }
 
+    /// Adds `text` to the last user message (the prompt, or the compacted history).
+    fn add_to_prompt(&mut self, text: String) {
+        if let Some(last) = self.messages.iter_mut().rev().find(|m| m.role == Role::User) {
+            last.content.push(ContentBlock::Text { text });
+        }
+    }
+
+    /// The hooks of a loop's end: StopFailure when the model failed. It cannot change
+    /// how the loop ended; an aborted loop runs none (its hooks are cancelled with it).
+    /// SessionEnd is the caller's: one session may run the loop more than once.
+    async fn end_hooks(&mut self, terminal: &Terminal) {
+        let Some(hooks) = self.tools.hooks() else { return };
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let error = match terminal {
+            Terminal::ModelError { kind, .. } => Some(match kind {
+                crate::model::ModelErrorKind::Auth => "authentication_failed",
+                crate::model::ModelErrorKind::RateLimit => "rate_limit",
+                crate::model::ModelErrorKind::InvalidRequest => "invalid_request",
+                crate::model::ModelErrorKind::Server | crate::model::ModelErrorKind::Overloaded => "server_error",
+                _ => "unknown",
+            }),
+            Terminal::PromptTooLong { .. } => Some("invalid_request"),
+            Terminal::MaxOutputTokens { .. } => Some("max_output_tokens"),
+            _ => None,
+        };
+        if let Some(error) = error {
+            let last = self.last_text();
+            hooks.stop_failure(error, &terminal.to_string(), &last).await;
+        }
+    }
+
+    /// The text of the last assistant message.
+    fn last_text(&self) -> String {
+        self.messages.iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default()
+    }
+
     /// Stop hooks, when the model answered without tool calls. `Ok(true)`: a hook
     /// blocked the stop and its reason is the next message; `Ok(false)`: the agent is
     /// done. Past [`crate::hooks::Hooks::stop_block_limit`] blocks, the loop ends with
     /// [`Terminal::HookStopped`].
     async fn stop_hooks(&mut self) -> Result<bool, Terminal> {
         let Some(hooks) = self.tools.hooks() else { return Ok(false) };
+        let last = self.last_text();
         let blocked = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
             _ = sleep_until(self.deadline) => return Err(self.timeout()),
-            r = hooks.stop(self.stop_blocks > 0) => r,
+            r = hooks.stop(self.stop_blocks > 0, &last) => r,
         };
         if let Some(message) = hooks.halted() {
             return Err(Terminal::HookStopped { message });
@@ -749,11 +809,16 @@ impl Loop<'_> {
     /// timeout, or too many failures in a row).
     async fn compact(&mut self, reason: CompactionReason, specs: &[ToolSpec]) -> Result<bool, Terminal> {
         if let Some(hooks) = self.tools.hooks() {
-            tokio::select! {
+            let blocked = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
                 _ = sleep_until(self.deadline) => return Err(self.timeout()),
-                () = hooks.pre_compact("auto") => {}
+                b = hooks.pre_compact("auto") => b,
+            };
+            if let Some(reason) = blocked {
+                // As in Claude Code, a PreCompact hook may keep the history as it is.
+                tracing::warn!(agent = %self.config.agent_id, "a PreCompact hook blocked the compaction: {reason}");
+                return Ok(false);
             }
         }
         let before = self.context_tokens();
@@ -772,6 +837,17 @@ impl Loop<'_> {
         self.compactions += 1;
         self.failed_compactions = 0;
         self.messages = context::compacted_history(&summary, &restored);
+        if let Some(hooks) = self.tools.hooks() {
+            let context = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(Terminal::Aborted { during: Phase::Idle }),
+                _ = sleep_until(self.deadline) => return Err(self.timeout()),
+                c = hooks.post_compact("auto", &summary) => c,
+            };
+            if let Some(text) = context {
+                self.add_to_prompt(format!("Context from a hook after the compaction:\n{text}"));
+            }
+        }
         self.anchor = None;
         let after = self.context_tokens();
         tracing::info!(agent = %self.config.agent_id, reason = reason.as_str(), before, after, restored = restored.len(), "context compacted");

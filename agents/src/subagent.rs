@@ -783,7 +783,8 @@ impl LocalTool for AgentTool {
         if let Some(mode) = definition.and_then(|d| d.permission_mode) {
             permissions.mode = stricter(permissions.mode, Some(mode));
         }
-        let mut child_pool = match pool.derive(&id, Some(&names), permissions) {
+        let agent_type = input.subagent_type.as_deref().unwrap_or(crate::pipeline::GENERAL_AGENT_TYPE);
+        let mut child_pool = match pool.derive_as(&id, agent_type, Some(&names), permissions) {
             Ok(p) => p,
             Err(e) => return Self::error(&id, e),
         };

@@ -32,8 +32,9 @@ pub type HookSettings = BTreeMap<HookEvent, Vec<HookMatcher>>;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HookMatcher {
-    /// Tool names (PreToolUse, PostToolUse) or the source/trigger of other events:
-    /// an exact name, names joined by `|`, a regular expression, or `*`/empty for all.
+    /// Tool names (PreToolUse, PostToolUse, PostToolUseFailure) or what other events
+    /// match (a source, trigger, agent type, notification or error kind, reason): an
+    /// exact name, names joined by `|`, a regular expression, or `*`/empty for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matcher: Option<String>,
     /// A permission rule such as `Bash(git push *)` the call must also match.

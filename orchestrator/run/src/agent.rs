@@ -153,6 +153,10 @@ pub struct Place {
     pub egress: Option<crate::proxy::run::Grant>,
     /// Where its sandbox settings came from (for messages).
     pub source: SettingSource,
+    /// The session id hooks see, when not `<run>/<agent>` (exec's Claude Code id).
+    pub session_id: Option<String>,
+    /// Its transcript file, which hooks see as `transcript_path`.
+    pub transcript: Option<PathBuf>,
 }
 
 /// A started agent session, and its effective permissions for the report.
@@ -171,7 +175,7 @@ pub async fn start(
     sink: Arc<dyn EventSink>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<Started> {
-    let Place { run, cwd, read: extra_read, env, results, private, egress, source } = place;
+    let Place { run, cwd, read: extra_read, env, results, private, egress, source, session_id, transcript } = place;
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
     read.extend(extra_read);
     // The skills it may load: their files are readable (never writable).
@@ -214,7 +218,8 @@ pub async fn start(
         cwd,
         sandbox,
         writes: orch_types::tools::any_writes(&spec.tools),
-        read: vec![results.clone()],
+        // Its own transcript, which hooks get as `transcript_path`, is readable too.
+        read: std::iter::once(results.clone()).chain(transcript.iter().filter(|t| t.is_file()).cloned()).collect(),
         private,
         env,
         tools: spec.tools.clone(),
@@ -222,7 +227,8 @@ pub async fn start(
         results_dir: Some(results),
         hooks: sources.extensions.hooks.clone(),
         mcp_servers: sources.extensions.mcp_servers.clone(),
-        session_id: format!("{run}/{}", spec.id),
+        session_id: session_id.unwrap_or_else(|| format!("{run}/{}", spec.id)),
+        transcript: transcript.clone(),
         // No single file can grow past the agent's disk limit.
         file_size_limit: Some(max_disk(spec).bytes()),
         egress,

@@ -112,6 +112,10 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         private: results_dir.path().join("sandbox"),
         egress: None,
         source: SettingSource::Flags,
+        // Hooks see the session id of the output lines, and the transcript if one is
+        // written (else an empty `transcript_path`: exec keeps no other).
+        session_id: Some(session_id.clone()),
+        transcript: args.transcript.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
     };
     args.reporter.agent_started(&spec.id);
     let started = std::time::Instant::now();

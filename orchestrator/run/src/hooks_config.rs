@@ -6,9 +6,10 @@
 //! a workflow server replaces a repository one of the same name. Repository files are
 //! read through [`RepoConfig`], so off the trusted ref they come from that ref.
 //!
-//! Claude Code files may hold more than orch runs: other settings, other hook events
-//! (`UserPromptSubmit`, `Notification`, ...), hook types other than `command`. Those
-//! are skipped with a warning, so the same files serve both.
+//! Claude Code files may hold more than orch runs: other settings, hook events that
+//! cannot happen in an unattended run (`PermissionRequest`, `Setup`, ...), hook types
+//! other than `command`. Those are skipped with a warning that says why, so the same
+//! files serve both.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -107,7 +108,7 @@ fn hooks_of(settings: &Value, file: &str) -> crate::error::Result<Vec<CommandHoo
     let mut settings = HookSettings::new();
     for (event, groups) in events {
         let Ok(event) = serde_json::from_value::<HookEvent>(Value::String(event.clone())) else {
-            tracing::warn!("{file}: orch does not run `{event}` hooks; skipping them");
+            tracing::warn!("{file}: orch does not run `{event}` hooks ({}); skipping them", not_run(event));
             continue;
         };
         let Some(groups) = groups.as_array() else {
@@ -132,17 +133,34 @@ fn hooks_of(settings: &Value, file: &str) -> crate::error::Result<Vec<CommandHoo
     Ok(convert(&settings))
 }
 
+/// Why orch does not run the Claude Code hook event `event`.
+pub fn not_run(event: &str) -> &'static str {
+    match event {
+        "PermissionRequest" => {
+            "it runs when Claude Code shows a person a permission dialog, and Claude Code does not run it with `-p` \
+             either; a PreToolUse hook decides calls, and a Notification hook hears of an approval nobody could give"
+        }
+        "PermissionDenied" => "it follows denials by Claude Code's auto-mode classifier, which orch does not have",
+        "UserPromptExpansion" => "it runs when a person types a slash command",
+        "Setup" => "it runs for `claude --init` and `--maintenance`",
+        "Elicitation" | "ElicitationResult" => "it runs when an MCP server asks a person for input",
+        "TeammateIdle" | "TaskCreated" | "TaskCompleted" => "it belongs to Claude Code's agent teams",
+        "ConfigChange" | "FileChanged" | "CwdChanged" => {
+            "orch reads settings once, from the trusted ref, and watches no files"
+        }
+        "InstructionsLoaded" => {
+            "orch does not run it yet: it reads the instruction files once, before the agent starts"
+        }
+        "WorktreeCreate" | "WorktreeRemove" => "orch makes and removes worktrees in the coordinator itself",
+        "MessageDisplay" | "PostToolBatch" => "orch does not run this event yet",
+        _ => "not an event orch knows",
+    }
+}
+
 fn convert(settings: &HookSettings) -> Vec<CommandHook> {
     let mut out = Vec::new();
     for (event, groups) in settings {
-        let event = match event {
-            HookEvent::SessionStart => AgentEvent::SessionStart,
-            HookEvent::PreToolUse => AgentEvent::PreToolUse,
-            HookEvent::PostToolUse => AgentEvent::PostToolUse,
-            HookEvent::Stop => AgentEvent::Stop,
-            HookEvent::SubagentStop => AgentEvent::SubagentStop,
-            HookEvent::PreCompact => AgentEvent::PreCompact,
-        };
+        let event: AgentEvent = *event;
         for group in groups {
             for HookCommand { command, timeout, .. } in &group.hooks {
                 out.push(CommandHook {
@@ -185,17 +203,20 @@ mod tests {
                     {"type": "command", "command": "check.sh", "timeout": 30},
                     {"type": "prompt", "prompt": "Is this fine?"}
                 ]}],
-                "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "x"}]}],
-                "Stop": [{"hooks": [{"type": "command", "command": "stop.sh"}]}]
+                "PermissionRequest": [{"hooks": [{"type": "command", "command": "x"}]}],
+                "Stop": [{"hooks": [{"type": "command", "command": "stop.sh"}]}],
+                "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "prompt.sh"}]}]
             }
         });
         let hooks = hooks_of(&settings, "s.json").unwrap();
-        assert_eq!(hooks.len(), 2);
-        assert_eq!(hooks[0].event, AgentEvent::PreToolUse);
-        assert_eq!(hooks[0].matcher.as_deref(), Some("Bash"));
-        assert_eq!(hooks[0].timeout, Duration::from_secs(30));
-        assert_eq!((hooks[1].event, hooks[1].command.as_str()), (AgentEvent::Stop, "stop.sh"));
-        assert_eq!(hooks[1].timeout, DEFAULT_TIMEOUT);
+        // In the order of an agent's life.
+        assert_eq!(hooks.len(), 3);
+        assert_eq!((hooks[0].event, hooks[0].command.as_str()), (AgentEvent::UserPromptSubmit, "prompt.sh"));
+        assert_eq!(hooks[1].event, AgentEvent::PreToolUse);
+        assert_eq!(hooks[1].matcher.as_deref(), Some("Bash"));
+        assert_eq!(hooks[1].timeout, Duration::from_secs(30));
+        assert_eq!((hooks[2].event, hooks[2].command.as_str()), (AgentEvent::Stop, "stop.sh"));
+        assert_eq!(hooks[2].timeout, DEFAULT_TIMEOUT);
         let bad = serde_json::json!({"hooks": {"Stop": [{"hooks": [{"type": "command"}]}]}});
         assert!(hooks_of(&bad, "s.json").is_err());
         let regex = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash(", "hooks": [{"command": "x"}]}]}});

@@ -22,27 +22,56 @@
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum HookEvent {
     SessionStart,
+    UserPromptSubmit,
     PreToolUse,
     PostToolUse,
-    Stop,
+    PostToolUseFailure,
+    Notification,
+    SubagentStart,
     SubagentStop,
+    Stop,
+    StopFailure,
     PreCompact,
+    PostCompact,
+    SessionEnd,
 }
 
 impl HookEvent {
     /// Every event, in the order of an agent's life.
-    pub const ALL: [HookEvent; 6] = [
+    pub const ALL: [HookEvent; 13] = [
         HookEvent::SessionStart,
+        HookEvent::UserPromptSubmit,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
-        HookEvent::Stop,
+        HookEvent::PostToolUseFailure,
+        HookEvent::Notification,
+        HookEvent::SubagentStart,
         HookEvent::SubagentStop,
+        HookEvent::Stop,
+        HookEvent::StopFailure,
         HookEvent::PreCompact,
+        HookEvent::PostCompact,
+        HookEvent::SessionEnd,
     ];
 
     /// The event's name: `PreToolUse`.
     pub fn as_str(&self) -> &'static str {
         self.into()
+    }
+
+    /// Whether a hook of this event can stop what it is about (exit 2 or
+    /// `decision: "block"`), as in Claude Code. For the others, exit 2 is only reported.
+    pub fn can_block(&self) -> bool {
+        matches!(
+            self,
+            HookEvent::UserPromptSubmit
+                | HookEvent::PreToolUse
+                | HookEvent::PostToolUse
+                | HookEvent::PostToolUseFailure
+                | HookEvent::SubagentStop
+                | HookEvent::Stop
+                | HookEvent::PreCompact
+        )
     }
 }
 

@@ -72,7 +72,7 @@ impl Hooks for TestHook {
 
     async fn post_tool_use(&self, call: &ToolCall, output: &ToolOutput) -> PostToolUse {
         self.trace.push(format!("post {} error={}", call.name, output.is_error));
-        PostToolUse { context: self.post_context.clone(), block: None }
+        PostToolUse { context: self.post_context.clone(), ..PostToolUse::default() }
     }
 }
 

@@ -85,7 +85,8 @@ fn each_event_runs_its_hooks_which_add_context_deny_and_rewrite() {
     assert_eq!(fx.show(&branch, "keep.txt"), "keep\n");
     let session: Value = serde_json::from_str(&fx.show(&branch, "session.json")).unwrap();
     assert_eq!(session["hook_event_name"], "SessionStart");
-    assert_eq!(session["agent_id"], "a");
+    assert_eq!(session["orch_agent_id"], "a");
+    assert!(session.get("agent_id").is_none(), "{session}");
     assert_eq!(session["source"], "startup");
     assert_eq!(session["session_id"], "t-hooks/a");
     // It ran in the agent's worktree (the file landed on the agent's branch).
@@ -131,7 +132,7 @@ hooks:
     - hooks:
         - command: |
             input=$(cat)
-            case "$input" in *'"agent_id":"always"'*) echo 'not yet, keep going' >&2; exit 2;; esac
+            case "$input" in *'"orch_agent_id":"always"'*) echo 'not yet, keep going' >&2; exit 2;; esac
             if [ -f "$TMPDIR/stopped-once" ]; then exit 0; fi
             touch "$TMPDIR/stopped-once"
             echo 'say FINISHED before you stop' >&2

@@ -18,6 +18,7 @@ mod exec_skills;
 mod full_disk;
 mod github_workflows;
 mod hooks;
+mod hooks_events;
 mod hooks_fail_closed;
 mod init_runs;
 mod instructions;

@@ -288,6 +288,8 @@ async fn drive(
         private: private_dir(shared, spec),
         egress: egress_grant(shared, &spec.id, &spec.sandbox.network, transcript.clone())?,
         source: SettingSource::Workflow,
+        session_id: None,
+        transcript: report.transcript.as_ref().map(|rel| shared.run_dir.join(rel)),
     };
     let started = crate::agent::start(&shared.sources, spec, place, sink.clone(), cancel).await?;
     report.permissions = Some(started.permissions);

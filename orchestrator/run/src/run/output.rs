@@ -94,7 +94,29 @@ impl Answer {
 /// when there is a schema) and, while its
 /// final answer does not match `schema`, asks again (at most [`MAX_RETRIES`] times)
 /// within what is left of the limits.
+///
+/// The session ends with it: its SessionEnd hooks run once the last loop is over
+/// (unless it was cancelled, which stops its hooks too).
 pub async fn ask(
+    provider: &dyn ModelProvider,
+    tools: &dyn ToolRunner,
+    config: QueryConfig,
+    prompt: String,
+    schema: Option<&OutputSchema>,
+    events: &dyn EventSink,
+    cancel: &CancellationToken,
+) -> Answer {
+    let answer = ask_again(provider, tools, config, prompt, schema, events, cancel).await;
+    if let Some(hooks) = tools.hooks()
+        && !cancel.is_cancelled()
+    {
+        // Claude Code's reason when a `-p` session ends by itself.
+        hooks.session_end("other").await;
+    }
+    answer
+}
+
+async fn ask_again(
     provider: &dyn ModelProvider,
     tools: &dyn ToolRunner,
     mut config: QueryConfig,

@@ -100,6 +100,7 @@ pub async fn run(
         hooks: Vec::new(),
         mcp_servers: Default::default(),
         session_id: format!("{run_id}/setup"),
+        transcript: None,
         file_size_limit: None,
         egress: match (network.allowlist(), proxy) {
             (Some(list), Some(proxy)) => Some(

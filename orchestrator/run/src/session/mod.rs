@@ -73,6 +73,8 @@ pub struct SessionSpec {
     pub mcp_servers: BTreeMap<String, McpServer>,
     /// The session id hooks see.
     pub session_id: String,
+    /// The transcript file hooks see as `transcript_path`.
+    pub transcript: Option<PathBuf>,
     /// The largest file a sandboxed process may write (`RLIMIT_FSIZE`), when not the
     /// sandbox's default: an agent's `limits.max_disk`.
     pub file_size_limit: Option<u64>,
@@ -259,7 +261,13 @@ impl AgentSession {
         session.router = Some(router.clone());
         let mut tools = core;
         tools.extend(crate::mcp::agent_tools(&spec.tools, &listing));
-        let hooks = HookSpec { hooks: spec.hooks, session_id: spec.session_id, events, cancel: cancel.clone() };
+        let hooks = HookSpec {
+            hooks: spec.hooks,
+            session_id: spec.session_id,
+            transcript: spec.transcript,
+            events,
+            cancel: cancel.clone(),
+        };
         match build_pool(&spec.agent, &spec.cwd, tools, router, spec.permissions, spec.results_dir, hooks) {
             Ok(mut pool) => {
                 for name in withheld {
@@ -478,6 +486,7 @@ fn prepare_egress(
 struct HookSpec {
     hooks: Vec<CommandHook>,
     session_id: String,
+    transcript: Option<PathBuf>,
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
 }
@@ -493,6 +502,9 @@ fn build_pool(
     hooks: HookSpec,
 ) -> crate::error::Result<ToolPool> {
     let hook_tools = tools.clone();
+    // orch's own default (no mode named) is Claude Code's `default`: rules decide,
+    // and what would be asked is denied.
+    let mode = permissions.mode.map_or("default", |m| m.as_str());
     let mut pool = ToolPool::new(agent, tools, router.clone(), permissions)?;
     if let Some(dir) = results_dir {
         pool = pool.with_results_dir(dir);
@@ -503,6 +515,8 @@ fn build_pool(
     let command_hooks = CommandHooks::new(agent, cwd, hooks.hooks, hook_tools, router, hooks.events)
         .map_err(|e| crate::error::Error::Message(format!("the hooks of `{agent}` are invalid: {e}")))?
         .with_session_id(hooks.session_id)
+        .with_transcript_path(hooks.transcript.as_deref())
+        .with_permission_mode(mode)
         .with_cancel(hooks.cancel);
     Ok(pool.with_hooks(Arc::new(command_hooks)))
 }
