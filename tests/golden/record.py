@@ -136,6 +136,8 @@ def record(case):
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
         args = [CLAUDE, "-p", case.get("prompt", "Do the task."), "--model", "claude-sonnet-4-5",
                 "--output-format", "stream-json", "--verbose", "--max-turns", "20"]
+        if case.get("allowed_tools"):
+            args += ["--allowedTools", ",".join(case["allowed_tools"])]
         mode = case.get("mode")
         if mode is None:
             args.append("--dangerously-skip-permissions")
@@ -162,7 +164,8 @@ def record(case):
                     for b in msg["content"]:
                         if b.get("type") == "tool_result" and b.get("tool_use_id") not in results:
                             results[b["tool_use_id"]] = (bool(b.get("is_error")), normalize(block_text(b.get("content")), repo))
-        everything = normalize("\n".join(s for req in requests for s in strings(req.get("messages", []))), repo)
+        # Hook output often reaches the model inside a <system-reminder>: keep those here.
+        everything = "\n".join(s for req in requests for s in strings(req.get("messages", []))).replace(repo, "$REPO")
         calls = []
         for id_, call in calls_of(case):
             is_error, text = results.get(id_, (None, None))

@@ -16,6 +16,7 @@ mod exec_equivalence;
 mod exec_session;
 mod exec_skills;
 mod full_disk;
+mod golden;
 mod github_workflows;
 mod hooks;
 mod hooks_fail_closed;
