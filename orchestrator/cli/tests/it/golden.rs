@@ -14,9 +14,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orch_testkit::mock::{parse_steps, MockServer};
+use orch_testkit::mock::{MockServer, parse_steps};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::support::{git, orch};
 
@@ -193,7 +193,20 @@ async fn run(case: Value) -> Outcome {
     }
     git(&repo_path, &["init", "-q", "-b", "main"]);
     git(&repo_path, &["add", "-A"]);
-    git(&repo_path, &["-c", "user.name=golden", "-c", "user.email=golden@example.com", "commit", "-q", "--allow-empty", "-m", "fixture"]);
+    git(
+        &repo_path,
+        &[
+            "-c",
+            "user.name=golden",
+            "-c",
+            "user.email=golden@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "fixture",
+        ],
+    );
     let before = tree(&repo_path);
 
     let mock = MockServer::start().await;
@@ -335,8 +348,16 @@ async fn orch_ends_every_golden_case_as_claude_code_does() {
     let goldens = load();
     assert!(goldens.len() >= 60, "the golden suite has {} cases; it needs at least 60", goldens.len());
     let names: BTreeSet<&String> = goldens.iter().map(|g| &g.name).collect();
-    for name in differences.keys() {
+    for (name, diff) in &differences {
         assert!(names.contains(name), "differences.yaml names {name:?}, which has no golden file");
+        assert!(
+            diff.deliberate.is_some() != diff.known_difference.is_some(),
+            "differences.yaml: {name} needs exactly one of deliberate and known_difference"
+        );
+        assert!(
+            diff.deliberate.is_none() || (diff.calls.is_some() && diff.files.is_some()),
+            "differences.yaml: the deliberate {name} needs orch's `calls` and `files`"
+        );
     }
     let started = Instant::now();
     let permits = Arc::new(tokio::sync::Semaphore::new(4));
