@@ -213,7 +213,11 @@ async fn run(case: Value) -> Outcome {
     mock.push_all(parse_steps(&steps(&case, &repo).to_string()).unwrap());
     mock.set_default(parse_steps(r#"[{"reply": {"text": "done"}}]"#).unwrap().pop());
 
-    let mut tools: BTreeSet<String> = calls(&case).iter().map(|(_, c)| c["name"].as_str().unwrap().into()).collect();
+    let mut tools: BTreeSet<String> = calls(&case)
+        .iter()
+        .filter(|(_, c)| c.get("offer") != Some(&Value::Bool(false)))
+        .map(|(_, c)| c["name"].as_str().unwrap().into())
+        .collect();
     if let Some(extra) = case.get("orch_tools").and_then(Value::as_array) {
         tools.extend(extra.iter().map(|t| t.as_str().unwrap().to_string()));
     }
