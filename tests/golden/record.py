@@ -28,9 +28,12 @@ REMINDER = re.compile(r"\s*<system-reminder>.*?</system-reminder>\s*", re.S)
 
 
 def content(value):
-    """A fixture file's text: a string, or {lines: N} for "line 1" to "line N"."""
+    """A fixture file's text: a string, or {lines: N} for "line 1" to "line N"; with
+    {width: W}, each line is padded with x to about W characters and ends in "|end"."""
     if isinstance(value, dict):
-        return "".join(f"line {i}\n" for i in range(1, value["lines"] + 1))
+        pad = "x" * max(0, value.get("width", 0) - 10)
+        end = "|end" if pad else ""
+        return "".join(f"line {i}{pad}{end}\n" for i in range(1, value["lines"] + 1))
     return value
 
 

@@ -73,12 +73,17 @@ fn subst(value: &Value, repo: &str) -> Value {
     }
 }
 
-/// A fixture file's text: a string, or `{lines: N}` for "line 1" to "line N".
+/// A fixture file's text: a string, or `{lines: N}` for "line 1" to "line N"; with
+/// `{width: W}`, each line is padded with x to about W characters and ends in "|end"
+/// (as record.py writes them).
 fn content(value: &Value) -> String {
-    match value.get("lines").and_then(Value::as_u64) {
-        Some(n) => (1..=n).map(|i| format!("line {i}\n")).collect(),
-        None => value.as_str().unwrap().to_string(),
-    }
+    let Some(n) = value.get("lines").and_then(Value::as_u64) else {
+        return value.as_str().unwrap().to_string();
+    };
+    let width = value.get("width").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let pad = "x".repeat(width.saturating_sub(10));
+    let end = if pad.is_empty() { "" } else { "|end" };
+    (1..=n).map(|i| format!("line {i}{pad}{end}\n")).collect()
 }
 
 /// The tool calls of the case in order, with the ids the script gives them.
