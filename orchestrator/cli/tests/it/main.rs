@@ -17,6 +17,7 @@ mod exec_session;
 mod exec_skills;
 mod full_disk;
 mod github_workflows;
+mod golden;
 mod hooks;
 mod hooks_events;
 mod hooks_fail_closed;
