@@ -499,18 +499,27 @@ impl Background {
         self.lock().running.len()
     }
 
-    /// Whether `id` is one of these sub-agents, running or finished.
-    pub(crate) fn knows(&self, id: &str) -> bool {
-        let state = self.lock();
-        state.running.contains_key(id) || state.results.contains_key(id)
+    /// `Err` with the message for the model when a `task_id` input is blank (before the
+    /// call: the schema lets an empty string through).
+    pub(crate) fn validate_task_id(id: &str) -> Result<(), String> {
+        if id.trim().is_empty() {
+            return Err("`task_id` is empty; give the id the Agent call returned".into());
+        }
+        Ok(())
     }
 
-    /// Every id, running or finished, sorted.
-    pub(crate) fn ids(&self) -> Vec<String> {
+    /// `Err` with the message for the model when `id` is none of these sub-agents
+    /// (running or finished); the message lists those there are (what `TaskOutput` and
+    /// `TaskStop` answer to a wrong id).
+    pub(crate) fn check_id(&self, id: &str) -> Result<(), String> {
         let state = self.lock();
-        let mut ids: Vec<String> = state.running.keys().chain(state.results.keys()).cloned().collect();
-        ids.sort();
-        ids
+        if state.running.contains_key(id) || state.results.contains_key(id) {
+            return Ok(());
+        }
+        let mut ids: Vec<&str> = state.running.keys().chain(state.results.keys()).map(String::as_str).collect();
+        ids.sort_unstable();
+        let known = if ids.is_empty() { "none was started".to_string() } else { ids.join(", ") };
+        Err(format!("there is no background sub-agent `{id}`; the background sub-agents of this agent: {known}"))
     }
 
     /// The report of `id` when it has finished; it counts as read.

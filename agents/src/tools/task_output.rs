@@ -79,10 +79,7 @@ impl Tool for TaskOutputSpec {
     }
 
     fn validate(&self, input: &TaskOutputInput) -> Result<(), String> {
-        if input.task_id.trim().is_empty() {
-            return Err("`task_id` is empty; give the id the Agent call returned".into());
-        }
-        Ok(())
+        Background::validate_task_id(&input.task_id)
     }
 
     async fn call(&self, _input: TaskOutputInput, _ctx: &ToolContext) -> Result<String, ToolError> {
@@ -106,12 +103,8 @@ impl TaskOutputTool {
         if id.starts_with("bash_") {
             return ToolOutput::error(format!("`{id}` is a background shell; read its output with BashOutput"));
         }
-        if !self.background.knows(id) {
-            let known = self.background.ids();
-            let known = if known.is_empty() { "none was started".to_string() } else { known.join(", ") };
-            return ToolOutput::error(format!(
-                "there is no background sub-agent `{id}`; the background sub-agents of this agent: {known}"
-            ));
+        if let Err(message) = self.background.check_id(id) {
+            return ToolOutput::error(message);
         }
         if input.block != Some(false) {
             let ms = input.timeout.unwrap_or(DEFAULT_TIMEOUT_MS).min(MAX_TIMEOUT_MS);

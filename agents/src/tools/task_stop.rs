@@ -63,10 +63,7 @@ impl Tool for TaskStopSpec {
     }
 
     fn validate(&self, input: &TaskStopInput) -> Result<(), String> {
-        if input.task_id.trim().is_empty() {
-            return Err("`task_id` is empty; give the id the Agent call returned".into());
-        }
-        Ok(())
+        Background::validate_task_id(&input.task_id)
     }
 
     async fn call(&self, _input: TaskStopInput, _ctx: &ToolContext) -> Result<String, ToolError> {
@@ -90,12 +87,8 @@ impl TaskStopTool {
         if id.starts_with("bash_") {
             return ToolOutput::error(format!("`{id}` is a background shell; stop it with KillShell"));
         }
-        if !self.background.knows(id) {
-            let known = self.background.ids();
-            let known = if known.is_empty() { "none was started".to_string() } else { known.join(", ") };
-            return ToolOutput::error(format!(
-                "there is no background sub-agent `{id}`; the background sub-agents of this agent: {known}"
-            ));
+        if let Err(message) = self.background.check_id(id) {
+            return ToolOutput::error(message);
         }
         if !self.background.is_running(id) {
             return match self.background.result(id) {
