@@ -5,10 +5,8 @@
 //! asked for, and returns one JSON line per tool and per call, which the binary prints on
 //! stdout.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use orch_workflows::extensions::{McpServer, is_server_name};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -22,21 +20,8 @@ use crate::mcp::McpHub;
 pub async fn probe(config: &Path, calls: &[String]) -> Result<Probe, Error> {
     let text = std::fs::read_to_string(config)
         .map_err(|e| Error::Message(format!("cannot read {}: {e}", config.display())))?;
-    let file: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Message(format!("{} is not valid JSON: {e}", config.display())))?;
-    let servers: BTreeMap<String, McpServer> =
-        serde_json::from_value(file.get("mcpServers").cloned().unwrap_or_else(|| json!({}))).map_err(|e| {
-            Error::Message(format!("{}: `mcpServers` does not hold valid server entries: {e}", config.display()))
-        })?;
+    let servers = crate::hooks_config::mcp_servers_of(&text, &config.display().to_string())?;
     for (name, spec) in &servers {
-        if !is_server_name(name) {
-            return Err(Error::Message(format!(
-                "`{name}` cannot name an MCP server (letters, digits, `-`, single `_`)"
-            )));
-        }
-        if let Some((message, hint)) = spec.problem() {
-            return Err(Error::Message(format!("server `{name}`: {message}; {hint}")));
-        }
         if !spec.is_http() {
             return Err(Error::Message(format!(
                 "server `{name}`: only HTTP servers are probed (stdio ones run in an agent's sandbox)"
