@@ -341,11 +341,16 @@ impl EventSink for Tee {
         if matches!(event, Event::TextDelta { .. }) {
             return;
         }
-        // Always watched: the JSON result needs the last stop reason too.
-        for line in self.claude.lines(&event) {
-            if self.output == ExecOutput::StreamJson {
-                self.reporter.json_line(&line);
+        // Claude Code's lines only when they are printed; the JSON result needs just the
+        // last stop reason.
+        match self.output {
+            ExecOutput::StreamJson => {
+                for line in self.claude.lines(&event) {
+                    self.reporter.json_line(&line);
+                }
             }
+            ExecOutput::Json => self.claude.observe(&event),
+            ExecOutput::Text | ExecOutput::Events => {}
         }
         let events = self.output == ExecOutput::Events;
         if self.transcript.is_none() && !events {

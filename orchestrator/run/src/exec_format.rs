@@ -88,8 +88,19 @@ impl Stream {
         Stream { session_id: session_id.to_string(), state: Mutex::new(State::default()) }
     }
 
+    /// Notes what the result line needs of `event` (the last answer's stop reason),
+    /// without making lines.
+    pub(crate) fn observe(&self, event: &Event) {
+        if let Event::AssistantMessage { message, .. } = event {
+            let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.message += 1;
+            state.tool_use = message.content.iter().any(|b| matches!(b, orch_agents::ContentBlock::ToolUse { .. }));
+        }
+    }
+
     /// The lines `event` makes (none for most events).
     pub(crate) fn lines(&self, event: &Event) -> Vec<Value> {
+        self.observe(event);
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match event {
             Event::Usage { model, usage, .. } => {
@@ -98,10 +109,8 @@ impl Stream {
                 Vec::new()
             }
             Event::AssistantMessage { message, .. } => {
-                state.message += 1;
                 let blocks = serde_json::to_value(&message.content).unwrap_or(Value::Null);
                 let blocks = blocks.as_array().cloned().unwrap_or_default();
-                state.tool_use = blocks.iter().any(|b| b["type"] == "tool_use");
                 let id = format!("msg_orch_{}", state.message);
                 blocks
                     .into_iter()
