@@ -332,10 +332,7 @@ pub fn check_workflow(workflow: &Workflow, commands: &Commands) -> Vec<Diagnosti
         let Some(prompt) = &agent.prompt else { continue };
         let Err(e) = expand(prompt, commands) else { continue };
         let path = [Seg::key("agents"), Seg::key(&agent.id), Seg::key("prompt")];
-        let location = match workflow.source.tree.find(&path) {
-            Some((node, _)) => workflow.source.file.span(node.span),
-            None => workflow.source.file.at(1, 0, 1),
-        };
+        let location = workflow.source.locate(&path);
         let hint = format!(
             "commands are read from {} (a file `<name>.md` is `/<name>`); add the file or fix the name, or \
              start the prompt with other text",

@@ -411,14 +411,7 @@ impl Checker<'_> {
     }
 
     fn location(&self, parts: &[&str]) -> crate::diagnostic::Location {
-        let path = Checker::segs(parts);
-        let root = self.workflow.source.tree.as_ref();
-        for len in (0..=path.len()).rev() {
-            if let Some((node, _)) = root.find(&path[..len]) {
-                return self.workflow.source.file.span(node.span);
-            }
-        }
-        self.workflow.source.file.at(1, 0, 1)
+        self.workflow.source.locate(&Checker::segs(parts))
     }
 
     fn error(&mut self, parts: &[&str], message: impl Into<String>, hint: impl Into<String>) {

@@ -129,6 +129,19 @@ pub(crate) struct Source {
     pub tree: Arc<Node>,
 }
 
+impl Source {
+    /// Where `path` is in the file: the node of its longest prefix that exists (a key
+    /// left out points at its parent), or the file's start.
+    pub(crate) fn locate(&self, path: &[crate::yaml::Seg]) -> crate::diagnostic::Location {
+        for len in (0..=path.len()).rev() {
+            if let Some((node, _)) = self.tree.find(&path[..len]) {
+                return self.file.span(node.span);
+            }
+        }
+        self.file.at(1, 0, 1)
+    }
+}
+
 impl fmt::Debug for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Source").field("file", &self.file.name).finish_non_exhaustive()

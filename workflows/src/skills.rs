@@ -231,10 +231,7 @@ impl Skills {
                 }
                 let mut path = base.clone();
                 path.push(Seg::Index(i));
-                let location = match workflow.source.tree.find(&path).or_else(|| workflow.source.tree.find(&base)) {
-                    Some((node, _)) => workflow.source.file.span(node.span),
-                    None => workflow.source.file.at(1, 0, 1),
-                };
+                let location = workflow.source.locate(&path);
                 let mut hint = crate::load::did_you_mean(name, known.iter().copied());
                 let listed = if known.is_empty() { "none".to_string() } else { known.join(", ") };
                 crate::load::push_sentence(

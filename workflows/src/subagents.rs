@@ -435,10 +435,7 @@ impl AgentFiles {
                 continue;
             }
             let path = [Seg::key("agents"), Seg::key(&agent.id), Seg::key("uses")];
-            let location = match workflow.source.tree.find(&path).or_else(|| workflow.source.tree.find(&path[..2])) {
-                Some((node, _)) => workflow.source.file.span(node.span),
-                None => workflow.source.file.at(1, 0, 1),
-            };
+            let location = workflow.source.locate(&path);
             let mut hint = crate::load::did_you_mean(name, known.iter().copied());
             if let Some(e) = self.rejected.iter().find(|e| stem(&e.file) == name.as_str()) {
                 crate::load::push_sentence(&mut hint, &format!("{} is not loaded: {}.", e.file, e.message));
