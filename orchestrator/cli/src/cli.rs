@@ -433,7 +433,6 @@ impl ExecArgs {
             (false, OutputFormat::Json) => ExecOutput::Json,
             (false, OutputFormat::Text) => ExecOutput::Text,
         };
-        let _ = self.print;
         let ci = crate::progress::in_ci();
         // The agent a one-agent workflow with these settings would plan.
         let mut agent = orch_workflows::AgentSpec::single(&self.agent_id);
