@@ -4,6 +4,7 @@
 #
 #   bash tests/bench/sandbox.sh             # builds orch (release) first
 #   RUNS=50 bash tests/bench/sandbox.sh
+#   ORCH=/path/to/other/orch bash tests/bench/sandbox.sh   # the same bench with another build of orch
 #
 # Whole processes, with hyperfine (-N, no shell; warm-up runs first): /bin/true bare,
 # and `sh -c true` and `bash -c true` bare (what a `Bash` call runs: the floor under the
@@ -38,7 +39,7 @@ say() { echo "sandbox.sh: $*" >&2; }
 command -v hyperfine >/dev/null || { say "hyperfine is missing: apt-get install -y hyperfine"; exit 1; }
 cd "$root"
 cargo build --release -q -p orch
-orch=$root/target/release/orch
+orch=${ORCH:-$root/target/release/orch}
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), \
 $(uname -sr), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), uid $(id -u)"
@@ -94,5 +95,5 @@ measure "$runs" "${fast[@]}"
 [ ${#slow[@]} -gt 0 ] && measure "$runs_slow" "${slow[@]}"
 echo
 echo "In a running tool host, and tool host start-up:"
-cargo bench -q -p orch-sandbox --bench tool_host 2>/dev/null | grep -v '^$'
+ORCH_BIN=$orch cargo bench -q -p orch-sandbox --bench tool_host 2>/dev/null | grep -v '^$'
 load

@@ -7,6 +7,7 @@
 #
 #   bash tests/bench/startup.sh            # builds orch and the mock server (release)
 #   RUNS=30 bash tests/bench/startup.sh
+#   ORCH=/path/to/other/orch bash tests/bench/startup.sh   # the same bench with another build of orch
 #
 # Prints one JSON line per command with the median, min and max in milliseconds, and
 # the `-vv` log of one extra run of each with its time stamps (where the time goes,
@@ -26,7 +27,7 @@ say() { echo "startup.sh: $*" >&2; }
 
 cd "$root"
 cargo build --release -q -p orch -p orch-testkit --bin orch --bin mock-model-server
-orch=$root/target/release/orch
+orch=${ORCH:-$root/target/release/orch}
 server=$root/target/release/mock-model-server
 echo "machine: $(nproc) cores, $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
