@@ -95,5 +95,5 @@ measure "$runs" "${fast[@]}"
 [ ${#slow[@]} -gt 0 ] && measure "$runs_slow" "${slow[@]}"
 echo
 echo "In a running tool host, and tool host start-up:"
-cargo bench -q -p orch-sandbox --bench tool_host 2>/dev/null | grep -v '^$'
+ORCH_BIN=$orch cargo bench -q -p orch-sandbox --bench tool_host 2>/dev/null | grep -v '^$'
 load
