@@ -81,6 +81,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "standin"
 
+    def setup(self):
+        # The TLS handshake happens here, in the connection's own thread, so that a
+        # client that stalls it holds up nobody else.
+        self.request.settimeout(30)
+        self.request.do_handshake()
+        super().setup()
+
     def log_message(self, fmt, *args):  # quiet: the JSON log is the record
         pass
 
@@ -172,8 +179,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
         if self.headers.get("Git-Protocol"):
             env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
-        backend = os.path.join(subprocess.check_output(["git", "--exec-path"], text=True).strip(), "git-http-backend")
-        out = subprocess.run([backend], input=data, env=env, capture_output=True).stdout
+        out = subprocess.run([self.server.http_backend], input=data, env=env, capture_output=True).stdout
         head, _, body = out.partition(b"\r\n\r\n")
         if not _:
             head, _, body = out.partition(b"\n\n")
@@ -217,8 +223,10 @@ def main():
 
     ctx.sni_callback = on_sni
     server = Server(("127.0.0.1", a.port), Handler)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     server.git_root = os.path.join(a.dir, "git")
+    exec_path = subprocess.check_output(["git", "--exec-path"], text=True).strip()
+    server.http_backend = os.path.join(exec_path, "git-http-backend")
     server.basic, server.bearer = a.basic, a.bearer
     server.log_path = os.path.join(a.dir, "requests.jsonl")
     server.log_lock = threading.Lock()
