@@ -44,7 +44,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
-use crate::hooks::{DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PostToolUse, PreToolUse, PromptSubmit};
+use crate::hooks::{
+    DEFAULT_STOP_BLOCK_LIMIT, HookDecision, Hooks, PermissionAnswer, PostToolUse, PreToolUse, PromptSubmit,
+};
 use crate::permissions::{Rule, RuleError};
 use crate::protocol::{HookRun, HostRequest, ToolExecutor};
 use crate::tool::{ToolCall, ToolOutput};
@@ -154,6 +156,8 @@ struct Reply {
     /// PostToolUse's `updatedToolOutput`, as text.
     updated_output: Option<String>,
     context: Option<String>,
+    /// PermissionRequest's `decision`.
+    permission: Option<PermissionAnswer>,
 }
 
 /// The hook commands of one agent, run in its tool host.
@@ -165,6 +169,8 @@ pub struct CommandHooks {
     session_id: String,
     transcript_path: String,
     permission_mode: String,
+    /// The model of the agent's loop, for SessionStart's `model` (left out if empty).
+    model: String,
     cwd: PathBuf,
     hooks: Vec<Compiled>,
     tools: Vec<Arc<dyn DynTool>>,
@@ -218,6 +224,7 @@ impl CommandHooks {
             agent_type: None,
             transcript_path: String::new(),
             permission_mode: "default".into(),
+            model: String::new(),
             cwd: cwd.to_path_buf(),
             hooks: compiled,
             tools,
@@ -244,6 +251,7 @@ impl CommandHooks {
             session_id: self.session_id.clone(),
             transcript_path: self.transcript_path.clone(),
             permission_mode: self.permission_mode.clone(),
+            model: self.model.clone(),
             cwd: self.cwd.clone(),
             hooks: self
                 .hooks
@@ -264,6 +272,12 @@ impl CommandHooks {
             halt: Mutex::new(None),
             cancel: self.cancel.child_token(),
         }
+    }
+
+    /// The model SessionStart hooks see as `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
     }
 
     pub fn with_session_id(mut self, id: impl Into<String>) -> Self {
@@ -328,7 +342,7 @@ impl CommandHooks {
         let stdin = Value::Object(payload).to_string();
         let mut replies = Vec::new();
         // As in Claude Code, a matcher on an event that has none to match is ignored.
-        let unmatched = matches!(event, HookEvent::UserPromptSubmit | HookEvent::Stop);
+        let unmatched = matches!(event, HookEvent::UserPromptSubmit | HookEvent::Stop | HookEvent::PostToolBatch);
         for compiled in self.hooks.iter().filter(|c| c.hook.event == event && (unmatched || c.matcher.matches(target)))
         {
             if let Some(rule) = &compiled.condition {
@@ -433,6 +447,17 @@ impl CommandHooks {
             .find_map(|key| specific.get(*key))
             .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
         reply.context = text(&specific, "additionalContext").or_else(|| text(&out, "additionalContext"));
+        if event == HookEvent::PermissionRequest
+            && let Some(decision) = specific.get("decision")
+        {
+            reply.permission = match decision.get("behavior").and_then(Value::as_str) {
+                Some("allow") => Some(PermissionAnswer::Allow { updated_input: decision.get("updatedInput").cloned() }),
+                Some("deny") => Some(PermissionAnswer::Deny(
+                    text(decision, "message").unwrap_or_else(|| "a PermissionRequest hook said no".to_string()),
+                )),
+                _ => None,
+            };
+        }
         let outcome = match (&reply.blocked, &reply.decision) {
             (Some(r), _) => format!("blocked: {}", first_line(r)),
             (None, Some(HookDecision::Allow)) => "allow".into(),
@@ -448,6 +473,9 @@ impl CommandHooks {
     async fn session_start_from(&self, source: &str) -> Option<String> {
         let mut payload = self.base_payload(HookEvent::SessionStart);
         payload.insert("source".into(), json!(source));
+        if !self.model.is_empty() {
+            payload.insert("model".into(), json!(self.model));
+        }
         let replies = self.fire(HookEvent::SessionStart, source, None, payload).await;
         joined(replies.into_iter().filter_map(|r| r.context))
     }
@@ -534,6 +562,65 @@ impl Hooks for CommandHooks {
             updated_output: replies.iter().rev().find_map(|r| r.updated_output.clone()),
             context: joined(replies.into_iter().filter_map(|r| r.context)),
         }
+    }
+
+    async fn instructions_loaded(&self, files: &[crate::instructions::Loaded]) {
+        if !self.has(HookEvent::InstructionsLoaded) {
+            return;
+        }
+        for file in files {
+            let mut payload = self.base_payload(HookEvent::InstructionsLoaded);
+            if let Ok(Value::Object(fields)) = serde_json::to_value(file) {
+                payload.extend(fields);
+            }
+            self.fire(HookEvent::InstructionsLoaded, &file.load_reason, None, payload).await;
+        }
+    }
+
+    async fn post_tool_batch(&self, batch: &[(&ToolCall, &ToolOutput)]) -> Option<String> {
+        if !self.has(HookEvent::PostToolBatch) {
+            return None;
+        }
+        let calls: Vec<Value> = batch
+            .iter()
+            .map(|(call, output)| {
+                json!({
+                    "tool_name": call.name,
+                    "tool_input": call.input,
+                    "tool_use_id": call.id,
+                    "tool_response": { "content": output.content, "is_error": output.is_error },
+                })
+            })
+            .collect();
+        let mut payload = self.base_payload(HookEvent::PostToolBatch);
+        payload.insert("tool_calls".into(), Value::Array(calls));
+        let replies = self.fire(HookEvent::PostToolBatch, "", None, payload).await;
+        let block =
+            replies.iter().find_map(|r| r.blocked.clone()).map(|r| format!("Feedback from a PostToolBatch hook: {r}"));
+        joined(block.into_iter().chain(replies.into_iter().filter_map(|r| r.context)))
+    }
+
+    async fn permission_request(&self, call: &ToolCall) -> Option<PermissionAnswer> {
+        if !self.has(HookEvent::PermissionRequest) {
+            return None;
+        }
+        let mut payload = self.base_payload(HookEvent::PermissionRequest);
+        payload.insert("tool_name".into(), json!(call.name));
+        payload.insert("tool_input".into(), call.input.clone());
+        payload.insert("permission_suggestions".into(), json!([]));
+        let replies = self.fire(HookEvent::PermissionRequest, &call.name, Some(call), payload).await;
+        // A refusal (exit 2 or `behavior: deny`) wins over an approval.
+        let mut allow = None;
+        for reply in replies {
+            match (reply.blocked, reply.permission) {
+                (Some(reason), _) | (None, Some(PermissionAnswer::Deny(reason))) => {
+                    return Some(PermissionAnswer::Deny(reason));
+                }
+                (None, Some(answer @ PermissionAnswer::Allow { .. })) => allow = Some(answer),
+                (None, None) => {}
+            }
+        }
+        allow
     }
 
     async fn session_start(&self) -> Option<String> {

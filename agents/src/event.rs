@@ -219,6 +219,9 @@ pub enum Event {
         is_error: bool,
         duration_ms: u64,
         output: String,
+        /// The call did not run: permissions or a PreToolUse hook denied it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        denied: bool,
     },
     Usage {
         turn: u32,
@@ -252,6 +255,10 @@ pub enum Event {
     /// are already part of the caller's totals when the sub-agent's report comes back.
     Subagent {
         agent: String,
+        /// The id of the `Agent` call that started it (Claude Code's
+        /// `parent_tool_use_id`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_use_id: Option<String>,
         event: Box<Event>,
     },
     /// A hook command ran. `outcome` says what came of it (`ok`, `blocked: ...`,

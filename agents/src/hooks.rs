@@ -45,6 +45,16 @@ pub struct PostToolUse {
     pub updated_output: Option<String>,
 }
 
+/// What PermissionRequest hooks said of a call that needs an approval.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionAnswer {
+    /// Approved, as a person would; `updated_input` replaces the call's input (checked
+    /// again). Deny rules, plan mode and hard denials still hold.
+    Allow { updated_input: Option<Value> },
+    /// Refused; the message goes to the model.
+    Deny(String),
+}
+
 /// What UserPromptSubmit hooks said about the agent's prompt.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PromptSubmit {
@@ -67,6 +77,24 @@ pub trait Hooks: Send + Sync {
 
     async fn post_tool_use(&self, _call: &ToolCall, _output: &ToolOutput) -> PostToolUse {
         PostToolUse::default()
+    }
+
+    /// Instruction files went into the agent's context (InstructionsLoaded): at its
+    /// start, or with a tool's result. It cannot stop anything.
+    async fn instructions_loaded(&self, _files: &[crate::instructions::Loaded]) {}
+
+    /// Every call of one answer has its result (PostToolBatch), before the next model
+    /// request: text for the model, added after the results (a hook's context, or the
+    /// reason of a block, which keeps the results as they are).
+    async fn post_tool_batch(&self, _batch: &[(&ToolCall, &ToolOutput)]) -> Option<String> {
+        None
+    }
+
+    /// A call needs an approval that nobody is there to give (PermissionRequest, where
+    /// Claude Code would show its permission dialog). `None`: no hook answered, and the
+    /// call stays denied.
+    async fn permission_request(&self, _call: &ToolCall) -> Option<PermissionAnswer> {
+        None
     }
 
     /// Before the first model call of a session (SessionStart; SubagentStart for a

@@ -69,6 +69,41 @@ impl Instructions {
     pub fn is_empty(&self) -> bool {
         self.files.is_empty() && self.skipped.is_empty()
     }
+
+    /// The files as InstructionsLoaded hooks see them, loaded for `reason`
+    /// (`session_start`, `nested_traversal`) in the repository at `root`, after a tool
+    /// touched `trigger` (nested loads); an imported file's reason is `include`.
+    pub fn loaded(&self, root: &Path, reason: &str, trigger: Option<&Path>) -> Vec<Loaded> {
+        let absolute = |rel: &str| root.join(rel).display().to_string();
+        self.files
+            .iter()
+            .map(|f| Loaded {
+                file_path: absolute(&f.path),
+                memory_type: if f.path.ends_with("CLAUDE.local.md") { "Local" } else { "Project" }.to_string(),
+                load_reason: if f.imported_by.is_some() { "include" } else { reason }.to_string(),
+                trigger_file_path: trigger.map(|t| t.display().to_string()),
+                parent_file_path: f.imported_by.as_deref().map(absolute),
+            })
+            .collect()
+    }
+}
+
+/// An instruction file that went into an agent's context, with Claude Code's
+/// InstructionsLoaded input fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loaded {
+    /// Absolute.
+    pub file_path: String,
+    /// `Project`, or `Local` for `CLAUDE.local.md`.
+    pub memory_type: String,
+    /// `session_start`, `nested_traversal` or `include`.
+    pub load_reason: String,
+    /// The path whose first touch loaded a subdirectory's files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_file_path: Option<String>,
+    /// The file whose `@` import brought this one in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_file_path: Option<String>,
 }
 
 /// The repository root of `cwd`: the nearest directory, `cwd` included, that holds a

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::hooks::{HookDecision, Hooks, NoHooks};
+use crate::hooks::{HookDecision, Hooks, NoHooks, PermissionAnswer};
 use crate::message::ToolSpec;
 use crate::permissions::{Decision, Permissions};
 use crate::protocol::{HostRequest, ToolExecutor, ToolRequest};
@@ -327,7 +327,7 @@ impl ToolPool {
         };
         let pre = self.hooks.pre_tool_use(call).await;
         if let Some(HookDecision::Deny(reason)) = &pre.decision {
-            return ToolOutput::error(format!("blocked by a PreToolUse hook: {reason}"));
+            return ToolOutput::error(format!("blocked by a PreToolUse hook: {reason}")).denied();
         }
         if let Some(updated) = pre.updated_input {
             input = updated;
@@ -339,13 +339,43 @@ impl ToolPool {
             };
         }
         if let Err((mut message, needed_approval)) = self.permit(entry.tool.as_ref(), &input, pre.decision.as_ref()) {
+            let mut approved = false;
             if needed_approval {
-                let note = format!("{} needs an approval, and nobody can give one in this run", call.name);
-                if let Some(context) = self.hooks.notification(&note, "permission_prompt").await {
-                    message.push_str(&format!("\n\n{context}"));
+                let asking = ToolCall { id: call.id.clone(), name: call.name.clone(), input: input.clone() };
+                match self.hooks.permission_request(&asking).await {
+                    Some(PermissionAnswer::Allow { updated_input }) => {
+                        if let Some(updated) = updated_input {
+                            input = updated;
+                            entry = match self.check(&call.name, &input) {
+                                Ok(e) => e,
+                                Err(m) => {
+                                    return ToolOutput::error(format!(
+                                        "a PermissionRequest hook rewrote the input badly: {m}"
+                                    ));
+                                }
+                            };
+                        }
+                        // The hook's yes stands for a person's: deny rules, plan mode
+                        // and hard denials still hold.
+                        match self.permit(entry.tool.as_ref(), &input, Some(&HookDecision::Allow)) {
+                            Ok(()) => approved = true,
+                            Err((m, _)) => message = m,
+                        }
+                    }
+                    Some(PermissionAnswer::Deny(reason)) => {
+                        message = format!("permission denied by a PermissionRequest hook: {reason}");
+                    }
+                    None => {
+                        let note = format!("{} needs an approval, and nobody can give one in this run", call.name);
+                        if let Some(context) = self.hooks.notification(&note, "permission_prompt").await {
+                            message.push_str(&format!("\n\n{context}"));
+                        }
+                    }
                 }
             }
-            return ToolOutput::error(message);
+            if !approved {
+                return ToolOutput::error(message).denied();
+            }
         }
         let mut output = if let Some(local) = entry.local.clone() {
             let ordinal = self.local_calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -365,6 +395,9 @@ impl ToolPool {
             }
         };
         let effective = ToolCall { id: call.id.clone(), name: call.name.clone(), input };
+        if !output.instructions.is_empty() {
+            self.hooks.instructions_loaded(&output.instructions).await;
+        }
         let post = self.hooks.post_tool_use(&effective, &output).await;
         if let Some(replacement) = post.updated_output {
             output.content = replacement;
@@ -406,6 +439,8 @@ impl ToolPool {
             content: format!("{preview}\n…\n{note}"),
             is_error: output.is_error,
             attachments: output.attachments,
+            instructions: output.instructions,
+            denied: output.denied,
         }
     }
 

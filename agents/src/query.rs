@@ -733,6 +733,7 @@ impl Loop<'_> {
                     is_error: true,
                     duration_ms: 0,
                     output: CUT_TOOL_CALL.to_string(),
+                    denied: false,
                 });
                 ContentBlock::tool_result(&c.id, CUT_TOOL_CALL, true)
             })
@@ -1043,7 +1044,7 @@ impl Loop<'_> {
             }
         };
         tool_cancel.cancel();
-        let mut results = Vec::with_capacity(calls.len());
+        let mut outputs = Vec::with_capacity(calls.len());
         for (call, slot) in calls.iter().zip(slots) {
             let output = match slot {
                 Some(output) => output,
@@ -1058,10 +1059,28 @@ impl Loop<'_> {
                         is_error: true,
                         duration_ms: 0,
                         output: text.to_string(),
+                        denied: false,
                     });
                     ToolOutput::error(text)
                 }
             };
+            outputs.push(output);
+        }
+        // PostToolBatch, once the whole answer's calls have their results.
+        let mut batch_note = None;
+        if interrupted.is_none()
+            && let Some(hooks) = self.tools.hooks()
+        {
+            let batch: Vec<(&ToolCall, &ToolOutput)> = calls.iter().zip(&outputs).collect();
+            batch_note = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => None,
+                _ = sleep_until(self.deadline) => None,
+                note = hooks.post_tool_batch(&batch) => note,
+            };
+        }
+        let mut results = Vec::with_capacity(calls.len() + 2);
+        for (call, output) in calls.iter().zip(outputs) {
             results.push(ContentBlock::tool_result_with(&call.id, output.content, output.is_error, output.attachments));
         }
         if let Some((call, text)) = refused {
@@ -1071,8 +1090,12 @@ impl Loop<'_> {
                 is_error: true,
                 duration_ms: 0,
                 output: text.clone(),
+                denied: false,
             });
             results.push(ContentBlock::tool_result_with(&call.id, text, true, Vec::new()));
+        }
+        if let Some(note) = batch_note {
+            results.push(ContentBlock::text(note));
         }
         self.messages.push(Message { role: Role::User, content: results });
         self.absorb_nested();
@@ -1234,6 +1257,7 @@ async fn run_one(
         is_error: output.is_error,
         duration_ms: started.elapsed().as_millis() as u64,
         output: output.content.clone(),
+        denied: output.denied,
     });
     output
 }

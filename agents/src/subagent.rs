@@ -410,6 +410,8 @@ impl Ledger {
 struct NestedSink {
     parent: Arc<dyn EventSink>,
     agent: String,
+    /// The `Agent` call that started it.
+    tool_use_id: String,
     ledger: Arc<Ledger>,
 }
 
@@ -427,7 +429,11 @@ impl EventSink for NestedSink {
         }
         let wrapped = match event {
             e @ Event::Subagent { .. } => e,
-            other => Event::Subagent { agent: self.agent.clone(), event: Box::new(other) },
+            other => Event::Subagent {
+                agent: self.agent.clone(),
+                tool_use_id: Some(self.tool_use_id.clone()),
+                event: Box::new(other),
+            },
         };
         self.parent.emit(wrapped);
     }
@@ -736,7 +742,7 @@ impl LocalTool for AgentTool {
         &self,
         pool: &ToolPool,
         ordinal: u64,
-        _call: &ToolCall,
+        call: &ToolCall,
         input: Value,
         cancel: CancellationToken,
     ) -> ToolOutput {
@@ -818,8 +824,12 @@ impl LocalTool for AgentTool {
         if let Some(turns) = definition.and_then(|d| d.max_turns) {
             config.limits.max_turns = Some(config.limits.max_turns.map_or(turns, |t| t.min(turns)));
         }
-        let sink: Arc<dyn EventSink> =
-            Arc::new(NestedSink { parent: self.sink.clone(), agent: id.clone(), ledger: self.ledger.clone() });
+        let sink: Arc<dyn EventSink> = Arc::new(NestedSink {
+            parent: self.sink.clone(),
+            agent: id.clone(),
+            tool_use_id: call.id.clone(),
+            ledger: self.ledger.clone(),
+        });
         if pass_agent {
             // Its own sub-agents start from the plain prompt again, on its model.
             let mut template = self.config.clone();

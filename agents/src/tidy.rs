@@ -283,6 +283,7 @@ fn events() -> Vec<(&'static str, Event)> {
                 is_error: false,
                 duration_ms: 3,
                 output: "1\tfn main() {}".into(),
+                denied: false,
             },
         ),
         (
@@ -314,6 +315,7 @@ fn events() -> Vec<(&'static str, Event)> {
             "subagent",
             Event::Subagent {
                 agent: "review/sub-1".into(),
+                tool_use_id: None,
                 event: Box::new(Event::Terminal { reason: Terminal::Completed, turns: 3 }),
             },
         ),

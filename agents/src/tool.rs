@@ -28,15 +28,41 @@ pub struct ToolOutput {
     /// Image or document blocks that go with the text (`Read` of an image or a PDF).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<crate::message::ContentBlock>,
+    /// Instruction files of a subdirectory that came with this result (for the
+    /// InstructionsLoaded hooks); their text is in `content` already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<crate::instructions::Loaded>,
+    /// The call did not run: a permission rule, the mode or a PreToolUse hook denied
+    /// it (Claude Code's `permission_denials`). Set in the coordinator only.
+    #[serde(skip)]
+    pub denied: bool,
 }
 
 impl ToolOutput {
     pub fn ok(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: false, attachments: Vec::new() }
+        Self {
+            content: content.into(),
+            is_error: false,
+            attachments: Vec::new(),
+            instructions: Vec::new(),
+            denied: false,
+        }
     }
 
     pub fn error(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: true, attachments: Vec::new() }
+        Self {
+            content: content.into(),
+            is_error: true,
+            attachments: Vec::new(),
+            instructions: Vec::new(),
+            denied: false,
+        }
+    }
+
+    /// This output, marked as a call that permissions or a hook denied.
+    pub fn denied(mut self) -> Self {
+        self.denied = true;
+        self
     }
 
     /// This output with `attachments` added.

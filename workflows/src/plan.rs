@@ -262,12 +262,7 @@ impl AgentSpec {
             },
             limits: Limits::default(),
             model_settings: crate::schema::ModelSettings::default(),
-            permissions: PermissionsSpec {
-                mode: PermissionMode::Default,
-                allow: Vec::new(),
-                deny: Vec::new(),
-                ask: Vec::new(),
-            },
+            permissions: PermissionsSpec { mode: None, allow: Vec::new(), deny: Vec::new(), ask: Vec::new() },
             needs: Vec::new(),
             prompt: None,
             uses: None,
@@ -310,7 +305,9 @@ pub struct SandboxSpec {
 /// Permission settings of one agent, defaults applied.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PermissionsSpec {
-    pub mode: PermissionMode,
+    /// The mode the workflow or an agent file names; `None` is orch's default, which
+    /// is not Claude Code's `default` (docs/src/concepts/permissions.md).
+    pub mode: Option<PermissionMode>,
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub ask: Vec<String>,
@@ -649,7 +646,7 @@ impl<'w> Planner<'w> {
             write: join(&defaults.sandbox.write, &agent.sandbox.write),
         };
         let permissions = PermissionsSpec {
-            mode: agent.permissions.mode.or(defaults.permissions.mode).unwrap_or_default(),
+            mode: agent.permissions.mode.or(defaults.permissions.mode),
             allow: join(&defaults.permissions.allow, &agent.permissions.allow),
             deny: join(&defaults.permissions.deny, &agent.permissions.deny),
             ask: join(&defaults.permissions.ask, &agent.permissions.ask),

@@ -538,7 +538,7 @@ impl Uses {
             spec.limits.max_turns = Some(turns);
         }
         if let Some(mode) = self.permission_mode {
-            spec.permissions.mode = mode;
+            spec.permissions.mode = Some(mode);
         }
     }
 }

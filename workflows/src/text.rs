@@ -169,7 +169,7 @@ fn settings(out: &mut String, spec: &AgentSpec) {
     field(out, 4, "sandbox", &text);
     field(out, 4, "limits", &limits(&spec.limits));
     let permissions = &spec.permissions;
-    let mut text = format!("mode {}", permissions.mode.as_str());
+    let mut text = format!("mode {}", permissions.mode.map_or("orch-default", |m| m.as_str()));
     for (name, rules) in [("allow", &permissions.allow), ("deny", &permissions.deny), ("ask", &permissions.ask)] {
         if !rules.is_empty() {
             let _ = write!(text, "; {name} {}", rules.join(", "));

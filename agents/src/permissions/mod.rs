@@ -131,6 +131,10 @@ struct Call {
     read_only: bool,
 }
 
+/// The shell commands `acceptEdits` approves like file edits, inside the writable roots.
+/// `sed` is left out: its `e` command runs shell commands.
+const ACCEPT_EDITS_COMMANDS: [&str; 6] = ["mkdir", "touch", "rm", "rmdir", "mv", "cp"];
+
 /// Whether `name` runs without approval in every mode and plan's write ban does not
 /// touch it: it starts a sub-agent, which gets the stricter of the two modes.
 fn needs_no_approval(name: &str) -> bool {
@@ -209,9 +213,32 @@ impl Permissions {
         self.mode.map_or("orch-default", |m| m.as_str())
     }
 
-    /// Whether an `ask` (a rule's or a hook's) counts as yes.
+    /// Whether an `ask` (a rule's or a hook's) counts as yes. No mode lifts one, not
+    /// even `bypassPermissions`: as with `claude -p`, nobody is there to approve.
     pub fn lifts_ask(&self) -> bool {
-        self.mode == Some(Mode::BypassPermissions) || self.ask_fallback == AskFallback::Allow
+        self.ask_fallback == AskFallback::Allow
+    }
+
+    /// Whether every simple command of a `Bash` call is one of the file commands
+    /// `acceptEdits` approves (`mkdir`, `touch`, `rm`, `rmdir`, `mv`, `cp`, as Claude
+    /// Code does) with every path it names inside the writable roots.
+    fn file_commands_inside(&self, call: &Call) -> bool {
+        let Some(parts) = &call.parts else { return false };
+        !parts.is_empty()
+            && parts.iter().all(|part| match part {
+                bash::Part::Command { words, .. } => {
+                    let program = words.first().filter(|w| !w.dynamic).map(|w| w.text.as_str());
+                    let known = program.is_some_and(|p| ACCEPT_EDITS_COMMANDS.contains(&p));
+                    let dynamic = words.iter().any(|w| w.dynamic);
+                    known
+                        && !dynamic
+                        && part.path_args().iter().all(|arg| {
+                            let path = self.absolute(Path::new(arg));
+                            self.writable_roots.iter().any(|root| path.starts_with(root))
+                        })
+                }
+                bash::Part::Opaque(_) => false,
+            })
     }
 
     fn rules(&self, verdict: Verdict) -> impl Iterator<Item = &Rule> {
@@ -377,6 +404,7 @@ impl Permissions {
         match self.mode {
             Some(Mode::BypassPermissions) => None,
             Some(Mode::AcceptEdits) if !call.writes.is_empty() && name != "Bash" => None,
+            Some(Mode::AcceptEdits) if call.parts.is_some() && self.file_commands_inside(call) => None,
             Some(_) => needs_rule(),
             None => {
                 // `Read` allow rules list the tools that only read.

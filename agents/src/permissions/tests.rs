@@ -36,7 +36,7 @@ fn allow_lists_hold_and_a_bare_ask_yields_to_a_specific_allow() {
     let mut p = perms(rules(&["Bash(git diff:*)"], &[], &[]));
     for mode in [None, Some(Mode::Default), Some(Mode::DontAsk), Some(Mode::AcceptEdits), Some(Mode::Plan)] {
         p.mode = mode;
-        assert!(matches!(bash(&p, "touch x"), Decision::Deny(_)), "{mode:?}");
+        assert!(matches!(bash(&p, "make x"), Decision::Deny(_)), "{mode:?}");
     }
     p.mode = None;
     assert_eq!(bash(&p, "git diff HEAD"), Decision::Allow);
@@ -77,8 +77,11 @@ fn hidden_paths_follow_read_denies() {
     let hidden = |t: &str| p.hidden_paths(t).into_iter().map(|h| h.pattern).collect::<Vec<_>>();
     assert_eq!(hidden("Grep"), [".env*", "logs/**", "private/**"]);
     assert_eq!(hidden("Glob"), [".env*", "private/**"]);
+    // No mode lifts an ask, so bypass hides the same; only an approving fallback shows them.
     let mut bypass = p.clone();
     bypass.mode = Some(Mode::BypassPermissions);
+    assert_eq!(bypass.hidden_paths("LS").len(), 2);
+    bypass.ask_fallback = AskFallback::Allow;
     assert_eq!(bypass.hidden_paths("LS").len(), 1);
 }
 
@@ -105,6 +108,32 @@ fn modes() {
     p.mode = Some(Mode::Default);
     p.ask_fallback = AskFallback::Allow;
     assert_eq!(bash(&p, "make"), Decision::Allow);
+}
+
+#[test]
+fn accept_edits_approves_file_commands_inside_the_writable_roots_only() {
+    let mut p = perms(rules(&[], &[], &[]));
+    p.mode = Some(Mode::AcceptEdits);
+    for command in ["touch made.txt", "mkdir -p a/b && touch a/b/c", "mv a b", "cp -r src /w/tmp/copy", "rm -f x"] {
+        assert_eq!(bash(&p, command), Decision::Allow, "{command}");
+    }
+    for command in
+        ["touch /etc/x", "mkdir a && curl x", "cp a ../outside", "touch $HOME/x", "sed -i s/a/b/ f", "rm x; make"]
+    {
+        assert!(matches!(bash(&p, command), Decision::Deny(_)), "{command}");
+    }
+    p.mode = Some(Mode::Default);
+    assert!(matches!(bash(&p, "touch made.txt"), Decision::Deny(_)));
+}
+
+#[test]
+fn no_mode_lifts_an_ask_rule_not_even_bypass() {
+    let mut p = perms(rules(&[], &[], &["Bash(touch:*)"]));
+    p.mode = Some(Mode::BypassPermissions);
+    assert!(matches!(bash(&p, "touch made.txt"), Decision::Deny(r) if r.contains("asks for approval")));
+    assert_eq!(bash(&p, "make"), Decision::Allow);
+    p.ask_fallback = AskFallback::Allow;
+    assert_eq!(bash(&p, "touch made.txt"), Decision::Allow);
 }
 
 #[test]

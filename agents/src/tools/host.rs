@@ -95,14 +95,20 @@ impl HostTools {
             Ok(mut rich) => {
                 // A directory with its own instruction files, reached for the first
                 // time: its files go with this result, once.
+                let mut loaded = Vec::new();
                 if let Some(touched) = touched {
                     let found = ctx.session.nested_instructions(&touched);
                     if !found.files.is_empty() {
                         rich.text.push_str("\n\n");
                         rich.text.push_str(&crate::prompt::render_nested(&found));
+                        let root = crate::instructions::repository_root(ctx.session.cwd());
+                        let root = root.canonicalize().unwrap_or(root);
+                        loaded = found.loaded(&root, "nested_traversal", Some(&touched));
                     }
                 }
-                ToolOutput::ok(rich.text).with_attachments(rich.attachments)
+                let mut output = ToolOutput::ok(rich.text).with_attachments(rich.attachments);
+                output.instructions = loaded;
+                output
             }
             Err(e) => ToolOutput::error(e.0),
         }

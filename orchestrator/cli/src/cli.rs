@@ -468,12 +468,7 @@ impl ExecArgs {
             true => Some(orch_workflows::PermissionMode::BypassPermissions),
             false => permission_mode,
         };
-        agent.permissions = orch_workflows::PermissionsSpec {
-            mode: permission_mode.unwrap_or(orch_workflows::PermissionMode::Default),
-            allow,
-            deny,
-            ask,
-        };
+        agent.permissions = orch_workflows::PermissionsSpec { mode: permission_mode, allow, deny, ask };
         agent.sandbox = self.sandbox.agent_sandbox()?;
         agent.instructions = !self.no_instructions;
         Ok(ExecOptions {

@@ -74,7 +74,7 @@ fn describe(event: &Event) -> Option<String> {
             format!("context compacted ({reason}): {before_tokens} -> {after_tokens} tokens")
         }
         // A sub-agent's lines, under its id; its end, with how it ended.
-        Event::Subagent { agent, event } => match event.as_ref() {
+        Event::Subagent { agent, event, .. } => match event.as_ref() {
             Event::Terminal { reason, turns } => format!("{agent} {reason} ({turns} turns)"),
             inner => format!("{agent}: {}", describe(inner)?),
         },

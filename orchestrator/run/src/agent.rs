@@ -117,6 +117,13 @@ pub struct Models {
     pub prices: Arc<PriceTable>,
 }
 
+impl Models {
+    /// The model `spec`'s loop calls: its own, or the default.
+    pub fn model_of(&self, spec: &AgentSpec) -> String {
+        spec.model.clone().unwrap_or_else(|| self.default_model.clone())
+    }
+}
+
 /// Applies the agent's `uses:` definition and, when `prompt` starts with `/name`, the
 /// repository's slash command `name` to `spec`; returns the prompt to send (a `uses:`
 /// agent with no prompt gets the definition's task). An error names a command that
@@ -157,6 +164,8 @@ pub struct Place {
     pub session_id: Option<String>,
     /// Its transcript file, which hooks see as `transcript_path`.
     pub transcript: Option<PathBuf>,
+    /// The model its loop calls, which SessionStart hooks see as `model`.
+    pub model: String,
 }
 
 /// A started agent session, and its effective permissions for the report.
@@ -175,7 +184,8 @@ pub async fn start(
     sink: Arc<dyn EventSink>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<Started> {
-    let Place { run, cwd, read: extra_read, env, results, private, egress, source, session_id, transcript } = place;
+    let Place { run, cwd, read: extra_read, env, results, private, egress, source, session_id, transcript, model } =
+        place;
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
     read.extend(extra_read);
     // The skills it may load: their files are readable (never writable).
@@ -193,11 +203,8 @@ pub async fn start(
     };
     let orch_workflows::PermissionsSpec { mode, allow, deny, ask } = &spec.permissions;
     let rules = RuleSet {
-        // The plan resolves an unnamed mode to `Default`: that is orch's default (`None`).
-        mode: match mode {
-            orch_agents::permissions::Mode::Default => None,
-            mode => Some(*mode),
-        },
+        // `None`: no mode named, orch's default.
+        mode: *mode,
         on_ask: AskFallback::default(),
         allow: allow.clone(),
         deny: deny.clone(),
@@ -229,6 +236,7 @@ pub async fn start(
         mcp_servers: sources.extensions.mcp_servers.clone(),
         session_id: session_id.unwrap_or_else(|| format!("{run}/{}", spec.id)),
         transcript: transcript.clone(),
+        model,
         // No single file can grow past the agent's disk limit.
         file_size_limit: Some(max_disk(spec).bytes()),
         egress,
@@ -265,11 +273,17 @@ pub async fn equip(
     cancel: &CancellationToken,
 ) -> crate::error::Result<Equipped> {
     let LoopOptions { limits, setting } = options;
-    let model = spec.model.clone().unwrap_or_else(|| models.default_model.clone());
+    let model = models.model_of(spec);
     let mut config = QueryConfig::new(&spec.id, &model);
     config.fallback_model = models.fallback_model.clone();
     config.prices = models.prices.clone();
-    config.system = session.instructions(&model, spec.instructions, cancel).await;
+    let (system, loaded) = session.instructions(&model, spec.instructions, cancel).await;
+    config.system = system;
+    if !loaded.is_empty()
+        && let Some(hooks) = session.pool().and_then(|pool| orch_agents::tool::ToolRunner::hooks(pool))
+    {
+        hooks.instructions_loaded(&loaded).await;
+    }
     if let Some(setting) = setting {
         orch_agents::prompt::set_setting(&mut config.system, setting);
     }

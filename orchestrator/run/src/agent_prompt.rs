@@ -13,7 +13,8 @@ use orch_agents::protocol::ToolExecutor;
 use tokio_util::sync::CancellationToken;
 
 /// The system prompt of an agent working in `cwd` (whose git snapshot is `git`) on
-/// `model`, whose tool host is `executor`.
+/// `model`, whose tool host is `executor`, and the instruction files it holds (for the
+/// InstructionsLoaded hooks).
 pub async fn build(
     cwd: &Path,
     git: Option<&GitSnapshot>,
@@ -21,7 +22,7 @@ pub async fn build(
     with_instructions: bool,
     executor: &dyn ToolExecutor,
     cancel: &CancellationToken,
-) -> Vec<SystemPart> {
+) -> (Vec<SystemPart>, Vec<instructions::Loaded>) {
     let found = if with_instructions {
         match instructions::load(executor, cancel.child_token()).await {
             Ok(found) => Some(found),
@@ -33,12 +34,18 @@ pub async fn build(
     } else {
         None
     };
-    system_prompt(&Environment {
+    let loaded = found.as_ref().map_or_else(Vec::new, |found| {
+        let root = instructions::repository_root(cwd);
+        let root = root.canonicalize().unwrap_or(root);
+        found.loaded(&root, "session_start", None)
+    });
+    let system = system_prompt(&Environment {
         cwd,
         is_git_repo: git.is_some(),
         model,
         date: &crate::clock::today(),
         git,
         instructions: found.as_ref(),
-    })
+    });
+    (system, loaded)
 }

@@ -116,6 +116,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         // written (else an empty `transcript_path`: exec keeps no other).
         session_id: Some(session_id.clone()),
         transcript: args.transcript.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        model: models.model_of(&spec),
     };
     args.reporter.agent_started(&spec.id);
     let started = std::time::Instant::now();
@@ -161,7 +162,7 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
             model: &equipped.config.model,
             tools,
             mcp_servers: sources.extensions.mcp_servers.keys().cloned().collect(),
-            permission_mode: spec.permissions.mode.to_string(),
+            permission_mode: spec.permissions.mode.map_or("default", |m| m.as_str()).to_string(),
             slash_commands: sources.commands.commands.iter().map(|c| c.name.clone()).collect(),
             agents: sources.subagents.definitions().iter().map(|d| d.name.clone()).collect(),
             skills: sources.skills.skills.skills.iter().map(|s| s.name.clone()).collect(),
@@ -217,7 +218,15 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         }
         ExecOutput::Json | ExecOutput::StreamJson => {
             let stop = claude.stop_reason();
-            args.reporter.json_line(&crate::exec_format::result(&report, &answer, &session_id, stop, interrupts.code()))
+            let denials = claude.denials();
+            args.reporter.json_line(&crate::exec_format::result(
+                &report,
+                &answer,
+                &session_id,
+                stop,
+                denials,
+                interrupts.code(),
+            ))
         }
         ExecOutput::Text | ExecOutput::Events => {}
     }

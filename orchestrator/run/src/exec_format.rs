@@ -6,8 +6,12 @@
 //! `session_id`. orch's own keys (`status`, `terminal`, `reason`, ...) sit beside
 //! Claude Code's; readers that do not know them ignore them.
 //!
-//! Sub-agents' events are not streamed (Claude Code shows them with a
-//! `parent_tool_use_id`); their usage and cost are in the totals.
+//! A sub-agent is streamed as Claude Code streams it: a `system` `task_started` line,
+//! its prompt as a `user` line, its tool calls and results, and a `task_notification`
+//! line when it ends (its last answer is the Agent call's result, not a line of its
+//! own), each with the id of the `Agent` call as `parent_tool_use_id`; its usage and
+//! cost are in the totals. A call that permissions or a hook denied gets a `system`
+//! `permission_denied` line and is listed in the result's `permission_denials`.
 
 use std::sync::Mutex;
 
@@ -76,11 +80,36 @@ pub(crate) struct Stream {
 
 #[derive(Default)]
 struct State {
-    model: String,
-    usage: Value,
+    main: Scope,
+    /// Each sub-agent's, by its id.
+    nested: std::collections::HashMap<String, Scope>,
+    /// The sub-agents whose task_started line is out.
+    started: std::collections::HashSet<String>,
     message: u32,
+    /// Sub-agents' assistant messages so far (for their ids).
+    nested_messages: u32,
     /// Whether the last assistant message asked for tools.
     tool_use: bool,
+    /// The input of each call started, by id, until it finishes.
+    inputs: std::collections::HashMap<String, Value>,
+    /// `{tool_name, tool_use_id, tool_input}` of each denied call.
+    denials: Vec<Value>,
+}
+
+/// The model and latest usage of one agent, for its assistant lines, and (for a
+/// sub-agent) its report.
+#[derive(Default)]
+struct Scope {
+    model: String,
+    usage: Value,
+    report: String,
+    /// A sub-agent's type and description (from its Agent call), tokens, tool calls
+    /// and start.
+    subagent_type: String,
+    description: String,
+    tokens: u64,
+    tool_uses: u64,
+    started: Option<std::time::Instant>,
 }
 
 impl Stream {
@@ -88,13 +117,30 @@ impl Stream {
         Stream { session_id: session_id.to_string(), state: Mutex::new(State::default()) }
     }
 
-    /// Notes what the result line needs of `event` (the last answer's stop reason),
-    /// without making lines.
+    /// Notes what the result line needs of `event` (the last answer's stop reason, the
+    /// denied calls), without making lines.
     pub(crate) fn observe(&self, event: &Event) {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Event::AssistantMessage { message, .. } = event {
-            let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             state.message += 1;
             state.tool_use = message.content.iter().any(|b| matches!(b, orch_agents::ContentBlock::ToolUse { .. }));
+        }
+        let mut inner = event;
+        while let Event::Subagent { event, .. } = inner {
+            inner = event;
+        }
+        match inner {
+            Event::ToolUseStarted { id, input, .. } => {
+                state.inputs.insert(id.clone(), input.clone());
+            }
+            Event::ToolUseFinished { id, name, denied, .. } => {
+                let input = state.inputs.remove(id);
+                if *denied {
+                    let input = input.unwrap_or(Value::Null);
+                    state.denials.push(json!({"tool_name": name, "tool_use_id": id, "tool_input": input}));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -102,53 +148,179 @@ impl Stream {
     pub(crate) fn lines(&self, event: &Event) -> Vec<Value> {
         self.observe(event);
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (event, nested) = match event {
+            Event::Subagent { agent, tool_use_id, event } => {
+                let mut inner = event.as_ref();
+                while let Event::Subagent { event, .. } = inner {
+                    inner = event;
+                }
+                (inner, Some((agent.as_str(), tool_use_id.as_deref())))
+            }
+            event => (event, None),
+        };
+        let parent = nested.and_then(|(_, id)| id);
+        let mut out = Vec::new();
+        // A sub-agent's first event: Claude Code's task_started line, then its prompt as
+        // a user line, both from the input of the Agent call.
+        if let Some((agent, Some(call))) = nested
+            && state.started.insert(agent.to_string())
+        {
+            let input = state.inputs.get(call).cloned().unwrap_or(Value::Null);
+            let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+            let scope = state.nested.entry(agent.to_string()).or_default();
+            scope.subagent_type =
+                input.get("subagent_type").and_then(Value::as_str).unwrap_or("general-purpose").to_string();
+            scope.description = text("description");
+            scope.started = Some(std::time::Instant::now());
+            out.push(json!({
+                "type": "system",
+                "subtype": "task_started",
+                "task_id": agent,
+                "tool_use_id": call,
+                "description": text("description"),
+                "subagent_type": input.get("subagent_type").and_then(Value::as_str).unwrap_or("general-purpose"),
+                "is_backgrounded": input.get("run_in_background").and_then(Value::as_bool).unwrap_or(false),
+                "task_type": "local_agent",
+                "spawn_depth": agent.matches("/sub-").count(),
+                "run_id": self.session_id,
+                "prompt": text("prompt"),
+                "uuid": uuid(),
+                "session_id": self.session_id,
+            }));
+            out.push(json!({
+                "type": "user",
+                "message": {"role": "user", "content": [{"type": "text", "text": text("prompt")}]},
+                "parent_tool_use_id": call,
+                "session_id": self.session_id,
+                "uuid": uuid(),
+            }));
+        }
+        // What Claude Code adds to each line of a sub-agent.
+        let tag = |state: &State, line: &mut Value| {
+            if let Some((agent, _)) = nested {
+                let scope = state.nested.get(agent);
+                line["agent_id"] = agent.into();
+                line["subagent_type"] = scope.map(|s| s.subagent_type.clone()).unwrap_or_default().into();
+                line["task_description"] = scope.map(|s| s.description.clone()).unwrap_or_default().into();
+            }
+        };
+        if let Some(first) = out.iter_mut().find(|l| l["type"] == "user") {
+            tag(&state, first);
+        }
         match event {
             Event::Usage { model, usage, .. } => {
-                state.model = model.clone();
-                state.usage = serde_json::to_value(usage).unwrap_or(Value::Null);
-                Vec::new()
+                let scope = match nested {
+                    Some((agent, _)) => state.nested.entry(agent.to_string()).or_default(),
+                    None => &mut state.main,
+                };
+                scope.model = model.clone();
+                scope.usage = serde_json::to_value(usage).unwrap_or(Value::Null);
+                scope.tokens += usage.total();
+            }
+            // A sub-agent's last answer is its report, which the Agent call's result
+            // carries: Claude Code does not stream it.
+            Event::AssistantMessage { message, .. }
+                if nested.is_some()
+                    && !message.content.iter().any(|b| matches!(b, orch_agents::ContentBlock::ToolUse { .. })) =>
+            {
+                if let Some((agent, _)) = nested {
+                    state.nested.entry(agent.to_string()).or_default().report = message.text();
+                }
             }
             Event::AssistantMessage { message, .. } => {
                 let blocks = serde_json::to_value(&message.content).unwrap_or(Value::Null);
                 let blocks = blocks.as_array().cloned().unwrap_or_default();
-                let id = format!("msg_orch_{}", state.message);
-                blocks
-                    .into_iter()
-                    .map(|block| {
-                        json!({
-                            "type": "assistant",
-                            "message": {
-                                "id": id,
-                                "type": "message",
-                                "role": "assistant",
-                                "model": state.model,
-                                "content": [block],
-                                "stop_reason": null,
-                                "stop_sequence": null,
-                                "usage": state.usage,
-                            },
-                            "parent_tool_use_id": null,
-                            "session_id": self.session_id,
-                            "uuid": uuid(),
-                        })
+                let (id, scope) = match nested {
+                    Some((agent, _)) => {
+                        state.nested_messages += 1;
+                        (format!("msg_orch_{agent}_{}", state.nested_messages), state.nested.get(agent))
+                    }
+                    None => (format!("msg_orch_{}", state.message), Some(&state.main)),
+                };
+                let (model, usage) = scope.map_or((String::new(), Value::Null), |s| (s.model.clone(), s.usage.clone()));
+                let start = out.len();
+                out.extend(blocks.into_iter().map(|block| {
+                    json!({
+                        "type": "assistant",
+                        "message": {
+                            "id": id,
+                            "type": "message",
+                            "role": "assistant",
+                            "model": model,
+                            "content": [block],
+                            "stop_reason": null,
+                            "stop_sequence": null,
+                            "usage": usage,
+                        },
+                        "parent_tool_use_id": parent,
+                        "session_id": self.session_id,
+                        "uuid": uuid(),
                     })
-                    .collect()
+                }));
+                for line in &mut out[start..] {
+                    tag(&state, line);
+                }
             }
-            Event::ToolUseFinished { id, is_error, output, .. } => {
+            Event::ToolUseFinished { id, name, is_error, output, denied, .. } => {
+                if *denied {
+                    out.push(json!({
+                        "type": "system",
+                        "subtype": "permission_denied",
+                        "tool_name": name,
+                        "tool_use_id": id,
+                        "message": output,
+                        "uuid": uuid(),
+                        "session_id": self.session_id,
+                    }));
+                }
                 let mut result = json!({"tool_use_id": id, "type": "tool_result", "content": output});
                 if *is_error {
                     result["is_error"] = true.into();
                 }
-                vec![json!({
+                let mut line = json!({
                     "type": "user",
                     "message": {"role": "user", "content": [result]},
-                    "parent_tool_use_id": null,
+                    "parent_tool_use_id": parent,
                     "session_id": self.session_id,
                     "uuid": uuid(),
-                })]
+                });
+                tag(&state, &mut line);
+                out.push(line);
+                if let Some((agent, _)) = nested {
+                    state.nested.entry(agent.to_string()).or_default().tool_uses += 1;
+                }
             }
-            _ => Vec::new(),
+            Event::Terminal { reason, .. } => {
+                if let Some((agent, call)) = nested {
+                    let scope = state.nested.get(agent);
+                    let report = scope.map(|s| s.report.clone()).unwrap_or_default();
+                    let usage = json!({
+                        "total_tokens": scope.map_or(0, |s| s.tokens),
+                        "tool_uses": scope.map_or(0, |s| s.tool_uses),
+                        "duration_ms": scope.and_then(|s| s.started).map_or(0, |t| t.elapsed().as_millis() as u64),
+                    });
+                    out.push(json!({
+                        "type": "system",
+                        "subtype": "task_notification",
+                        "task_id": agent,
+                        "tool_use_id": call,
+                        "status": if matches!(reason, Terminal::Completed) { "completed" } else { "failed" },
+                        "summary": report,
+                        "usage": usage,
+                        "run_id": self.session_id,
+                        "uuid": uuid(),
+                        "session_id": self.session_id,
+                    }));
+                }
+            }
+            _ => {}
         }
+        out
+    }
+
+    /// The calls denied so far, for the result's `permission_denials`.
+    pub(crate) fn denials(&self) -> Vec<Value> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).denials.clone()
     }
 
     /// The stop reason of the last answer, as the Messages API names it.
@@ -183,6 +355,7 @@ pub(crate) fn result(
     answer: &Answer,
     session_id: &str,
     stop_reason: Option<&str>,
+    denials: Vec<Value>,
     interrupted: Option<crate::exit::Code>,
 ) -> Value {
     let (subtype, terminal_reason) = subtype(report, &answer.terminal);
@@ -208,7 +381,7 @@ pub(crate) fn result(
         "total_cost_usd": report.cost_usd,
         "usage": usage,
         "modelUsage": model_usage,
-        "permission_denials": [],
+        "permission_denials": denials,
         "terminal_reason": terminal_reason,
         "uuid": uuid(),
         // orch's own keys.

@@ -136,10 +136,6 @@ fn hooks_of(settings: &Value, file: &str) -> crate::error::Result<Vec<CommandHoo
 /// Why orch does not run the Claude Code hook event `event`.
 pub fn not_run(event: &str) -> &'static str {
     match event {
-        "PermissionRequest" => {
-            "it runs when Claude Code shows a person a permission dialog, and Claude Code does not run it with `-p` \
-             either; a PreToolUse hook decides calls, and a Notification hook hears of an approval nobody could give"
-        }
         "PermissionDenied" => "it follows denials by Claude Code's auto-mode classifier, which orch does not have",
         "UserPromptExpansion" => "it runs when a person types a slash command",
         "Setup" => "it runs for `claude --init` and `--maintenance`",
@@ -148,11 +144,10 @@ pub fn not_run(event: &str) -> &'static str {
         "ConfigChange" | "FileChanged" | "CwdChanged" => {
             "orch reads settings once, from the trusted ref, and watches no files"
         }
-        "InstructionsLoaded" => {
-            "orch does not run it yet: it reads the instruction files once, before the agent starts"
-        }
         "WorktreeCreate" | "WorktreeRemove" => "orch makes and removes worktrees in the coordinator itself",
-        "MessageDisplay" | "PostToolBatch" => "orch does not run this event yet",
+        "MessageDisplay" => {
+            "it changes how a message streams on a person's screen, and an orch agent's messages stream to none"
+        }
         _ => "not an event orch knows",
     }
 }
@@ -203,7 +198,7 @@ mod tests {
                     {"type": "command", "command": "check.sh", "timeout": 30},
                     {"type": "prompt", "prompt": "Is this fine?"}
                 ]}],
-                "PermissionRequest": [{"hooks": [{"type": "command", "command": "x"}]}],
+                "MessageDisplay": [{"hooks": [{"type": "command", "command": "x"}]}],
                 "Stop": [{"hooks": [{"type": "command", "command": "stop.sh"}]}],
                 "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "prompt.sh"}]}]
             }

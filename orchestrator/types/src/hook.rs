@@ -21,11 +21,14 @@
 #[cfg_attr(feature = "clap", value(rename_all = "verbatim"))]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum HookEvent {
+    InstructionsLoaded,
     SessionStart,
     UserPromptSubmit,
     PreToolUse,
     PostToolUse,
     PostToolUseFailure,
+    PostToolBatch,
+    PermissionRequest,
     Notification,
     SubagentStart,
     SubagentStop,
@@ -38,12 +41,15 @@ pub enum HookEvent {
 
 impl HookEvent {
     /// Every event, in the order of an agent's life.
-    pub const ALL: [HookEvent; 13] = [
+    pub const ALL: [HookEvent; 16] = [
+        HookEvent::InstructionsLoaded,
         HookEvent::SessionStart,
         HookEvent::UserPromptSubmit,
         HookEvent::PreToolUse,
         HookEvent::PostToolUse,
         HookEvent::PostToolUseFailure,
+        HookEvent::PostToolBatch,
+        HookEvent::PermissionRequest,
         HookEvent::Notification,
         HookEvent::SubagentStart,
         HookEvent::SubagentStop,
@@ -68,6 +74,8 @@ impl HookEvent {
                 | HookEvent::PreToolUse
                 | HookEvent::PostToolUse
                 | HookEvent::PostToolUseFailure
+                | HookEvent::PostToolBatch
+                | HookEvent::PermissionRequest
                 | HookEvent::SubagentStop
                 | HookEvent::Stop
                 | HookEvent::PreCompact

@@ -152,7 +152,7 @@ async fn parallel_agent_calls_overlap_and_return_only_their_reports() {
         .events()
         .iter()
         .filter_map(|e| match e {
-            Event::Subagent { agent, event } if matches!(**event, Event::Terminal { .. }) => Some(agent.clone()),
+            Event::Subagent { agent, event, .. } if matches!(**event, Event::Terminal { .. }) => Some(agent.clone()),
             _ => None,
         })
         .collect();

@@ -147,7 +147,7 @@ agents:
     assert_eq!(one.sandbox.read, ["/a", "/b"]);
     assert_eq!(one.limits.max_turns, Some(5));
     assert_eq!(one.limits.timeout.unwrap().as_std(), StdDuration::from_secs(600));
-    assert_eq!(one.permissions.mode, PermissionMode::Plan);
+    assert_eq!(one.permissions.mode, Some(PermissionMode::Plan));
     assert_eq!(one.permissions.allow, ["Edit(src/**)"]);
     assert_eq!(one.permissions.deny, ["Bash(git push *)", "Bash(rm *)"]);
     let two = spec(&plan, "two");

@@ -43,6 +43,8 @@ fn claude_only(kind: &str) -> &'static [&'static str] {
             "view_mode",
         ],
         "user" => &["timestamp", "tool_use_result", "tool_result_meta"],
+        // Claude Code keeps each task's output in a file of its own.
+        "system/task_notification" => &["output_file"],
         "assistant" => &["timestamp"],
         "message" => &["context_management"],
         _ => &[
@@ -79,9 +81,10 @@ fn keys(v: &Value) -> BTreeSet<String> {
 /// Every key of Claude Code's `reference` line that orch's `ours` lacks, but those of
 /// [`claude_only`] (and the same for an assistant line's message).
 fn missing(reference: &Value, ours: &Value) -> Vec<String> {
-    let group = match reference["type"].as_str() {
-        Some("system") => "system/init",
-        Some(t @ ("user" | "assistant")) => t,
+    let group = match (reference["type"].as_str(), reference["subtype"].as_str()) {
+        (Some("system"), Some("task_notification")) => "system/task_notification",
+        (Some("system"), _) => "system/init",
+        (Some(t @ ("user" | "assistant")), _) => t,
         _ => "result",
     };
     let mut out: Vec<String> = keys(reference)
@@ -163,6 +166,64 @@ async fn stream_json_has_claude_codes_lines_in_its_order() {
     assert!(result["usage"]["input_tokens"].as_u64().unwrap() > 0, "{result}");
     assert_eq!(ours[3]["message"]["content"][0]["content"], "1\thello world\n");
     assert!(ours[0]["tools"].as_array().unwrap().iter().any(|t| t == "Read"), "{}", ours[0]);
+    mock.assert_tool_pairing();
+}
+
+/// The `parent_tool_use_id` of each line but the init and result lines, in order.
+fn parents(lines: &[Value]) -> Vec<Option<String>> {
+    lines[1..lines.len() - 1].iter().map(|l| l["parent_tool_use_id"].as_str().map(str::to_string)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_lines_carry_its_agent_call_and_denied_calls_are_listed() {
+    let reference = lines(&std::fs::read_to_string(fixtures().join("stream-json-agent.jsonl")).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.path().join("note.txt"), "hello world\n").unwrap();
+    let script = std::fs::read_to_string(fixtures().join("mock-script-agent.yaml")).unwrap();
+    let script = script
+        .replace("NOTE_PATH", &dir.path().join("note.txt").display().to_string())
+        .replace("OUT_PATH", &dir.path().join("out.txt").display().to_string());
+    let mock = MockServer::start().await;
+    mock.push_all(parse_steps(&script).unwrap());
+    let extra = ["--permission-mode", "default", "--tools", "Agent,Read,Write", "--output-format", "stream-json"];
+    let (code, stdout, stderr) = exec(dir.path(), &mock, &extra, None);
+    assert_eq!(code, 0, "{stderr}");
+    let ours = lines(&stdout);
+    // Claude Code's own progress lines of a task, which orch does not have.
+    let reference: Vec<Value> = reference
+        .into_iter()
+        .filter(|l| {
+            !["system/task_progress", "system/task_updated", "system/background_tasks_changed"]
+                .contains(&kind(l).as_str())
+        })
+        .collect();
+    let kinds = |l: &[Value]| l.iter().map(kind).collect::<Vec<_>>();
+    assert_eq!(kinds(&ours), kinds(&reference), "{stdout}");
+    for (theirs, mine) in reference.iter().zip(&ours) {
+        let gap = missing(theirs, mine);
+        assert!(gap.is_empty(), "orch's {} line lacks {gap:?}: {mine}", kind(mine));
+    }
+    // The same lines are the sub-agent's: they name the Agent call, the others null.
+    let agent_call = |l: &[Value]| {
+        l.iter()
+            .flat_map(|l| l["message"]["content"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["type"] == "tool_use" && b["name"] == "Agent")
+            .and_then(|b| b["id"].as_str().map(str::to_string))
+            .unwrap()
+    };
+    let shape = |l: &[Value], id: &str| parents(l).into_iter().map(|p| p.map(|p| p == id)).collect::<Vec<_>>();
+    assert_eq!(shape(&ours, &agent_call(&ours)), shape(&reference, &agent_call(&reference)), "{stdout}");
+    assert!(parents(&ours).iter().any(Option::is_some), "{stdout}");
+    // The Write that default mode denied: not run, and listed as Claude Code lists it.
+    assert!(!dir.path().join("out.txt").exists());
+    let denials = |l: &[Value]| l.last().unwrap()["permission_denials"].as_array().cloned().unwrap_or_default();
+    let (theirs, mine) = (denials(&reference), denials(&ours));
+    assert_eq!(mine.len(), theirs.len(), "{}", ours.last().unwrap());
+    assert_eq!(mine[0]["tool_name"], theirs[0]["tool_name"]);
+    assert_eq!(mine[0]["tool_input"]["content"], "hello\n");
+    let gap = missing(&theirs[0], &mine[0]);
+    assert!(gap.is_empty(), "orch's denial lacks {gap:?}: {}", mine[0]);
     mock.assert_tool_pairing();
 }
 

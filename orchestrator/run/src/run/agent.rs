@@ -290,6 +290,7 @@ async fn drive(
         source: SettingSource::Workflow,
         session_id: None,
         transcript: report.transcript.as_ref().map(|rel| shared.run_dir.join(rel)),
+        model: spec.model.clone().unwrap_or_else(|| shared.default_model.clone()),
     };
     let started = crate::agent::start(&shared.sources, spec, place, sink.clone(), cancel).await?;
     report.permissions = Some(started.permissions);

@@ -98,6 +98,7 @@ pub async fn run(
         permissions,
         results_dir: None,
         hooks: Vec::new(),
+        model: String::new(),
         mcp_servers: Default::default(),
         session_id: format!("{run_id}/setup"),
         transcript: None,

@@ -75,6 +75,8 @@ pub struct SessionSpec {
     pub session_id: String,
     /// The transcript file hooks see as `transcript_path`.
     pub transcript: Option<PathBuf>,
+    /// The model of the agent's loop (hooks' `model`; empty when there is none).
+    pub model: String,
     /// The largest file a sandboxed process may write (`RLIMIT_FSIZE`), when not the
     /// sandbox's default: an agent's `limits.max_disk`.
     pub file_size_limit: Option<u64>,
@@ -265,6 +267,7 @@ impl AgentSession {
             hooks: spec.hooks,
             session_id: spec.session_id,
             transcript: spec.transcript,
+            model: spec.model,
             events,
             cancel: cancel.clone(),
         };
@@ -359,7 +362,7 @@ impl AgentSession {
         model: &str,
         with_instructions: bool,
         cancel: &CancellationToken,
-    ) -> Vec<SystemPart> {
+    ) -> (Vec<SystemPart>, Vec<orch_agents::instructions::Loaded>) {
         match &self.executor {
             Some(executor) => {
                 let executor = executor.as_ref();
@@ -487,6 +490,7 @@ struct HookSpec {
     hooks: Vec<CommandHook>,
     session_id: String,
     transcript: Option<PathBuf>,
+    model: String,
     events: Arc<dyn EventSink>,
     cancel: CancellationToken,
 }
@@ -517,6 +521,7 @@ fn build_pool(
         .with_session_id(hooks.session_id)
         .with_transcript_path(hooks.transcript.as_deref())
         .with_permission_mode(mode)
+        .with_model(hooks.model)
         .with_cancel(hooks.cancel);
     Ok(pool.with_hooks(Arc::new(command_hooks)))
 }
