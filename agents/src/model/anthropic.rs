@@ -85,7 +85,7 @@ impl AnthropicProvider {
             headers.insert(HeaderName::from_static("authorization"), secret_header(&format!("Bearer {token}"))?);
         }
         Ok(Self {
-            client: sse::client()?,
+            client: sse::client(&url)?,
             limiter: Limiter::shared(&url, config.max_concurrent_requests),
             url,
             headers,

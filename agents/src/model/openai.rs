@@ -113,7 +113,7 @@ impl OpenAiProvider {
             headers.insert(AUTHORIZATION, value);
         }
         Ok(Self {
-            client: sse::client()?,
+            client: sse::client(&url)?,
             limiter: Limiter::shared(base, config.max_concurrent_requests),
             url,
             headers,

@@ -95,12 +95,39 @@ pub(crate) fn cut_short() -> AttemptError {
     })
 }
 
-/// A reqwest client with orch's defaults. Installs the TLS crypto provider once.
-pub(crate) fn client() -> Result<reqwest::Client, ModelError> {
+/// A reqwest client with orch's defaults for requests to `url`. Installs the TLS crypto
+/// provider once. For a plain `http://` URL (a local proxy, a test server) the system's
+/// root certificates are not loaded: reading and parsing them was half of a whole
+/// 22-turn session's instructions (BENCHMARKS.md). Such a client trusts no root, so an
+/// `https://` request through it fails verification instead of going out unchecked.
+pub(crate) fn client(url: &str) -> Result<reqwest::Client, ModelError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
-        .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| ModelError::Config { message: format!("cannot build the http client: {e}") })
+        .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION")));
+    if is_plain_http(url) {
+        builder = builder.tls_certs_only(Vec::new());
+    }
+    builder.build().map_err(|e| ModelError::Config { message: format!("cannot build the http client: {e}") })
+}
+
+/// Whether `url` is plain HTTP (no TLS), by its scheme.
+fn is_plain_http(url: &str) -> bool {
+    url.get(..7).is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_http_url_skips_the_root_certificates() {
+        assert!(is_plain_http("http://127.0.0.1:8080/v1/messages"));
+        assert!(is_plain_http("HTTP://localhost"));
+        assert!(!is_plain_http("https://api.anthropic.com/v1/messages"));
+        assert!(!is_plain_http("http:/"));
+        assert!(!is_plain_http(""));
+        assert!(client("http://127.0.0.1:1").is_ok());
+        assert!(client("https://api.anthropic.com").is_ok());
+    }
 }
