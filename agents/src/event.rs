@@ -285,6 +285,16 @@ pub enum Event {
 }
 
 impl Event {
+    /// The event itself, or for a sub-agent's event (however deeply nested) the event
+    /// it wraps.
+    pub fn innermost(&self) -> &Event {
+        let mut inner = self;
+        while let Event::Subagent { event, .. } = inner {
+            inner = event;
+        }
+        inner
+    }
+
     pub(crate) fn retry(attempt: u32, delay: Duration, error: String) -> Self {
         Self::Retry { attempt, delay_ms: delay.as_millis() as u64, error }
     }

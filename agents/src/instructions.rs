@@ -71,9 +71,12 @@ impl Instructions {
     }
 
     /// The files as InstructionsLoaded hooks see them, loaded for `reason`
-    /// (`session_start`, `nested_traversal`) in the repository at `root`, after a tool
+    /// (`session_start`, `nested_traversal`) for an agent working in `cwd`, after a tool
     /// touched `trigger` (nested loads); an imported file's reason is `include`.
-    pub fn loaded(&self, root: &Path, reason: &str, trigger: Option<&Path>) -> Vec<Loaded> {
+    pub fn loaded(&self, cwd: &Path, reason: &str, trigger: Option<&Path>) -> Vec<Loaded> {
+        // Paths are relative to the repository root, as the collector resolved it.
+        let root = repository_root(cwd);
+        let root = root.canonicalize().unwrap_or(root);
         let absolute = |rel: &str| root.join(rel).display().to_string();
         self.files
             .iter()

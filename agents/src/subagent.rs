@@ -420,11 +420,7 @@ impl EventSink for NestedSink {
         if matches!(event, Event::TextDelta { .. }) {
             return;
         }
-        let mut inner = &event;
-        while let Event::Subagent { event, .. } = inner {
-            inner = event;
-        }
-        if let Event::Usage { usage, cost_usd, .. } = inner {
+        if let Event::Usage { usage, cost_usd, .. } = event.innermost() {
             self.ledger.add(*usage, *cost_usd);
         }
         let wrapped = match event {

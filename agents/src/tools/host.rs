@@ -101,9 +101,7 @@ impl HostTools {
                     if !found.files.is_empty() {
                         rich.text.push_str("\n\n");
                         rich.text.push_str(&crate::prompt::render_nested(&found));
-                        let root = crate::instructions::repository_root(ctx.session.cwd());
-                        let root = root.canonicalize().unwrap_or(root);
-                        loaded = found.loaded(&root, "nested_traversal", Some(&touched));
+                        loaded = found.loaded(ctx.session.cwd(), "nested_traversal", Some(&touched));
                     }
                 }
                 let mut output = ToolOutput::ok(rich.text).with_attachments(rich.attachments);

@@ -34,11 +34,7 @@ pub async fn build(
     } else {
         None
     };
-    let loaded = found.as_ref().map_or_else(Vec::new, |found| {
-        let root = instructions::repository_root(cwd);
-        let root = root.canonicalize().unwrap_or(root);
-        found.loaded(&root, "session_start", None)
-    });
+    let loaded = found.as_ref().map_or_else(Vec::new, |found| found.loaded(cwd, "session_start", None));
     let system = system_prompt(&Environment {
         cwd,
         is_git_repo: git.is_some(),

@@ -125,11 +125,7 @@ impl Stream {
             state.message += 1;
             state.tool_use = message.content.iter().any(|b| matches!(b, orch_agents::ContentBlock::ToolUse { .. }));
         }
-        let mut inner = event;
-        while let Event::Subagent { event, .. } = inner {
-            inner = event;
-        }
-        match inner {
+        match event.innermost() {
             Event::ToolUseStarted { id, input, .. } => {
                 state.inputs.insert(id.clone(), input.clone());
             }
@@ -150,11 +146,7 @@ impl Stream {
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (event, nested) = match event {
             Event::Subagent { agent, tool_use_id, event } => {
-                let mut inner = event.as_ref();
-                while let Event::Subagent { event, .. } = inner {
-                    inner = event;
-                }
-                (inner, Some((agent.as_str(), tool_use_id.as_deref())))
+                (event.innermost(), Some((agent.as_str(), tool_use_id.as_deref())))
             }
             event => (event, None),
         };

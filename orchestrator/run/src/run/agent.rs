@@ -279,6 +279,12 @@ async fn drive(
         reporter: shared.reporter.clone(),
         checkpoints,
     });
+    let models = Models {
+        provider: shared.provider.clone(),
+        default_model: shared.default_model.clone(),
+        fallback_model: shared.fallback_model.clone(),
+        prices: shared.prices.clone(),
+    };
     let place = Place {
         run: shared.run_id.clone(),
         cwd: worktree.path().to_path_buf(),
@@ -290,7 +296,7 @@ async fn drive(
         source: SettingSource::Workflow,
         session_id: None,
         transcript: report.transcript.as_ref().map(|rel| shared.run_dir.join(rel)),
-        model: spec.model.clone().unwrap_or_else(|| shared.default_model.clone()),
+        model: models.model_of(spec),
     };
     let started = crate::agent::start(&shared.sources, spec, place, sink.clone(), cancel).await?;
     report.permissions = Some(started.permissions);
@@ -302,12 +308,6 @@ async fn drive(
     report.timings.host_ms = ms(at);
 
     let outcome = async {
-        let models = Models {
-            provider: shared.provider.clone(),
-            default_model: shared.default_model.clone(),
-            fallback_model: shared.fallback_model.clone(),
-            prices: shared.prices.clone(),
-        };
         // Its own limits, capped by what the run has left.
         let options = LoopOptions { limits: shared.meter.cap(spec.limits), setting: None };
         let equipped =

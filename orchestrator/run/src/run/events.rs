@@ -146,11 +146,7 @@ impl EventSink for AgentSink {
             self.reporter.json_line(&line);
         }
         // A turn that stays within the run's turn limit runs to its end, tools included.
-        let mut inner = &event;
-        while let Event::Subagent { event, .. } = inner {
-            inner = event;
-        }
-        let over = match inner {
+        let over = match event.innermost() {
             Event::Usage { .. } => self.meter.over_budget(),
             Event::TurnStarted { .. } => self.meter.over_turns(true),
             _ => None,
