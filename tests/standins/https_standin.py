@@ -12,6 +12,7 @@ One server, one certificate for several names, routed by the Host header:
 
 Usage:
   python3 tests/standins/https_standin.py --dir DIR --basic user:token --bearer TOKEN
+  STANDIN_BASIC=user:token STANDIN_BEARER=TOKEN python3 tests/standins/https_standin.py --dir DIR
 
 It makes DIR/ca.pem (the stand-in's own certificate authority: what a client must trust),
 DIR/git/private.git (one commit with README), listens on 127.0.0.1 (--port, 0 = any),
@@ -207,10 +208,16 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True)
-    p.add_argument("--basic", required=True, help="user:token that git.example.test requires")
-    p.add_argument("--bearer", required=True, help="the token api.example.test requires")
+    # The secrets may come from the environment instead, so that they are not on the
+    # command line (which every process of the same user can read).
+    p.add_argument("--basic", default=os.environ.get("STANDIN_BASIC"),
+                   help="user:token that git.example.test requires (default: $STANDIN_BASIC)")
+    p.add_argument("--bearer", default=os.environ.get("STANDIN_BEARER"),
+                   help="the token api.example.test requires (default: $STANDIN_BEARER)")
     p.add_argument("--port", type=int, default=0)
     a = p.parse_args()
+    if not a.basic or not a.bearer:
+        p.error("give --basic and --bearer, or set STANDIN_BASIC and STANDIN_BEARER")
     os.makedirs(a.dir, exist_ok=True)
     leaf, key = make_certificates(a.dir)
     make_repository(a.dir)

@@ -36,11 +36,14 @@ pub struct LoadOptions {
     /// the workflow's own `mcp_servers` count, so `mcp__<server>__<tool>` must name one of
     /// those.
     pub mcp_servers: Option<Vec<String>>,
+    /// Whether a variable is set, not empty, in the coordinator's environment (the
+    /// variables credentials name). `None`: not checked.
+    pub env_set: Option<fn(&str) -> bool>,
 }
 
 impl Default for LoadOptions {
     fn default() -> LoadOptions {
-        LoadOptions { max_bytes: MAX_FILE_BYTES, mcp_servers: None }
+        LoadOptions { max_bytes: MAX_FILE_BYTES, mcp_servers: None, env_set: None }
     }
 }
 
@@ -103,7 +106,12 @@ fn load_checked(text: &str, file_name: &str, options: &LoadOptions) -> Result<Wo
     let mut diagnostics = loader.diagnostics;
     if let Some((mut workflow, broken)) = workflow {
         workflow.source = Source { file: Arc::new(source.clone()), tree: Arc::new(root) };
-        diagnostics.extend(crate::validate::validate(&workflow, &broken, options.mcp_servers.as_deref()));
+        diagnostics.extend(crate::validate::validate(
+            &workflow,
+            &broken,
+            options.mcp_servers.as_deref(),
+            options.env_set,
+        ));
         if diagnostics.is_empty() {
             return Ok(workflow);
         }

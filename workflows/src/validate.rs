@@ -78,6 +78,7 @@ pub(crate) fn validate(
     workflow: &Workflow,
     broken: &HashSet<String>,
     mcp_servers: Option<&[String]>,
+    env_set: Option<fn(&str) -> bool>,
 ) -> Vec<Diagnostic> {
     let root = workflow.source.tree.as_ref();
     let entries: &[Entry] = root.entry("agents").and_then(|e| e.value.entries()).unwrap_or_default();
@@ -96,6 +97,7 @@ pub(crate) fn validate(
         broken,
         upstream: HashMap::default(),
         servers,
+        env_set,
         filters: HashMap::default(),
         suggest_budget: SUGGEST_BUDGET,
     };
@@ -126,6 +128,9 @@ struct Checker<'a> {
     filters: HashMap<String, bool>,
     /// Names "did you mean" may still compare (see [`SUGGEST_BUDGET`]).
     suggest_budget: usize,
+    /// Whether a variable is set (and not empty) in the coordinator's environment;
+    /// `None`: not checked.
+    env_set: Option<fn(&str) -> bool>,
 }
 
 /// What a prompt or template belongs to, written out only when a message names it.
@@ -185,6 +190,9 @@ impl<'a> Checker<'a> {
         self.check_sandbox(&defaults.sandbox, || path(&["defaults", "sandbox"]));
         self.check_inputs();
         self.check_setup();
+        if let Some(network) = &self.workflow.setup_network {
+            self.check_network(network, || path(&["setup", "network"]));
+        }
         self.check_subagents();
         self.check_extensions();
         if self.workflow.agents.is_empty() && self.broken.is_empty() && self.root.entry("agents").is_some() {
@@ -555,6 +563,9 @@ impl<'a> Checker<'a> {
     }
 
     fn check_sandbox(&mut self, sandbox: &SandboxConfig, base: impl Fn() -> Vec<Seg>) {
+        if let Some(network) = &sandbox.network {
+            self.check_network(network, || with(base(), Seg::key("network")));
+        }
         if sandbox.image.is_some() && sandbox.backend.is_some_and(|b| b != crate::schema::Backend::Container) {
             let at = self.key_at(&with(base(), Seg::key("image")));
             self.error(
@@ -573,6 +584,51 @@ impl<'a> Checker<'a> {
                         "write a path, e.g. `~/.cargo/registry`, or remove the item",
                     );
                 }
+            }
+        }
+    }
+
+    /// The credentials of an allowlist: well formed, for a host the list allows, from a
+    /// variable the coordinator has.
+    fn check_network(&mut self, network: &crate::schema::NetworkSetting, base: impl Fn() -> Vec<Seg>) {
+        let Some(list) = network.allowlist() else { return };
+        let mut seen = HashSet::default();
+        for (i, credential) in list.credentials.iter().enumerate() {
+            let at_entry = || with(with(base(), Seg::key("credentials")), Seg::Index(i));
+            if let Some((field, message, hint)) = credential.problem() {
+                let at = self.at(&with(at_entry(), Seg::key(field)));
+                self.error(at, message, hint);
+                continue;
+            }
+            let (Some((host, port)), Some((var, _))) = (credential.host_port(), credential.variable()) else {
+                continue;
+            };
+            if !seen.insert((host.clone(), port)) {
+                let at = self.at(&with(at_entry(), Seg::key("host")));
+                self.error(
+                    at,
+                    format!("a second credential for `{host}:{port}`"),
+                    "keep one credential per host and port",
+                );
+            }
+            if !list.allows_name(&host) {
+                let at = self.at(&with(at_entry(), Seg::key("host")));
+                self.error(
+                    at,
+                    format!("the credential is for `{host}`, which the allowlist does not allow"),
+                    format!("add `{host}` to `allow` (and keep it out of `deny`), or remove the credential"),
+                );
+            }
+            if let Some(set) = self.env_set
+                && !set(var)
+            {
+                let field = if credential.basic_env.is_some() { "basic_env" } else { "bearer_env" };
+                let at = self.at(&with(at_entry(), Seg::key(field)));
+                self.error(
+                    at,
+                    format!("`{var}` is not set, or empty, in orch's environment (the credential for `{host}`)"),
+                    format!("export {var} before running orch, e.g. from a CI secret"),
+                );
             }
         }
     }

@@ -57,6 +57,9 @@ pub enum RunStep {
         reason: Option<String>,
         bytes_up: u64,
         bytes_down: u64,
+        /// Requests the proxy added a credential to (its value is never recorded).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        credentials: u64,
     },
     /// The run ended; `report` is the run's `report.json` (versioned separately, see
     /// its `version` field).
@@ -92,6 +95,10 @@ impl RunEvent {
 /// The JSON Schema of a [`RunEvent`] line.
 pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(RunEvent)).unwrap_or(serde_json::Value::Null)
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -25,7 +25,11 @@ pub fn load(path: &Path) -> Result<Workflow, Code> {
 /// of its `.mcp.json` may be named by `mcp__<server>__<tool>` tools.
 pub fn load_options(config: &RepoConfig) -> Result<LoadOptions, UsageError> {
     let servers = crate::hooks_config::repo_mcp_servers(config).map_err(|e| UsageError(e.to_string()))?;
-    Ok(LoadOptions { mcp_servers: Some(servers.into_keys().collect()), ..LoadOptions::default() })
+    Ok(LoadOptions {
+        mcp_servers: Some(servers.into_keys().collect()),
+        env_set: Some(crate::proxy::credentials::is_set),
+        ..LoadOptions::default()
+    })
 }
 
 /// Loads and checks `path` against the repository `config`, as `orch validate` and

@@ -19,6 +19,8 @@ pub use duration::{Duration, DurationError};
 pub use hook::HookEvent;
 pub use limits::Limits;
 pub use permission::PermissionMode;
-pub use sandbox::{Allowlist, Backend, NETWORK_PRESETS, Network, NetworkSetting, check_network_entry};
+pub use sandbox::{
+    Allowlist, Backend, Credential, CredentialKind, NETWORK_PRESETS, Network, NetworkSetting, check_network_entry,
+};
 pub use size::{Size, SizeError};
 pub use tools::ToolInfo;

@@ -117,6 +117,132 @@ pub struct Allowlist {
     #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::entries"))]
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub deny: Vec<String>,
+    /// Credentials the proxy adds to requests for one allowed host each; the sandbox
+    /// never sees their values.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    pub credentials: Vec<Credential>,
+}
+
+/// A secret the egress proxy adds to every HTTPS request for one host (exact name and
+/// port), terminating TLS for that host only. The value comes from the coordinator's
+/// environment variable that `basic_env` (`user:token`, sent as HTTP Basic) or
+/// `bearer_env` (sent as `Authorization: Bearer`) names; a workflow never holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Credential {
+    /// `host` or `host:port` (port 443 when none is given).
+    pub host: String,
+    /// The variable holding `user:token`, sent as `Authorization: Basic`.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub basic_env: Option<String>,
+    /// The variable holding a token, sent as `Authorization: Bearer`.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub bearer_env: Option<String>,
+    /// A PEM file of the certificate authority that verifies the real server (relative
+    /// paths from the repository root); the system's roots (honouring `SSL_CERT_FILE`)
+    /// when absent.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub ca: Option<String>,
+}
+
+/// How a credential is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialKind {
+    Basic,
+    Bearer,
+}
+
+impl Credential {
+    /// The variable that holds the value and how it is sent; `None` unless exactly one
+    /// of `basic_env` and `bearer_env` is set.
+    pub fn variable(&self) -> Option<(&str, CredentialKind)> {
+        match (&self.basic_env, &self.bearer_env) {
+            (Some(v), None) => Some((v, CredentialKind::Basic)),
+            (None, Some(v)) => Some((v, CredentialKind::Bearer)),
+            _ => None,
+        }
+    }
+
+    /// The host name (lowercase, no trailing dot) and port the credential is for.
+    pub fn host_port(&self) -> Option<(String, u16)> {
+        let text = self.host.trim();
+        let (name, port) = match text.rsplit_once(':') {
+            Some((name, port)) => (name, port.parse::<u16>().ok().filter(|p| *p != 0)?),
+            None => (text, 443),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let valid = !name.starts_with("*")
+            && name.parse::<std::net::IpAddr>().is_err()
+            && check_network_entry(&name).is_ok()
+            && !name.starts_with("preset:");
+        valid.then_some((name, port))
+    }
+
+    /// What is wrong with the entry's shape, as (field, message, hint); `None` when it
+    /// is well formed. Whether the host is allowed and the variable set is checked by
+    /// the workflow's validation.
+    pub fn problem(&self) -> Option<(&'static str, String, String)> {
+        if self.host_port().is_none() {
+            return Some((
+                "host",
+                format!("`{}` is not a host name with an optional port", self.host),
+                "write one exact host name, e.g. `git.example.com` or `git.example.com:8443` (no patterns, addresses or presets)"
+                    .into(),
+            ));
+        }
+        let Some((var, _)) = self.variable() else {
+            return Some((
+                "host",
+                format!("the credential for `{}` names no variable, or two", self.host),
+                "write exactly one of `basic_env: VAR` (VAR holds user:token) or `bearer_env: VAR` (VAR holds a token)"
+                    .into(),
+            ));
+        };
+        let field = if self.basic_env.is_some() { "basic_env" } else { "bearer_env" };
+        if !is_variable_name(var) {
+            return Some((
+                field,
+                format!("`{field}` must name an environment variable, and this is not a variable name"),
+                "put the secret in the coordinator's environment (e.g. a CI secret) and write its name, e.g. `GIT_TOKEN`; a workflow must never hold the value itself"
+                    .into(),
+            ));
+        }
+        if self.ca.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Some(("ca", "empty `ca` path".into(), "name a PEM file, or remove `ca`".into()));
+        }
+        None
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_variable_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+impl Allowlist {
+    /// Whether the lists let an agent reach `name` by name (exact entries, `*.domain`,
+    /// `*`, presets; deny wins). The proxy enforces the same rules on every request.
+    pub fn allows_name(&self, name: &str) -> bool {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let matches = |entry: &String| {
+            let entry = entry.trim().trim_end_matches('.').to_ascii_lowercase();
+            if entry == "*" {
+                return true;
+            }
+            if let Some(preset) = entry.strip_prefix("preset:") {
+                return NETWORK_PRESETS.iter().any(|(n, hosts)| *n == preset && hosts.contains(&name.as_str()));
+            }
+            match entry.strip_prefix("*.") {
+                Some(domain) => name.ends_with(&format!(".{domain}")),
+                None => entry == name,
+            }
+        };
+        !self.deny.iter().any(matches) && self.allow.iter().any(matches)
+    }
 }
 
 #[cfg(feature = "schemars")]
@@ -163,6 +289,11 @@ impl NetworkSetting {
                 if !list.deny.is_empty() {
                     text.push_str("; deny ");
                     text.push_str(&list.deny.join(", "));
+                }
+                if !list.credentials.is_empty() {
+                    let hosts: Vec<&str> = list.credentials.iter().map(|c| c.host.as_str()).collect();
+                    text.push_str("; credentials for ");
+                    text.push_str(&hosts.join(", "));
                 }
                 text
             }

@@ -7,6 +7,7 @@ mod ci;
 mod cli_output;
 mod containment;
 mod crash_points;
+mod credentials;
 mod descriptors;
 mod docs;
 mod examples;

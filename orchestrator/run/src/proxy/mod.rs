@@ -13,7 +13,14 @@
 //! forwarding (absolute-form requests). It resolves names itself, refuses names that
 //! resolve to private addresses unless the policy names them, and reports every
 //! decision with its byte counts.
+//!
+//! The one exception to "never terminated": a host the agent has a credential for
+//! (`sandbox.network.credentials`). Its tunnels are intercepted ([`intercept`]) with a
+//! certificate from the run's authority ([`credentials::Authority`]), so that the proxy
+//! can add the credential the sandbox never sees.
 
+pub mod credentials;
+mod intercept;
 pub mod policy;
 pub mod run;
 pub mod sni;
@@ -49,6 +56,8 @@ pub struct ProxyEvent {
     pub denied: Option<String>,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// Requests of the connection the proxy added a credential to (never its value).
+    pub credentials: u64,
 }
 
 /// Where an agent's decisions go.
@@ -100,12 +109,23 @@ struct Agent {
     /// replaced.
     user: String,
     policy: EgressPolicy,
+    /// The hosts (exact name and port) the proxy adds a credential for.
+    secrets: Vec<Arc<credentials::Secret>>,
     sink: EventSink,
+}
+
+impl Agent {
+    fn secret_for(&self, host: &str, port: u16) -> Option<&Arc<credentials::Secret>> {
+        let host = policy::normalize(host);
+        self.secrets.iter().find(|s| s.host == host && s.port == port)
+    }
 }
 
 struct Shared {
     agents: Mutex<HashMap<String, Arc<Agent>>>,
     resolver: Resolver,
+    /// The run's certificate authority, made at the first credential.
+    authority: std::sync::OnceLock<Arc<credentials::Authority>>,
 }
 
 /// A running proxy. Dropping it (or cancelling its token) stops accepting connections.
@@ -158,7 +178,8 @@ impl EgressProxy {
     pub async fn start(bind: SocketAddr, resolver: Resolver) -> std::io::Result<EgressProxy> {
         let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared { agents: Mutex::new(HashMap::new()), resolver });
+        let shared =
+            Arc::new(Shared { agents: Mutex::new(HashMap::new()), resolver, authority: std::sync::OnceLock::new() });
         let stop = CancellationToken::new();
         let (s, token) = (shared.clone(), stop.clone());
         tokio::spawn(async move {
@@ -228,12 +249,28 @@ impl EgressProxy {
         self.addr
     }
 
-    /// Registers an agent with its policy; its decisions go to `sink`.
-    pub fn register(&self, agent: &str, policy: EgressPolicy, sink: EventSink) -> AgentProxy {
+    /// The run's certificate authority, made on the first call.
+    pub fn authority(&self) -> Result<Arc<credentials::Authority>, credentials::CredentialError> {
+        if let Some(authority) = self.shared.authority.get() {
+            return Ok(authority.clone());
+        }
+        let made = Arc::new(credentials::Authority::new()?);
+        Ok(self.shared.authority.get_or_init(|| made).clone())
+    }
+
+    /// Registers an agent with its policy and the credentials the proxy adds for it;
+    /// its decisions go to `sink`.
+    pub fn register(
+        &self,
+        agent: &str,
+        policy: EgressPolicy,
+        secrets: Vec<Arc<credentials::Secret>>,
+        sink: EventSink,
+    ) -> AgentProxy {
         let token = random_token();
         let user = agent.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "-");
         let url = format!("http://{user}:{token}@{}", self.addr);
-        let entry = Arc::new(Agent { id: agent.to_string(), user, policy, sink });
+        let entry = Arc::new(Agent { id: agent.to_string(), user, policy, secrets, sink });
         self.shared.agents.lock().unwrap_or_else(PoisonError::into_inner).insert(token.clone(), entry);
         AgentProxy { token, url, shared: self.shared.clone() }
     }
@@ -248,7 +285,7 @@ fn random_token() -> String {
 /// Serves one client connection.
 async fn serve<S>(mut client: S, shared: Arc<Shared>)
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Ok(Ok((head, rest))) = tokio::time::timeout(CLIENT_TIMEOUT, read_head(&mut client)).await else {
         let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
@@ -272,7 +309,7 @@ where
     let method = req.method.unwrap_or("");
     let target = req.path.unwrap_or("").to_string();
     if method.eq_ignore_ascii_case("CONNECT") {
-        tunnel(client, &agent, &shared.resolver, &target, rest).await;
+        tunnel(client, &agent, &shared, &target, rest).await;
     } else if let Some((host, port, origin)) = absolute_form(&target) {
         let head = rewrite_head(&req, &origin);
         forward(client, &agent, &shared.resolver, &host, port, head, rest).await;
@@ -369,6 +406,7 @@ fn report(agent: &Agent, host: &str, port: u16, denied: Option<String>, up: u64,
         denied,
         bytes_up: up,
         bytes_down: down,
+        credentials: 0,
     });
 }
 
@@ -433,10 +471,10 @@ async fn refuse<S: AsyncWrite + Unpin>(
     report(agent, host, port, Some(reason), 0, 0);
 }
 
-async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
+async fn tunnel<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut client: S,
-    agent: &Agent,
-    resolver: &Resolver,
+    agent: &Arc<Agent>,
+    shared: &Shared,
     target: &str,
     mut early: Vec<u8>,
 ) {
@@ -444,7 +482,7 @@ async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
         let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
         return;
     };
-    let Some(addrs) = resolve_allowed(&mut client, agent, resolver, &host, port).await else { return };
+    let Some(addrs) = resolve_allowed(&mut client, agent, &shared.resolver, &host, port).await else { return };
     if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
         return;
     }
@@ -464,6 +502,7 @@ async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
     })
     .await
     .unwrap_or(sni::Hello::Incomplete);
+    let is_tls = matches!(hello, sni::Hello::Tls(_));
     let refusal = match hello {
         sni::Hello::Tls(Some(name)) if policy::normalize(&name) == policy::normalize(&host) => None,
         sni::Hello::Tls(Some(name)) => Some(format!("TLS server name `{name}` differs from the CONNECT host `{host}`")),
@@ -474,6 +513,15 @@ async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
     };
     if let Some(reason) = refusal {
         report(agent, &host, port, Some(reason), 0, 0);
+        return;
+    }
+    // A host with a credential: TLS ends here, and the proxy adds the credential.
+    if let Some(secret) = agent.secret_for(&host, port).filter(|_| is_tls) {
+        let Some(authority) = shared.authority.get() else {
+            report(agent, &host, port, Some("the run has no certificate authority".into()), 0, 0);
+            return;
+        };
+        intercept::serve(client, early, agent.clone(), addrs, secret.clone(), authority.clone()).await;
         return;
     }
     // Only now, with the name checked, is the real server contacted.

@@ -2,16 +2,28 @@
 //! allowlist, stopped when the run ends. Each such agent gets a [`Grant`]: its
 //! registration (policy and credential), the port its sandbox reaches the proxy on, the
 //! environment that points tools at it, and the place its decisions are summed up for
-//! the report ([`NetworkReport`]).
+//! the report ([`NetworkReport`]). An agent with credentials also gets the run's CA
+//! bundle ([`super::credentials::Bundle`]), written at the first such grant.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use orch_types::Allowlist;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::credentials::{Bundle, CredentialError};
 use super::{AgentProxy, EgressPolicy, EgressProxy, EventSink, PolicyError, ProxyEvent, Resolver};
+
+/// Why an agent cannot have its grant.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+}
 
 /// The test-only resolver override: `host=addr[,addr];...` (like curl's `--resolve`).
 pub const RESOLVE_ENV: &str = "ORCH_PROXY_RESOLVE";
@@ -19,12 +31,16 @@ pub const RESOLVE_ENV: &str = "ORCH_PROXY_RESOLVE";
 /// One run's proxy.
 pub struct RunProxy {
     proxy: EgressProxy,
+    /// Where relative `ca` paths of credentials start: the repository.
+    root: PathBuf,
+    /// The CA bundle of sandboxes with credentials, written at the first.
+    bundle: Mutex<Option<Arc<Bundle>>>,
 }
 
 impl RunProxy {
     /// Starts the proxy on a random port of 127.0.0.1, resolving names itself (with the
     /// overrides of [`RESOLVE_ENV`], if set).
-    pub async fn start() -> crate::error::Result<Arc<RunProxy>> {
+    pub async fn start(root: PathBuf) -> crate::error::Result<Arc<RunProxy>> {
         let mut resolver = Resolver::default();
         if let Ok(text) = std::env::var(RESOLVE_ENV) {
             resolver = resolver.parse_overrides(&text).map_err(|e| {
@@ -37,21 +53,34 @@ impl RunProxy {
             .await
             .map_err(|e| crate::error::Error::Message(format!("cannot start the egress proxy: {e}")))?;
         tracing::info!(addr = %proxy.addr(), "egress proxy started");
-        Ok(Arc::new(RunProxy { proxy }))
+        Ok(Arc::new(RunProxy { proxy, root, bundle: Mutex::new(None) }))
     }
 
-    /// Registers `agent` with `list`. Its decisions go to `sink` and are summed up in
-    /// the grant's [`NetworkReport`].
-    pub fn grant(self: &Arc<Self>, agent: &str, list: &Allowlist, sink: EventSink) -> Result<Grant, PolicyError> {
+    /// Registers `agent` with `list` (its credentials read from the coordinator's
+    /// environment now). Its decisions go to `sink` and are summed up in the grant's
+    /// [`NetworkReport`].
+    pub fn grant(self: &Arc<Self>, agent: &str, list: &Allowlist, sink: EventSink) -> Result<Grant, GrantError> {
         let policy = EgressPolicy::new(&list.allow, &list.deny)?;
+        let secrets = super::credentials::load_all(&list.credentials, &self.root)?;
+        let bundle = if secrets.is_empty() { None } else { Some(self.bundle()?) };
         let summary = Arc::new(Mutex::new(NetworkReport::default()));
         let sum = summary.clone();
         let sink: EventSink = Arc::new(move |event: ProxyEvent| {
             sum.lock().unwrap_or_else(PoisonError::into_inner).add(&event);
             sink(event);
         });
-        let registration = self.proxy.register(agent, policy, sink);
-        Ok(Grant { run: self.clone(), registration, summary, serving: Vec::new() })
+        let registration = self.proxy.register(agent, policy, secrets, sink);
+        Ok(Grant { run: self.clone(), registration, summary, serving: Vec::new(), bundle })
+    }
+
+    fn bundle(&self) -> Result<Arc<Bundle>, CredentialError> {
+        let mut slot = self.bundle.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(bundle) = &*slot {
+            return Ok(bundle.clone());
+        }
+        let bundle = Arc::new(Bundle::write(&*self.proxy.authority()?)?);
+        *slot = Some(bundle.clone());
+        Ok(bundle)
     }
 }
 
@@ -62,6 +91,8 @@ pub struct Grant {
     registration: AgentProxy,
     summary: Arc<Mutex<NetworkReport>>,
     serving: Vec<CancellationToken>,
+    /// The run's CA bundle, when the agent has credentials.
+    bundle: Option<Arc<Bundle>>,
 }
 
 impl Grant {
@@ -71,9 +102,17 @@ impl Grant {
     }
 
     /// `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` (both cases) with the credential, and
-    /// an empty `NO_PROXY`.
+    /// an empty `NO_PROXY`; with credentials, the CA bundle's variables too.
     pub fn env(&self) -> Vec<(String, String)> {
-        self.registration.env()
+        let mut env = self.registration.env();
+        env.extend(self.bundle.iter().flat_map(|b| b.env()));
+        env
+    }
+
+    /// The directory of the CA bundle, which the sandbox must be able to read (agents
+    /// with credentials only).
+    pub fn ca_dir(&self) -> Option<&Path> {
+        self.bundle.as_deref().map(Bundle::dir)
     }
 
     /// Serves the proxy on a listener the sandbox handed over (in its own network
@@ -114,6 +153,13 @@ pub struct HostTraffic {
     pub connections: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// Requests the proxy added a credential to.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub credentials: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Refusals for one `host:port`, with the last reason.
@@ -133,6 +179,7 @@ impl NetworkReport {
                     h.connections += 1;
                     h.bytes_up += event.bytes_up;
                     h.bytes_down += event.bytes_down;
+                    h.credentials += event.credentials;
                 }
                 None => self.contacted.push(HostTraffic {
                     host: event.host.clone(),
@@ -140,6 +187,7 @@ impl NetworkReport {
                     connections: 1,
                     bytes_up: event.bytes_up,
                     bytes_down: event.bytes_down,
+                    credentials: event.credentials,
                 }),
             },
             Some(reason) => match self.denied.iter_mut().find(|h| h.host == event.host && h.port == event.port) {
@@ -175,6 +223,7 @@ mod tests {
             denied: denied.map(str::to_string),
             bytes_up: up,
             bytes_down: 2 * up,
+            credentials: 0,
         }
     }
 

@@ -357,6 +357,7 @@ fn egress_grant(
             reason: event.denied,
             bytes_up: event.bytes_up,
             bytes_down: event.bytes_down,
+            credentials: event.credentials,
         };
         let line = RunEvent::step(&event.agent, step).to_value();
         if let Some(t) = &transcript {

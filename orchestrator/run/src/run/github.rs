@@ -147,6 +147,20 @@ fn locate(text: &str, repo: &Path) -> Option<(String, u32)> {
     })
 }
 
+/// `::add-mask::` for a secret read after start-up (a credential's value), under GitHub
+/// Actions only, once per value.
+pub fn mask_value(value: &str) {
+    static MASKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if std::env::var("GITHUB_ACTIONS").ok().as_deref() != Some("true") || value.is_empty() {
+        return;
+    }
+    let mut masked = MASKED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !masked.iter().any(|m| m == value) {
+        crate::notice::text(format_args!("::add-mask::{}\n", escape_data(value)));
+        masked.push(value.to_string());
+    }
+}
+
 fn escape_data(s: &str) -> String {
     s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
 }

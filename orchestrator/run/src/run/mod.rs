@@ -25,6 +25,7 @@ mod checkpoint;
 mod disk;
 mod events;
 mod github;
+pub(crate) use github::mask_value;
 mod html;
 mod junit;
 mod live_report;
@@ -141,7 +142,10 @@ pub struct Shared {
 
 /// Starts the egress proxy when the plan (setup, agents, fan-out templates) names an
 /// allowlist.
-async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option<Arc<crate::proxy::run::RunProxy>>> {
+async fn start_proxy(
+    plan: &orch_workflows::Plan,
+    repo: &std::path::Path,
+) -> crate::error::Result<Option<Arc<crate::proxy::run::RunProxy>>> {
     let agents = plan.nodes().any(|n| {
         let spec = match n {
             orch_workflows::PlanNode::Agent(spec) => spec,
@@ -150,7 +154,7 @@ async fn start_proxy(plan: &orch_workflows::Plan) -> crate::error::Result<Option
         spec.sandbox.network.allowlist().is_some()
     });
     let setup = !plan.setup.is_empty() && plan.setup_network.allowlist().is_some();
-    if agents || setup { crate::proxy::run::RunProxy::start().await.map(Some) } else { Ok(None) }
+    if agents || setup { crate::proxy::run::RunProxy::start(repo.to_path_buf()).await.map(Some) } else { Ok(None) }
 }
 
 /// Every model the run may call, with what uses it: each agent's, the synthesis's, the
@@ -317,7 +321,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
         reporter: args.reporter.clone(),
         sources,
         resume_from,
-        proxy: start_proxy(&plan).await?,
+        proxy: start_proxy(&plan, &repo).await?,
     };
     let mut report = RunReport {
         schema_version: report::REPORT_VERSION,

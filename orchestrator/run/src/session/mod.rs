@@ -482,6 +482,9 @@ fn prepare_egress(
         .map_err(|e| crate::error::Error::Message(format!("cannot prepare the egress proxy's socket: {e}")))?;
     policy.egress = Some(orch_sandbox::egress::Egress { port: grant.port(), handoff: handoff.path().to_path_buf() });
     policy.env.extend(grant.env());
+    if let Some(dir) = grant.ca_dir() {
+        policy.read.push(dir.to_path_buf());
+    }
     Ok(handoff)
 }
 

@@ -50,7 +50,7 @@ async fn setup() -> Setup {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     let policy = EgressPolicy::new(&["allowed.test", "rebind.test", "127.0.0.1"], &["denied.test"]).unwrap();
-    let agent = proxy.register("fix/a", policy, Arc::new(move |e| sink.lock().unwrap().push(e)));
+    let agent = proxy.register("fix/a", policy, Vec::new(), Arc::new(move |e| sink.lock().unwrap().push(e)));
     Setup { proxy, agent, events, up, seen }
 }
 
