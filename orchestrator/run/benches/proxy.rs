@@ -164,8 +164,10 @@ fn connect(config: &Arc<rustls::ClientConfig>, addr: SocketAddr, via: Option<(&s
 /// One request, timed from connect to the last byte of the 1 KiB answer.
 fn fetch(config: &Arc<rustls::ClientConfig>, addr: SocketAddr, via: Option<(&str, u16)>) -> Duration {
     let at = Instant::now();
+    let port = via.map_or(addr.port(), |(_, port)| port);
     let mut tls = connect(config, addr, via);
-    tls.write_all(b"GET / HTTP/1.1\r\nHost: bench.test\r\nConnection: close\r\n\r\n").expect("a request");
+    let request = format!("GET / HTTP/1.1\r\nHost: bench.test:{port}\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).expect("a request");
     let mut body = Vec::new();
     let _ = tls.read_to_end(&mut body);
     assert!(body.len() >= 1024, "a short answer: {} bytes", body.len());
