@@ -77,9 +77,10 @@ impl MediaSource {
     }
 }
 
-/// One block of message content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", into = "wire::Block", from = "wire::Block")]
+/// One block of message content. It serializes through a borrowed view of its wire
+/// form ([`wire::BlockRef`]), so sending a history copies none of it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", from = "wire::Block")]
 pub enum ContentBlock {
     Text {
         text: String,
@@ -116,12 +117,84 @@ pub enum ContentBlock {
     },
 }
 
+impl Serialize for ContentBlock {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        wire::BlockRef::from(self).serialize(serializer)
+    }
+}
+
 /// The wire shape of a block: a tool result's content is a string, or a list of text,
 /// image and document blocks.
 mod wire {
     use serde::{Deserialize, Serialize};
 
     use super::{ContentBlock, MediaSource};
+
+    /// [`Block`] borrowed from a [`ContentBlock`]: what a block serializes as.
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum BlockRef<'a> {
+        Text {
+            text: &'a str,
+        },
+        Thinking {
+            thinking: &'a str,
+            signature: &'a str,
+        },
+        RedactedThinking {
+            data: &'a str,
+        },
+        ToolUse {
+            id: &'a str,
+            name: &'a str,
+            input: &'a serde_json::Value,
+        },
+        ToolResult {
+            tool_use_id: &'a str,
+            content: ResultRef<'a>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            is_error: bool,
+        },
+        Image {
+            source: &'a MediaSource,
+        },
+        Document {
+            source: &'a MediaSource,
+        },
+    }
+
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    pub enum ResultRef<'a> {
+        Text(&'a str),
+        Blocks(Vec<BlockRef<'a>>),
+    }
+
+    impl<'a> From<&'a ContentBlock> for BlockRef<'a> {
+        fn from(block: &'a ContentBlock) -> Self {
+            match block {
+                ContentBlock::Text { text } => Self::Text { text },
+                ContentBlock::Thinking { thinking, signature } => Self::Thinking { thinking, signature },
+                ContentBlock::RedactedThinking { data } => Self::RedactedThinking { data },
+                ContentBlock::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
+                ContentBlock::ToolResult { tool_use_id, content, is_error, attachments } => {
+                    let content = if attachments.is_empty() {
+                        ResultRef::Text(content)
+                    } else {
+                        let mut blocks = Vec::with_capacity(attachments.len() + 1);
+                        if !content.is_empty() {
+                            blocks.push(Self::Text { text: content });
+                        }
+                        blocks.extend(attachments.iter().map(Self::from));
+                        ResultRef::Blocks(blocks)
+                    };
+                    Self::ToolResult { tool_use_id, content, is_error: *is_error }
+                }
+                ContentBlock::Image { source } => Self::Image { source },
+                ContentBlock::Document { source } => Self::Document { source },
+            }
+        }
+    }
 
     #[derive(Serialize, Deserialize)]
     #[serde(untagged)]
@@ -168,32 +241,6 @@ mod wire {
         Document {
             source: MediaSource,
         },
-    }
-
-    impl From<ContentBlock> for Block {
-        fn from(block: ContentBlock) -> Self {
-            match block {
-                ContentBlock::Text { text } => Self::Text { text },
-                ContentBlock::Thinking { thinking, signature } => Self::Thinking { thinking, signature },
-                ContentBlock::RedactedThinking { data } => Self::RedactedThinking { data },
-                ContentBlock::ToolUse { id, name, input } => Self::ToolUse { id, name, input },
-                ContentBlock::ToolResult { tool_use_id, content, is_error, attachments } => {
-                    let content = if attachments.is_empty() {
-                        ResultContent::Text(content)
-                    } else {
-                        let mut blocks = Vec::with_capacity(attachments.len() + 1);
-                        if !content.is_empty() {
-                            blocks.push(Self::Text { text: content });
-                        }
-                        blocks.extend(attachments.into_iter().map(Self::from));
-                        ResultContent::Blocks(blocks)
-                    };
-                    Self::ToolResult { tool_use_id, content, is_error }
-                }
-                ContentBlock::Image { source } => Self::Image { source },
-                ContentBlock::Document { source } => Self::Document { source },
-            }
-        }
     }
 
     impl From<Block> for ContentBlock {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::retry::{Attempt, AttemptError, Limiter, RetryPolicy, with_retries};
 use super::settings::MIN_THINKING_BUDGET;
@@ -97,7 +97,7 @@ impl AnthropicProvider {
 /// One request of [`AnthropicProvider::send`], tried as often as the policy allows.
 struct Call<'a> {
     provider: &'a AnthropicProvider,
-    body: Value,
+    body: bytes::Bytes,
     model: &'a str,
     timeouts: Timeouts,
     /// The request offered server tools: their result blocks are kept (as text).
@@ -110,7 +110,7 @@ impl Attempt for Call<'_> {
         let p = self.provider;
         let started = tokio::time::Instant::now();
         let response =
-            sse::post_json(&p.client, &p.url, p.headers.clone(), &self.body, self.timeouts.first_byte).await?;
+            sse::post_json(&p.client, &p.url, p.headers.clone(), self.body.clone(), self.timeouts.first_byte).await?;
         let first = self.timeouts.first_byte.saturating_sub(started.elapsed());
         let mut events = std::pin::pin!(sse::events(response, first, self.timeouts.idle));
         let mut acc = Accumulator::new(self.model);
@@ -142,7 +142,7 @@ impl ModelProvider for AnthropicProvider {
     async fn send(&self, request: &ModelRequest<'_>, sink: StreamSink<'_>) -> Result<ModelResponse, ModelError> {
         let call = Call {
             provider: self,
-            body: request_body(request),
+            body: request_bytes(request)?,
             model: request.model,
             timeouts: request.timeouts,
             server_tools: !request.server_tools.is_empty(),
@@ -177,70 +177,172 @@ pub fn web_search_results(block: &Value) -> String {
 
 /// The JSON body of a streaming Messages request, with cache breakpoints on the tool
 /// list, on each system part marked `cache`, and on the history: the newest message and
-/// the newest of the previous turn (at most four in all, as the API allows).
+/// the newest of the previous turn (at most four in all, as the API allows). As a JSON
+/// tree, for tests and tools; the provider sends [`request_bytes`].
 pub fn request_body(request: &ModelRequest<'_>) -> Value {
-    let ephemeral = json!({"type": "ephemeral"});
-    let system: Vec<Value> = request
-        .system
-        .iter()
-        .map(|part| {
-            let mut v = json!({"type": "text", "text": part.text});
-            if part.cache {
-                v["cache_control"] = ephemeral.clone();
-            }
-            v
-        })
-        .collect();
-    let mut tools: Vec<Value> = request
-        .tools
-        .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-        .collect();
-    tools.extend(request.server_tools.iter().cloned());
-    if let Some(last) = tools.last_mut() {
-        last["cache_control"] = ephemeral.clone();
+    serde_json::to_value(Body(request)).unwrap_or(Value::Null)
+}
+
+/// [`request_body`] as the bytes sent, serialized straight from the request: no JSON
+/// tree of the history is built, and nothing of it is copied.
+pub fn request_bytes(request: &ModelRequest<'_>) -> Result<bytes::Bytes, ModelError> {
+    serde_json::to_vec(&Body(request))
+        .map(bytes::Bytes::from)
+        .map_err(|e| ModelError::Config { message: format!("cannot serialize the request: {e}") })
+}
+
+/// The request body's shape. Keys in the order the body has always had (the model,
+/// the history, then the stable prefix), so the bytes are unchanged.
+struct Body<'r, 'a>(&'r ModelRequest<'a>);
+
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
+
+#[derive(serde::Serialize)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl serde::Serialize for Body<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let r = self.0;
+        // The API wants 1024 <= budget < max_tokens.
+        let thinking = r.thinking.map(|t| t.budget_tokens.max(MIN_THINKING_BUDGET));
+        let max_tokens = match thinking {
+            Some(budget) => r.max_tokens.max(budget.saturating_add(1)),
+            None => r.max_tokens,
+        };
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("model", r.model)?;
+        map.serialize_entry("max_tokens", &max_tokens)?;
+        map.serialize_entry("stream", &true)?;
+        map.serialize_entry("messages", &Messages(r.messages))?;
+        if !r.system.is_empty() {
+            map.serialize_entry("system", &System(r.system))?;
+        }
+        if !r.tools.is_empty() || !r.server_tools.is_empty() {
+            map.serialize_entry("tools", &Tools(r.tools, r.server_tools))?;
+        }
+        if let Some(budget) = thinking {
+            map.serialize_entry("thinking", &Enabled { kind: "enabled", budget_tokens: budget })?;
+        }
+        map.end()
     }
-    let mut messages = serde_json::to_value(request.messages).unwrap_or(Value::Array(Vec::new()));
-    // The newest message, and the one that was newest a turn ago (an answer and its
-    // results came since), so the next request reads what this one writes.
-    if let Some(list) = messages.as_array_mut() {
-        let len = list.len();
-        for at in [len.checked_sub(1), len.checked_sub(3)].into_iter().flatten() {
-            if let Some(block) = list
-                .get_mut(at)
-                .and_then(|m| m.get_mut("content"))
-                .and_then(Value::as_array_mut)
-                .and_then(|c| c.iter_mut().rev().find(|b| cacheable(b)))
-            {
-                block["cache_control"] = ephemeral.clone();
+}
+
+#[derive(serde::Serialize)]
+struct Enabled {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+struct System<'a>(&'a [crate::model::SystemPart]);
+
+impl serde::Serialize for System<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Part<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            text: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cache_control: Option<Ephemeral>,
+        }
+        serializer.collect_seq(self.0.iter().map(|p| Part {
+            kind: "text",
+            text: &p.text,
+            cache_control: p.cache.then_some(EPHEMERAL),
+        }))
+    }
+}
+
+struct Tools<'a>(&'a [crate::message::ToolSpec], &'a [Value]);
+
+impl serde::Serialize for Tools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        #[derive(serde::Serialize)]
+        struct Tool<'a> {
+            name: &'a str,
+            description: &'a str,
+            input_schema: &'a Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cache_control: Option<Ephemeral>,
+        }
+        let (tools, server) = (self.0, self.1);
+        let total = tools.len() + server.len();
+        let mut seq = serializer.serialize_seq(Some(total))?;
+        for (i, t) in tools.iter().enumerate() {
+            let last = i + 1 == total;
+            seq.serialize_element(&Tool {
+                name: &t.name,
+                description: &t.description,
+                input_schema: &t.input_schema,
+                cache_control: last.then_some(EPHEMERAL),
+            })?;
+        }
+        for (i, t) in server.iter().enumerate() {
+            if tools.len() + i + 1 == total {
+                let mut marked = t.clone();
+                marked["cache_control"] = serde_json::json!({"type": "ephemeral"});
+                seq.serialize_element(&marked)?;
+            } else {
+                seq.serialize_element(t)?;
             }
         }
+        seq.end()
     }
-    let mut body = json!({
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "stream": true,
-        "messages": messages,
-    });
-    if !system.is_empty() {
-        body["system"] = Value::Array(system);
+}
+
+/// The history, with a breakpoint on the newest message and on the one that was newest
+/// a turn ago (an answer and its results came since), so the next request reads what
+/// this one writes: on each, the last block that can carry one.
+struct Messages<'a>(&'a [crate::message::Message]);
+
+impl serde::Serialize for Messages<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            role: crate::message::Role,
+            content: Content<'a>,
+        }
+        let len = self.0.len();
+        serializer.collect_seq(self.0.iter().enumerate().map(|(i, m)| {
+            let marked = Some(i) == len.checked_sub(1) || Some(i) == len.checked_sub(3);
+            let mark = if marked { m.content.iter().rposition(cacheable) } else { None };
+            Out { role: m.role, content: Content(&m.content, mark) }
+        }))
     }
-    if !tools.is_empty() {
-        body["tools"] = Value::Array(tools);
+}
+
+struct Content<'a>(&'a [ContentBlock], Option<usize>);
+
+impl serde::Serialize for Content<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        #[derive(serde::Serialize)]
+        struct Marked<'a> {
+            #[serde(flatten)]
+            block: &'a ContentBlock,
+            cache_control: Ephemeral,
+        }
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for (i, block) in self.0.iter().enumerate() {
+            if Some(i) == self.1 {
+                seq.serialize_element(&Marked { block, cache_control: EPHEMERAL })?;
+            } else {
+                seq.serialize_element(block)?;
+            }
+        }
+        seq.end()
     }
-    if let Some(thinking) = request.thinking {
-        // The API wants 1024 <= budget < max_tokens.
-        let budget = thinking.budget_tokens.max(MIN_THINKING_BUDGET);
-        let max_tokens = request.max_tokens.max(budget.saturating_add(1));
-        body["max_tokens"] = json!(max_tokens);
-        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-    }
-    body
 }
 
 /// Thinking blocks cannot carry a cache breakpoint.
-fn cacheable(block: &Value) -> bool {
-    !matches!(block.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
+fn cacheable(block: &ContentBlock) -> bool {
+    !matches!(block, ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. })
 }
 
 /// A content block while it streams in.
@@ -498,6 +600,7 @@ mod tests {
     use super::*;
     use crate::message::{Message, ToolSpec};
     use crate::model::SystemPart;
+    use serde_json::json;
 
     fn feed(events: &[(&str, Value)]) -> (Result<ModelResponse, AttemptError>, Vec<StreamEvent>) {
         let mut seen = Vec::new();
@@ -717,5 +820,157 @@ mod tests {
         assert!(body["tools"][0].get("cache_control").is_none());
         assert!(body["tools"][1].get("cache_control").is_some());
         assert!(body["messages"][0]["content"][0].get("cache_control").is_some());
+    }
+
+    // The body as it was built before issue 29 (a JSON tree of the whole history per
+    // request): the oracle the streamed serialization must match.
+    /// The JSON body of a streaming Messages request, with cache breakpoints on the tool
+    /// list, on each system part marked `cache`, and on the history: the newest message and
+    /// the newest of the previous turn (at most four in all, as the API allows).
+    fn legacy_request_body(request: &ModelRequest<'_>) -> Value {
+        let ephemeral = json!({"type": "ephemeral"});
+        let system: Vec<Value> = request
+            .system
+            .iter()
+            .map(|part| {
+                let mut v = json!({"type": "text", "text": part.text});
+                if part.cache {
+                    v["cache_control"] = ephemeral.clone();
+                }
+                v
+            })
+            .collect();
+        let mut tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        tools.extend(request.server_tools.iter().cloned());
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = ephemeral.clone();
+        }
+        let mut messages = serde_json::to_value(request.messages).unwrap_or(Value::Array(Vec::new()));
+        // The newest message, and the one that was newest a turn ago (an answer and its
+        // results came since), so the next request reads what this one writes.
+        if let Some(list) = messages.as_array_mut() {
+            let len = list.len();
+            for at in [len.checked_sub(1), len.checked_sub(3)].into_iter().flatten() {
+                if let Some(block) = list
+                    .get_mut(at)
+                    .and_then(|m| m.get_mut("content"))
+                    .and_then(Value::as_array_mut)
+                    .and_then(|c| c.iter_mut().rev().find(|b| legacy_cacheable(b)))
+                {
+                    block["cache_control"] = ephemeral.clone();
+                }
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "stream": true,
+            "messages": messages,
+        });
+        if !system.is_empty() {
+            body["system"] = Value::Array(system);
+        }
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools);
+        }
+        if let Some(thinking) = request.thinking {
+            // The API wants 1024 <= budget < max_tokens.
+            let budget = thinking.budget_tokens.max(MIN_THINKING_BUDGET);
+            let max_tokens = request.max_tokens.max(budget.saturating_add(1));
+            body["max_tokens"] = json!(max_tokens);
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        }
+        body
+    }
+
+    fn legacy_cacheable(block: &Value) -> bool {
+        !matches!(block.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
+    }
+
+    #[test]
+    fn the_serialized_body_is_the_tree_it_replaced() {
+        use crate::message::MediaSource;
+        let system =
+            [SystemPart { text: "static".into(), cache: true }, SystemPart { text: "dynamic".into(), cache: false }];
+        let tools = [
+            ToolSpec {
+                name: "A".into(),
+                description: "a".into(),
+                input_schema: json!({"type":"object","properties":{"x":{"type":"string"}}}),
+            },
+            ToolSpec {
+                name: "B".into(),
+                description: "b \"q\" \u{1F600}".into(),
+                input_schema: json!({"type":"object"}),
+            },
+        ];
+        let server = [json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 3})];
+        let result = |id: &str, attachments: Vec<ContentBlock>| ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: "line 1\nline 2 \u{e9}".into(),
+            is_error: id == "t2",
+            attachments,
+        };
+        let image = ContentBlock::Image { source: MediaSource::base64("image/png", "aGk=") };
+        let history = [
+            Message::user("hi"),
+            Message {
+                role: crate::message::Role::Assistant,
+                content: vec![
+                    ContentBlock::Thinking { thinking: "hmm".into(), signature: "sig".into() },
+                    ContentBlock::text("calling"),
+                    ContentBlock::ToolUse { id: "t1".into(), name: "A".into(), input: json!({"x": "y"}) },
+                    ContentBlock::ToolUse { id: "t2".into(), name: "B".into(), input: json!({}) },
+                ],
+            },
+            Message {
+                role: crate::message::Role::User,
+                content: vec![result("t1", vec![image.clone()]), result("t2", vec![])],
+            },
+            Message {
+                role: crate::message::Role::Assistant,
+                content: vec![ContentBlock::RedactedThinking { data: "xx".into() }],
+            },
+            Message {
+                role: crate::message::Role::User,
+                content: vec![
+                    ContentBlock::Document { source: MediaSource::base64("application/pdf", "JVBE") },
+                    ContentBlock::text("and"),
+                ],
+            },
+        ];
+        for len in 0..=history.len() {
+            let none_t: &[ToolSpec] = &[];
+            let none_s: &[Value] = &[];
+            for (tools, server) in
+                [(&tools[..], &server[..]), (&tools[..], none_s), (none_t, &server[..]), (none_t, none_s)]
+            {
+                for thinking in [None, Some(crate::model::Thinking { budget_tokens: 500 })] {
+                    for system in [&system[..], &[][..]] {
+                        let req = ModelRequest {
+                            agent_id: "a",
+                            model: "m",
+                            system,
+                            messages: &history[..len],
+                            tools,
+                            max_tokens: 100,
+                            give_up_on_overload_after: None,
+                            timeouts: Default::default(),
+                            thinking,
+                            server_tools: server,
+                        };
+                        // The same JSON; the key order of the old tree followed serde_json's
+                        // `preserve_order` (on in the binary, where the bytes are equal too).
+                        let old = legacy_request_body(&req);
+                        let new: Value = serde_json::from_slice(&request_bytes(&req).unwrap()).unwrap();
+                        assert_eq!(new, old, "{len} messages");
+                    }
+                }
+            }
+        }
     }
 }

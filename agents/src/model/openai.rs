@@ -166,8 +166,15 @@ impl Attempt for Call<'_> {
         };
         let started = tokio::time::Instant::now();
         let t = self.timeouts;
-        let response =
-            sse::post_json(&p.client, &p.url, p.headers.clone(), body, t.first_byte).await.map_err(|e| p.adapt(e))?;
+        let response = sse::post_json(
+            &p.client,
+            &p.url,
+            p.headers.clone(),
+            bytes::Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
+            t.first_byte,
+        )
+        .await
+        .map_err(|e| p.adapt(e))?;
         let first = t.first_byte.saturating_sub(started.elapsed());
         let mut acc = Accumulator::new(self.model);
         if is_json(response.headers()) {

@@ -11,16 +11,17 @@ use reqwest::header::HeaderMap;
 use super::ModelError;
 use super::retry::{AttemptError, classify_status, classify_transport};
 
-/// Posts `body` to `url` and waits at most `first_byte` for the answer's headers; any
+/// Posts the JSON `body` to `url` and waits at most `first_byte` for the answer's headers; any
 /// non-2xx answer becomes a classified [`AttemptError`], and silence a retryable one.
 pub(crate) async fn post_json(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: &serde_json::Value,
+    body: bytes::Bytes,
     first_byte: Duration,
 ) -> Result<reqwest::Response, AttemptError> {
-    let send = client.post(url).headers(headers).json(body).send();
+    let send =
+        client.post(url).headers(headers).header(reqwest::header::CONTENT_TYPE, "application/json").body(body).send();
     let response = match tokio::time::timeout(first_byte, send).await {
         Err(_) => return Err(silent(format!("the model api sent no answer within {}", secs(first_byte)))),
         Ok(r) => r.map_err(|e| classify_transport(&e))?,

@@ -359,12 +359,20 @@ async fn a_cut_answer_raises_the_output_limit_and_continues_at_most_three_times(
 /// The cached prefix of an Anthropic request: the tool list and the system parts up to
 /// and including the last one with a breakpoint, as the bytes on the wire.
 fn cached_prefix(req: &RecordedRequest) -> Vec<u8> {
-    // serde_json writes keys sorted, so the canonical form is the bytes sent.
-    assert_eq!(serde_json::to_vec(&req.json).unwrap(), req.body.to_vec());
-    let system = req.json["system"].as_array().unwrap();
-    let boundary = system.iter().rposition(|p| p.get("cache_control").is_some()).unwrap();
-    let mut out = serde_json::to_vec(&req.json["tools"]).unwrap();
-    out.extend(serde_json::to_vec(&system[..=boundary]).unwrap());
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Prefix<'a> {
+        #[serde(borrow)]
+        tools: &'a RawValue,
+        #[serde(borrow)]
+        system: Vec<&'a RawValue>,
+    }
+    let sent: Prefix<'_> = serde_json::from_slice(&req.body).unwrap();
+    let boundary = sent.system.iter().rposition(|p| p.get().contains("\"cache_control\"")).unwrap();
+    let mut out = sent.tools.get().as_bytes().to_vec();
+    for part in &sent.system[..=boundary] {
+        out.extend_from_slice(part.get().as_bytes());
+    }
     out
 }
 

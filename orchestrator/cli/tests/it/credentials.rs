@@ -338,8 +338,6 @@ fn run_case(run_id: &str, sandbox: &str) {
     let run = Run::from_output(&c.fx.out, out);
     run.expect_code(0);
     let a = run.tool_results("a");
-        eprintln!("{a:#?}\n{}", serde_json::to_string_pretty(&run.agent("a")["network"]).unwrap());
-    }
 
     // The use cases: clone, push and the API work from inside the sandbox.
     assert!(output_of(&a, "ran-clone").contains("private repository"), "{a:#?}");
