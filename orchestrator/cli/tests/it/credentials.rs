@@ -232,10 +232,13 @@ fn workflow(c: &Case, sandbox: &str) -> String {
          {{ host: \"echo.example.test:{p}\", bearer_env: ORCH_TEST_API_TOKEN, ca: {ca} }}, \
          {{ host: \"moved.example.test:{p}\", bearer_env: ORCH_TEST_API_TOKEN, ca: {ca} }}]"
     );
+    // `setup:` names no `ca`: its server is verified against the system's roots, which
+    // the coordinator's SSL_CERT_FILE points at the stand-in's CA.
+    let setup_credentials = format!("[{{ host: \"git.example.test:{p}\", basic_env: ORCH_TEST_GIT_BASIC }}]");
     format!(
         "version: 1\nname: creds\nsetup:\n  commands: [\"git clone -q https://git.example.test:{p}/private.git \
          $TMPDIR/setup-clone && test -f $TMPDIR/setup-clone/README && echo setup-cloned\"]\n  network: {{ allow: \
-         {hosts}, credentials: {credentials} }}\ndefaults:\n  tools: [Bash]\n  limits: {{ max_turns: 30, timeout: 5m \
+         {hosts}, credentials: {setup_credentials} }}\ndefaults:\n  tools: [Bash]\n  limits: {{ max_turns: 30, timeout: 5m \
          }}\n  sandbox: {sandbox}\nagents:\n  a:\n    prompt: Use the private services.\n    sandbox: {{ network: {{ \
          allow: {hosts}, deny: [denied.example.test], credentials: {credentials} }} }}\n"
     )
@@ -254,6 +257,11 @@ fn script(c: &Case) -> String {
          pushed-ok; cd .. && rm -rf clone"
             .to_string(),
         format!("echo ran-api; /usr/bin/python3 creds.py get https://api.example.test:{p}/whoami"),
+        // curl where the sandbox has it (the landlock backend sees the host's).
+        format!(
+            "echo ran-curl; if command -v curl >/dev/null; then curl -sS -m 20 https://api.example.test:{p}/whoami; \
+             else echo no-curl; fi"
+        ),
         format!("echo ran-echo; /usr/bin/python3 creds.py get https://echo.example.test:{p}/echo"),
         // A redirect from the API to another allowed host (followed, unverified so the
         // request is really sent) and to a denied one.
@@ -333,6 +341,7 @@ fn run_case(run_id: &str, sandbox: &str) {
             .env("ORCH_TEST_API_TOKEN", &c.bearer)
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_STEP_SUMMARY", &summary)
+            .env("SSL_CERT_FILE", c.standin.dir.join("ca.pem"))
             .output()
             .unwrap();
     let run = Run::from_output(&c.fx.out, out);
@@ -345,6 +354,8 @@ fn run_case(run_id: &str, sandbox: &str) {
     assert!(c.standin.branches().contains("agent-push"), "the push reached the repository: {}", c.standin.branches());
     let api = output_of(&a, "ran-api");
     assert!(api.contains("STATUS 200") && api.contains("api-user"), "{api}");
+    let curl = output_of(&a, "ran-curl");
+    assert!(curl.contains("api-user") || (sandbox.contains("container") && curl.contains("no-curl")), "{curl}");
     let setup_log = std::fs::read_to_string(c.fx.out.join("setup.log")).unwrap_or_default();
     assert!(setup_log.contains("setup-cloned"), "setup cloned with its credential: {setup_log}");
 
