@@ -173,7 +173,8 @@ impl Credential {
             None => (text, 443),
         };
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        let valid = !name.starts_with("*")
+        let valid = !name.starts_with('*')
+            && !name.starts_with('[')
             && name.parse::<std::net::IpAddr>().is_err()
             && check_network_entry(&name).is_ok()
             && !name.starts_with("preset:");
@@ -444,6 +445,32 @@ mod tests {
         assert_eq!(Network::iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["none", "full"]);
         assert!("proxy".parse::<Network>().is_err(), "`proxy` is not a value of flags or workflows");
         assert!("Landlock!".parse::<Backend>().is_err());
+    }
+
+    #[test]
+    fn credentials_name_one_exact_host_and_one_variable() {
+        let c = |host: &str, basic: Option<&str>, bearer: Option<&str>| Credential {
+            host: host.into(),
+            basic_env: basic.map(Into::into),
+            bearer_env: bearer.map(Into::into),
+            ca: None,
+        };
+        assert_eq!(c("Git.Example.com.", Some("V"), None).host_port(), Some(("git.example.com".into(), 443)));
+        assert_eq!(c("git.example.com:8443", None, Some("V")).host_port(), Some(("git.example.com".into(), 8443)));
+        for bad in ["*.example.com", "10.0.0.1", "[::1]:443", "::1", "preset:rust", "git.example.com:0", "a b", ""] {
+            assert!(c(bad, Some("V"), None).problem().is_some(), "{bad}");
+        }
+        assert!(c("git.example.com", Some("V"), Some("W")).problem().is_some());
+        assert!(c("git.example.com", None, None).problem().is_some());
+        assert!(c("git.example.com", Some("user:ghp_x"), None).problem().is_some());
+        assert!(c("git.example.com", Some("GIT_BASIC"), None).problem().is_none());
+        let list = Allowlist {
+            allow: vec!["*.example.com".into(), "preset:rust".into(), "exact.org".into()],
+            deny: vec!["bad.example.com".into()],
+            credentials: vec![],
+        };
+        assert!(list.allows_name("git.example.com") && list.allows_name("crates.io") && list.allows_name("Exact.org."));
+        assert!(!list.allows_name("example.com") && !list.allows_name("bad.example.com") && !list.allows_name("x.org"));
     }
 
     #[test]
