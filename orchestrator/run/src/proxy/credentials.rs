@@ -127,8 +127,15 @@ impl Secret {
 }
 
 /// The TLS client of intercepted hosts: the credential's CA, or the system's roots
-/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` override them, as for OpenSSL).
+/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` override them, as for OpenSSL). The system's
+/// roots are read and parsed once per process, not once per agent and credential.
 fn client_config(ca: Option<(&Path, &str)>, host: &str) -> Result<Arc<rustls::ClientConfig>, CredentialError> {
+    static SYSTEM: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    if ca.is_none()
+        && let Some(config) = SYSTEM.get()
+    {
+        return Ok(config.clone());
+    }
     let mut roots = rustls::RootCertStore::empty();
     match ca {
         Some((path, ca)) => {
@@ -152,7 +159,7 @@ fn client_config(ca: Option<(&Path, &str)>, host: &str) -> Result<Arc<rustls::Cl
             let (added, _) = roots.add_parsable_certificates(found.certs);
             if added == 0 {
                 tracing::warn!(
-                    "no system root certificates were found; the credential for `{host}` cannot verify its server"
+                    "no system root certificates were found; credentials without `ca:` cannot verify their servers"
                 );
             }
         }
@@ -165,7 +172,11 @@ fn client_config(ca: Option<(&Path, &str)>, host: &str) -> Result<Arc<rustls::Cl
         .with_no_client_auth();
     let mut config = config;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    let config = Arc::new(config);
+    if ca.is_none() {
+        return Ok(SYSTEM.get_or_init(|| config).clone());
+    }
+    Ok(config)
 }
 
 /// The run's certificate authority, made in memory at the first credential: it signs a

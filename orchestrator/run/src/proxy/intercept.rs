@@ -75,15 +75,9 @@ pub(super) async fn serve<S>(
     let upstream = match connect_upstream(&addrs, &host, &secret).await {
         Ok(upstream) => upstream,
         Err(reason) => {
-            let body = format!("orch egress proxy: {reason}\n");
-            let head = format!(
-                "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = tls.write_all(head.as_bytes()).await;
-            let _ = tls.write_all(body.as_bytes()).await;
+            super::refuse(&mut tls, &agent, &host, port, "502 Bad Gateway", reason).await;
             let _ = tls.shutdown().await;
-            return deny(reason);
+            return;
         }
     };
     let counters = Arc::new(Counters::default());

@@ -237,6 +237,47 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Validation (`Allowlist::allows_name`, in orch-types, for credential hosts) and
+    /// the proxy decide names the same way.
+    #[test]
+    fn validation_and_the_proxy_agree_on_names() {
+        let lists: [(&[&str], &[&str]); 4] = [
+            (&["*.example.com", "exact.org", "preset:rust"], &["bad.example.com"]),
+            (&["*"], &["*.internal.example"]),
+            (&["example.com", "10.0.0.0/8"], &[]),
+            (&["preset:node", "preset:python"], &["pypi.org"]),
+        ];
+        let names = [
+            "example.com",
+            "git.example.com",
+            "a.b.example.com",
+            "bad.example.com",
+            "exact.org",
+            "Exact.Org.",
+            "x.exact.org",
+            "crates.io",
+            "index.crates.io",
+            "registry.npmjs.org",
+            "pypi.org",
+            "files.pythonhosted.org",
+            "host.internal.example",
+            "elsewhere.net",
+            "notexample.com",
+        ];
+        for (allow, deny) in lists {
+            let policy = EgressPolicy::new(allow, deny).unwrap();
+            let list = orch_types::Allowlist {
+                allow: allow.iter().map(|s| s.to_string()).collect(),
+                deny: deny.iter().map(|s| s.to_string()).collect(),
+                credentials: vec![],
+            };
+            for name in names {
+                let proxy = policy.decide(name) == Verdict::Allow;
+                assert_eq!(list.allows_name(name), proxy, "{name} under allow {allow:?} deny {deny:?}");
+            }
+        }
+    }
+
     fn policy(allow: &[&str], deny: &[&str]) -> EgressPolicy {
         EgressPolicy::new(allow, deny).unwrap()
     }
