@@ -124,7 +124,7 @@ impl Serialize for ContentBlock {
 }
 
 /// The wire shape of a block: a tool result's content is a string, or a list of text,
-/// image and document blocks.
+/// image and document blocks. [`Block`] is what is read, [`BlockRef`] what is written.
 mod wire {
     use serde::{Deserialize, Serialize};
 
@@ -196,7 +196,7 @@ mod wire {
         }
     }
 
-    #[derive(Serialize, Deserialize)]
+    #[derive(Deserialize)]
     #[serde(untagged)]
     pub enum ResultContent {
         Text(String),
@@ -209,7 +209,7 @@ mod wire {
         }
     }
 
-    #[derive(Serialize, Deserialize)]
+    #[derive(Deserialize)]
     #[serde(tag = "type", rename_all = "snake_case")]
     pub enum Block {
         Text {
@@ -232,7 +232,7 @@ mod wire {
             tool_use_id: String,
             #[serde(default)]
             content: ResultContent,
-            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            #[serde(default)]
             is_error: bool,
         },
         Image {
