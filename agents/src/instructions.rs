@@ -160,6 +160,9 @@ pub struct Nested {
     started: bool,
     seen: HashSet<PathBuf>,
     checked: HashSet<PathBuf>,
+    /// The last working directory asked about and its repository's real root, looked
+    /// up once rather than on every call.
+    root: Option<(PathBuf, PathBuf)>,
 }
 
 impl Nested {
@@ -175,7 +178,14 @@ impl Nested {
                 self.checked.extend(dirs);
             }
         }
-        let Ok(root) = repository_root(cwd).canonicalize() else { return Instructions::default() };
+        let root = match &self.root {
+            Some((known, root)) if known == cwd => root.clone(),
+            _ => {
+                let Ok(root) = repository_root(cwd).canonicalize() else { return Instructions::default() };
+                self.root = Some((cwd.to_path_buf(), root.clone()));
+                root
+            }
+        };
         // A path that does not exist (a failed call) still names its directory.
         let Some(dir) = touched
             .canonicalize()

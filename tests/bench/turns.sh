@@ -9,13 +9,16 @@
 # requests to the mock model server (`bench-turns serve`, zero added latency), started
 # afresh for every session so both harnesses meet the same server in the same state.
 # orch runs `bench-turns run` (the query loop, the Anthropic provider, an in-process Echo
-# tool); Claude Code runs `claude -p` with its Read tool on a small file. For both:
+# tool); "orch run" is the whole product: a one-agent workflow through `orch run`, its
+# Read tool in the sandboxed tool host, on a small file in a git repository; Claude
+# Code runs `claude -p` with its Read tool on a small file. For all three:
 # per-turn times from the mock server's arrival log, process wall time, and peak RSS
 # from GNU time. Prints a Markdown table: per harness, the median over the runs.
 #
-# Needs cargo, npm (the npm registry, to install the peer once), GNU time.
+# Needs cargo, npm (the npm registry, to install the peer once), GNU time, git.
 # Environment: RUNS (10), TURNS (21), CC_PREFIX (/tmp/cc-bench),
-# BENCH_TURNS_BIN (a prebuilt bench-turns; skips the build), KEEP=1 keeps the work dir.
+# HARNESSES ("orch orch-run claude-code": which to measure),
+# BENCH_TURNS_BIN, ORCH (prebuilt bench-turns and orch; skip the build), KEEP=1 keeps the work dir.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,17 +40,19 @@ trap cleanup EXIT
 log() { echo "turns.sh: $*" >&2; }
 
 # --- tools -----------------------------------------------------------------------------
-if [[ -n ${BENCH_TURNS_BIN:-} ]]; then
-    bench=$(realpath "$BENCH_TURNS_BIN")
-else
-    log "building bench-turns (release)"
-    (cd "$root" && cargo build --release --quiet -p orch-testkit --bin bench-turns)
-    target=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-    bench=$target/release/bench-turns
+harnesses=(${HARNESSES:-orch orch-run claude-code})
+# Both binaries in one build, so that they share one set of dependency features (and
+# the same build as scaling.sh and startup.sh make).
+if [[ -z ${BENCH_TURNS_BIN:-} || ( -z ${ORCH:-} && " ${harnesses[*]} " == *" orch-run "* ) ]]; then
+    log "building bench-turns and orch (release)"
+    (cd "$root" && cargo build --release --quiet -p orch-testkit --bin bench-turns -p orch --bin orch)
 fi
+target=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bench=$(realpath "${BENCH_TURNS_BIN:-$target/release/bench-turns}")
+orch=$(realpath "${ORCH:-$target/release/orch}")
 
-if ! "$claude" --version 2>/dev/null | grep -q "^$cc_version "; then
+if [[ " ${harnesses[*]} " == *" claude-code "* ]] && ! "$claude" --version 2>/dev/null | grep -q "^$cc_version "; then
     log "installing Claude Code $cc_version into $cc_prefix"
     npm install --prefix "$cc_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$cc_version" >&2
 fi
@@ -64,6 +69,21 @@ mkdir -p "$cwd" "$work/cc-config"
 printf 'a small file\n' >"$cwd/note.txt"
 "$bench" steps --turns "$turns" >"$work/orch-steps.json"
 "$bench" steps --turns "$turns" --tool Read --input "{\"file_path\": \"$cwd/note.txt\"}" >"$work/claude-code-steps.json"
+# `orch run` works in a git repository: the agent reads note.txt in its own worktree.
+repo=$work/repo
+mkdir -p "$repo"
+printf 'a small file\n' >"$repo/note.txt"
+git -C "$repo" init -q -b main
+git -C "$repo" add -A
+git -C "$repo" -c user.name=bench -c user.email=bench@localhost commit -qm fixture
+"$bench" steps --turns "$turns" --tool Read --input '{"file_path": "note.txt"}' >"$work/orch-run-steps.json"
+cat >"$work/workflow.yaml" <<'YAML'
+version: 1
+name: bench-turns
+agents:
+  main: { prompt: "Read the file each time you are asked to, then answer.", tools: [Read] }
+integrate: none
+YAML
 
 # Starts a mock server on the steps of harness $1, logging to $2.log; sets server_pid, url.
 start_server() {
@@ -92,6 +112,15 @@ run_harness() {
     orch)
         (cd "$cwd" && /usr/bin/time -f %M -o "$work/rss" "$bench" run --server "$url" --turns "$turns" >"$work/out")
         ;;
+    orch-run)
+        rm -rf "$work/run-out"
+        (cd "$repo" && env ANTHROPIC_API_KEY=bench ANTHROPIC_BASE_URL="$url" CI=true NO_COLOR=1 \
+            /usr/bin/time -f %M -o "$work/rss" "$orch" run "$work/workflow.yaml" --out "$work/run-out" >"$work/out" 2>"$work/err") || {
+            log "orch run failed:"
+            tail -n 20 "$work/err" >&2
+            exit 1
+        }
+        ;;
     claude-code)
         (cd "$cwd" && env IS_SANDBOX=1 CLAUDE_CONFIG_DIR="$work/cc-config" \
             ANTHROPIC_BASE_URL="$url" ANTHROPIC_API_KEY=bench \
@@ -116,8 +145,11 @@ results=$work/results.jsonl
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq 0 "$runs"); do
     # Alternate which harness goes first; run 0 warms caches and is not counted.
-    order=(orch claude-code)
-    if ((run % 2 == 1)); then order=(claude-code orch); fi
+    order=("${harnesses[@]}")
+    if ((run % 2 == 1)); then
+        order=()
+        for ((h = ${#harnesses[@]} - 1; h >= 0; h--)); do order+=("${harnesses[h]}"); done
+    fi
     for harness in "${order[@]}"; do
         start_server "$harness" "$work/$harness-$run"
         run_harness "$harness"

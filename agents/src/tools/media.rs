@@ -7,10 +7,8 @@
 use std::path::Path;
 
 use base64::Engine;
-use tokio::io::AsyncReadExt;
 
 use super::pdf::{self, PageRange};
-use super::text;
 use super::{FileStamp, Rich, ToolContext, ToolError};
 use crate::message::{ContentBlock, MediaSource};
 
@@ -40,20 +38,18 @@ pub fn sniff(head: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Reads `path` as an image or document block when it is one; `None` for every other
-/// file (and for paths that are no regular file: the text path reports those). `pages`
-/// (already checked by [`PageRange::parse`]) applies to PDFs only.
-pub async fn read(path: &Path, pages: Option<PageRange>, ctx: &ToolContext) -> Result<Option<Rich>, ToolError> {
-    let Ok(metadata) = tokio::fs::metadata(path).await else { return Ok(None) };
-    if !metadata.is_file() {
-        return Ok(None);
-    }
-    let mut head = [0u8; 16];
-    let n = match tokio::fs::File::open(path).await {
-        Ok(mut f) => read_head(&mut f, &mut head).await,
-        Err(_) => return Ok(None),
-    };
-    let Some(media_type) = sniff(&head[..n]) else { return Ok(None) };
+/// Sends the file at `path`, already found to be of `media_type` (by [`sniff`]) and
+/// read whole into `bytes` (`None`: it was larger than its kind's limit and not read),
+/// as an image or document block. `pages` (already checked by [`PageRange::parse`])
+/// applies to PDFs only.
+pub async fn attach(
+    path: &Path,
+    media_type: &'static str,
+    metadata: &std::fs::Metadata,
+    bytes: Option<Vec<u8>>,
+    pages: Option<PageRange>,
+    ctx: &ToolContext,
+) -> Result<Rich, ToolError> {
     let pdf = media_type == "application/pdf";
     if pages.is_some() && !pdf {
         return Err(ToolError(format!(
@@ -67,27 +63,29 @@ pub async fn read(path: &Path, pages: Option<PageRange>, ctx: &ToolContext) -> R
         (true, Some(_)) => MAX_PDF_SOURCE_BYTES,
     };
     let size = metadata.len();
-    if size > limit {
-        let what = if pdf { "PDF" } else { "image" };
-        let hint = if pdf && pages.is_none() {
-            "Read it a few pages at a time with `pages` (for example \"1-5\")."
-        } else {
-            "Make a smaller copy with Bash (for example with ImageMagick or pdftk, if installed) and Read that."
-        };
-        return Err(ToolError(format!(
-            "{} is a {what} of {size} bytes, more than the {limit} bytes Read takes for one {what}. {hint}",
-            path.display()
-        )));
-    }
-    let bytes = tokio::fs::read(path).await.map_err(|e| ToolError(text::io_error_message("read", path, &e)))?;
-    let stamp = FileStamp::of(&bytes, &metadata);
+    let bytes = match bytes {
+        Some(bytes) if size <= limit => bytes,
+        _ => {
+            let what = if pdf { "PDF" } else { "image" };
+            let hint = if pdf && pages.is_none() {
+                "Read it a few pages at a time with `pages` (for example \"1-5\")."
+            } else {
+                "Make a smaller copy with Bash (for example with ImageMagick or pdftk, if installed) and Read that."
+            };
+            return Err(ToolError(format!(
+                "{} is a {what} of {size} bytes, more than the {limit} bytes Read takes for one {what}. {hint}",
+                path.display()
+            )));
+        }
+    };
+    let stamp = FileStamp::of(&bytes, metadata);
     if !pdf {
         ctx.session.record_read(path, stamp);
         let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        return Ok(Some(Rich {
+        return Ok(Rich {
             text: format!("{} is an image ({media_type}, {size} bytes); it is attached below.", path.display()),
             attachments: vec![ContentBlock::Image { source: MediaSource::base64(media_type, data) }],
-        }));
+        });
     }
     let (bytes, text) = match pages {
         Some(range) => {
@@ -135,7 +133,7 @@ pub async fn read(path: &Path, pages: Option<PageRange>, ctx: &ToolContext) -> R
     };
     ctx.session.record_read(path, stamp);
     let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
-    Ok(Some(Rich { text, attachments: vec![ContentBlock::Document { source: MediaSource::base64(media_type, data) }] }))
+    Ok(Rich { text, attachments: vec![ContentBlock::Document { source: MediaSource::base64(media_type, data) }] })
 }
 
 /// Runs `f` over `bytes` on a blocking thread; a panic in the parser is an error.
@@ -146,17 +144,6 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&bytes))
         .await
         .unwrap_or_else(|_| Err("the PDF parser failed on this file".to_string()))
-}
-
-async fn read_head(file: &mut tokio::fs::File, buf: &mut [u8]) -> usize {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => filled += n,
-        }
-    }
-    filled
 }
 
 #[cfg(test)]

@@ -101,47 +101,136 @@ impl Tool for Read {
             Some(pages) => Some(super::pdf::PageRange::parse(pages).map_err(ToolError)?),
             None => None,
         };
-        if let Some(rich) = super::media::read(&path, pages, ctx).await? {
-            return Ok(rich);
+        let found = look(&path, Some(pages.is_some())).await;
+        if let Looked::File { media: Some(media_type), metadata, bytes } = found {
+            return super::media::attach(&path, media_type, &metadata, bytes, pages, ctx).await;
         }
-        if pages.is_some() && path.is_file() {
+        if pages.is_some() && matches!(found, Looked::File { .. }) {
             return Err(ToolError(format!(
                 "{} is not a PDF; `pages` applies to PDF files only. Use `offset` and `limit` to read part of a \
                  text file.",
                 path.display()
             )));
         }
-        self.call(input, ctx).await.map(Rich::text)
+        self.text(&input, &path, found, ctx).await.map(Rich::text)
     }
 
     async fn call(&self, input: Self::Input, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = ctx.session.resolve(&input.file_path);
+        let found = look(&path, None).await;
+        self.text(&input, &path, found, ctx).await
+    }
+}
+
+/// What one look at a path found: a `stat`, then for a regular file one open, one
+/// `fstat` and its reads, all in one step ([`look`]) rather than a blocking-pool round
+/// trip for each.
+enum Looked {
+    /// `stat` failed.
+    Failed(std::io::Error),
+    /// Something other than a regular file (a directory, a device, a socket, a pipe).
+    NotFile(std::fs::Metadata),
+    /// A regular file; `bytes` is `None` when it is larger than its kind's limit
+    /// ([`limit`]), and then it was not read past its first bytes.
+    File { metadata: std::fs::Metadata, media: Option<&'static str>, bytes: Option<Vec<u8>> },
+}
+
+/// The most `Read` loads of a file of kind `media` (`None`: text). `attach` is
+/// `Some(pages given)` when images and PDFs are sent as blocks, `None` when every file
+/// is read as text.
+fn limit(media: Option<&str>, attach: Option<bool>) -> u64 {
+    use super::media::{MAX_IMAGE_BYTES, MAX_PDF_BYTES, MAX_PDF_SOURCE_BYTES};
+    match (media, attach) {
+        (None, _) | (_, None) => MAX_TEXT_FILE_BYTES,
+        (Some("application/pdf"), Some(true)) => MAX_PDF_SOURCE_BYTES,
+        (Some("application/pdf"), Some(false)) => MAX_PDF_BYTES,
+        (Some(_), Some(_)) => MAX_IMAGE_BYTES,
+    }
+}
+
+/// Files up to this size are read in place, on the runtime's thread: a few
+/// microseconds of `read` against a round trip to the blocking pool. Larger ones go to
+/// the pool, so that a long read does not hold up the other calls of the tool host.
+const READ_IN_PLACE_BYTES: u64 = 256 * 1024;
+
+async fn look(path: &std::path::Path, attach: Option<bool>) -> Looked {
+    let metadata = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m,
+        Ok(m) => return Looked::NotFile(m),
+        Err(e) => return Looked::Failed(e),
+    };
+    if metadata.len() <= READ_IN_PLACE_BYTES {
+        return open_and_read(path, metadata, attach);
+    }
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || open_and_read(&path, metadata, attach))
+        .await
+        .unwrap_or_else(|e| Looked::Failed(std::io::Error::other(format!("the file read stopped: {e}"))))
+}
+
+/// The rest of [`look`] once `stat` found a regular file.
+fn open_and_read(path: &std::path::Path, metadata: std::fs::Metadata, attach: Option<bool>) -> Looked {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking: were the file swapped for a pipe after the `stat`, the open does not
+    // wait for a writer; the `fstat` below then sees what was opened.
+    let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) => return Looked::Failed(e),
+    };
+    let metadata = match file.metadata() {
+        Ok(m) if m.is_file() => m,
+        Ok(m) => return Looked::NotFile(m),
+        Err(_) => metadata,
+    };
+    let mut bytes = Vec::new();
+    let head = (&mut file).take(16).read_to_end(&mut bytes);
+    let media = super::media::sniff(&bytes);
+    if head.is_err() || metadata.len() > limit(media, attach) {
+        return Looked::File { metadata, media, bytes: None };
+    }
+    let capacity = usize::try_from(metadata.len()).unwrap_or(0).saturating_add(1);
+    bytes.reserve(capacity.saturating_sub(bytes.len()));
+    match file.read_to_end(&mut bytes) {
+        Ok(_) => Looked::File { metadata, media, bytes: Some(bytes) },
+        Err(e) => Looked::Failed(e),
+    }
+}
+
+impl Read {
+    /// The text path: numbered lines of what [`look`] found.
+    async fn text(
+        &self,
+        input: &ReadInput,
+        path: &std::path::Path,
+        found: Looked,
+        ctx: &ToolContext,
+    ) -> Result<String, ToolError> {
         let shown_path = path.display();
-        let metadata = match tokio::fs::metadata(&path).await {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ToolError(text::missing_file_message(&input.file_path, &path).await));
+        let (metadata, bytes) = match found {
+            Looked::Failed(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ToolError(text::missing_file_message(&input.file_path, path).await));
             }
-            Err(e) => return Err(ToolError(text::io_error_message("read", &path, &e))),
+            Looked::Failed(e) => return Err(ToolError(text::io_error_message("read", path, &e))),
+            Looked::NotFile(m) if m.is_dir() => {
+                return Err(ToolError(format!(
+                    "{shown_path} is a directory, not a file. Use LS to list it, or Glob to find files in it."
+                )));
+            }
+            Looked::NotFile(_) => {
+                return Err(ToolError(format!(
+                    "{shown_path} is not a regular file (a device, socket or pipe); Read only shows regular files."
+                )));
+            }
+            Looked::File { metadata, bytes: None, .. } => {
+                return Err(ToolError(format!(
+                    "{shown_path} is {} bytes, more than Read loads ({MAX_TEXT_FILE_BYTES} bytes). Use Grep to find \
+                     the lines you need, or Bash with head, tail or sed -n to show a part.",
+                    metadata.len()
+                )));
+            }
+            Looked::File { metadata, bytes: Some(bytes), .. } => (metadata, bytes),
         };
-        if metadata.is_dir() {
-            return Err(ToolError(format!(
-                "{shown_path} is a directory, not a file. Use LS to list it, or Glob to find files in it."
-            )));
-        }
-        if !metadata.is_file() {
-            return Err(ToolError(format!(
-                "{shown_path} is not a regular file (a device, socket or pipe); Read only shows regular files."
-            )));
-        }
-        if metadata.len() > MAX_TEXT_FILE_BYTES {
-            return Err(ToolError(format!(
-                "{shown_path} is {} bytes, more than Read loads ({MAX_TEXT_FILE_BYTES} bytes). Use Grep to find \
-                 the lines you need, or Bash with head, tail or sed -n to show a part.",
-                metadata.len()
-            )));
-        }
-        let bytes = tokio::fs::read(&path).await.map_err(|e| ToolError(text::io_error_message("read", &path, &e)))?;
         if text::is_binary(&bytes) {
             return Err(ToolError(format!(
                 "{shown_path} looks like a binary file (it has NUL bytes), and Read only shows text. \
@@ -149,7 +238,7 @@ impl Tool for Read {
             )));
         }
         let decoded = text::decode(&bytes);
-        ctx.session.record_read(&path, FileStamp::of(&bytes, &metadata));
+        ctx.session.record_read(path, FileStamp::of(&bytes, &metadata));
 
         let lines = text::split_lines(&decoded.text);
         let total = lines.len() as u64;
@@ -340,6 +429,31 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let err = read(&ctx, json!({"file_path": "sub"})).await.unwrap_err();
         assert!(err.0.contains("directory") && err.0.contains("LS"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_file_past_the_in_place_size_is_read_on_the_pool_the_same_way() {
+        let (dir, ctx) = setup();
+        let body: String = (1..=40_000).map(|n| format!("line {n}\n")).collect();
+        assert!(body.len() as u64 > READ_IN_PLACE_BYTES);
+        std::fs::write(dir.path().join("big.txt"), &body).unwrap();
+        let out = read(&ctx, json!({"file_path": "big.txt", "offset": 39_999})).await.unwrap();
+        assert!(out.starts_with("39999\tline 39999\n40000\tline 40000\n\n(Showing lines 39999-40000 of 40000;"), "{out}");
+        assert!(ctx.session.last_read(&dir.path().join("big.txt")).unwrap().matches(body.as_bytes()));
+    }
+
+    #[tokio::test]
+    async fn a_pipe_is_refused_without_waiting_for_a_writer() {
+        let (dir, ctx) = setup();
+        nix::unistd::mkfifo(&dir.path().join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Opened for reading, a pipe with no writer would block the call forever.
+        let call = read(&ctx, json!({"file_path": "fifo"}));
+        let err = tokio::time::timeout(std::time::Duration::from_secs(10), call).await.unwrap().unwrap_err();
+        assert!(err.0.contains("not a regular file"), "{err}");
+        // Nor does the open that follows a `stat`, were the file swapped for a pipe.
+        let stale = std::fs::metadata(dir.path().join("fifo")).unwrap();
+        let found = open_and_read(&dir.path().join("fifo"), stale, None);
+        assert!(matches!(found, Looked::NotFile(_)));
     }
 
     #[tokio::test]

@@ -49,7 +49,9 @@ use orch_agents::model::anthropic::{AnthropicConfig, AnthropicProvider};
 use orch_agents::{
     Event, EventSink, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query,
 };
-use orch_testkit::mock::{MockServer, RecordedRequest, Step, parse_steps};
+use orch_testkit::mock::{
+    MockServer, RecordedRequest, Step, parse_steps, simulated_request_tokens, simulated_tokens,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -214,11 +216,22 @@ fn write_log(path: &Path, clock: &Clock, requests: &[RecordedRequest]) -> Result
             "messages": request.messages().len(),
             "tools": request.tool_names().len(),
             "bytes": request.body.len(),
+            "tokens": simulated_request_tokens(&request.json),
+            "tool_result_bytes": last_tool_result(&request.json).map(|r| r.len()),
+            "tool_result_tokens": last_tool_result(&request.json).map(|r| simulated_tokens(&r)),
         });
         out.push_str(&line.to_string());
         out.push('\n');
     }
     std::fs::write(path, out).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The last tool result of a request, as the JSON the model reads: the `content` of
+/// the last `tool_result` block of its last message (what a tool's answer costs).
+fn last_tool_result(body: &Value) -> Option<String> {
+    let last = body["messages"].as_array()?.last()?;
+    let block = last["content"].as_array()?.iter().rev().find(|b| b["type"] == "tool_result")?;
+    Some(block["content"].to_string())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -458,6 +471,11 @@ fn server_stats(log: &[Value]) -> Value {
         "p90_ms": percentile(&turn_ms, 0.9),
         "span_ms": main.last().zip(main.first()).map(|(last, first)| last - first),
         "median_request_bytes": median(&main_loop(log).filter_map(|r| r["bytes"].as_f64()).collect::<Vec<_>>()),
+        "total_request_bytes": main_loop(log).filter_map(|r| r["bytes"].as_f64()).sum::<f64>(),
+        "first_request_bytes": main_loop(log).next().and_then(|r| r["bytes"].as_f64()),
+        "median_request_tokens": median(&main_loop(log).filter_map(|r| r["tokens"].as_f64()).collect::<Vec<_>>()),
+        "tool_result_bytes": median(&main_loop(log).filter_map(|r| r["tool_result_bytes"].as_f64()).collect::<Vec<_>>()),
+        "tool_result_tokens": median(&main_loop(log).filter_map(|r| r["tool_result_tokens"].as_f64()).collect::<Vec<_>>()),
         "turn_ms": turn_ms,
     })
 }
@@ -527,8 +545,8 @@ fn table(path: &Path) -> Result<(), String> {
          |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut notes = String::new();
-    for harness in harnesses {
-        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == harness).collect();
+    for harness in &harnesses {
+        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == *harness).collect();
         let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
         out.push_str(&format!(
             "| {harness} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -555,6 +573,25 @@ fn table(path: &Path) -> Result<(), String> {
                 ms(med("/phases/tools_and_loop_ms")),
             ));
         }
+    }
+    out.push_str(
+        "\n| harness | all requests of a session | first request | median request (est. tokens) | a tool result (est. tokens) |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
+    for harness in &harnesses {
+        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == *harness).collect();
+        let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
+        let kb = |v: Option<f64>| v.map_or("–".to_owned(), |b| format!("{:.1} KB", b / 1e3));
+        let n = |v: Option<f64>| v.map_or("–".to_owned(), |t| format!("{t:.0}"));
+        out.push_str(&format!(
+            "| {harness} | {} | {} | {} ({}) | {} B ({}) |\n",
+            kb(med("/server/total_request_bytes")),
+            kb(med("/server/first_request_bytes")),
+            kb(med("/server/median_request_bytes")),
+            n(med("/server/median_request_tokens")),
+            n(med("/server/tool_result_bytes")),
+            n(med("/server/tool_result_tokens")),
+        ));
     }
     print!("{out}{notes}");
     Ok(())
