@@ -27,6 +27,7 @@ mod logging;
 mod plan_cmd;
 mod progress;
 mod runs_cmd;
+mod runtime;
 mod sandbox_cmd;
 
 use std::io::Write as _;
@@ -103,11 +104,21 @@ fn main() -> std::process::ExitCode {
         cli::Command::ToolHost(args) => return std::process::ExitCode::from(host::host_main(args.options())),
         other => other,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let work = match &command {
+        cli::Command::Exec(_) => runtime::Work::OneAgentAtATime,
+        cli::Command::Run(args) => runtime::Work::of_run(&args.workflow, args.concurrency),
+        _ => runtime::Work::Many,
+    };
+    let runtime = match runtime::build(work) {
         Ok(rt) => rt,
         Err(e) => {
-            say!("error: cannot start the async runtime: {e}");
-            return exit::Code::Infrastructure.into();
+            say!("error: {e}");
+            let code = if matches!(e, runtime::BuildError::Flavor(_)) {
+                exit::Code::Usage
+            } else {
+                exit::Code::Infrastructure
+            };
+            return code.into();
         }
     };
     let reaper = tokio_util::sync::CancellationToken::new();

@@ -49,9 +49,7 @@ use orch_agents::model::anthropic::{AnthropicConfig, AnthropicProvider};
 use orch_agents::{
     Event, EventSink, Message, QueryConfig, Terminal, ToolCall, ToolOutput, ToolRunner, ToolSpec, query,
 };
-use orch_testkit::mock::{
-    MockServer, RecordedRequest, Step, parse_steps, simulated_request_tokens, simulated_tokens,
-};
+use orch_testkit::mock::{MockServer, RecordedRequest, Step, parse_steps, simulated_request_tokens, simulated_tokens};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

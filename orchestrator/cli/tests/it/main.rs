@@ -43,6 +43,7 @@ mod repo_data;
 mod rough_edges;
 mod run;
 mod run_id_lock;
+mod runtime;
 mod sandbox_run;
 mod sarif_validator;
 mod schemas;
