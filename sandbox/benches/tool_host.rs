@@ -66,7 +66,7 @@ fn stats(label: &str, samples: &mut [Duration]) {
 }
 
 async fn time_calls(client: &HostClient, calls: usize) -> Vec<Duration> {
-    let bash = json!({"tool": "Bash", "input": {"command": "true"}});
+    let bash = json!({"request": "tool", "tool": "Bash", "input": {"command": "true"}});
     let first = client.call(bash.clone(), CancellationToken::new()).await.unwrap();
     assert!(first.get("is_error").is_none_or(|e| e == false), "Bash `true` failed in the host: {first}");
     let mut samples = Vec::with_capacity(calls);

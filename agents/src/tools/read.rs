@@ -184,9 +184,11 @@ fn open_and_read(path: &std::path::Path, metadata: std::fs::Metadata, attach: Op
         Err(_) => metadata,
     };
     let mut bytes = Vec::new();
-    let head = (&mut file).take(16).read_to_end(&mut bytes);
+    if let Err(e) = (&mut file).take(16).read_to_end(&mut bytes) {
+        return Looked::Failed(e);
+    }
     let media = super::media::sniff(&bytes);
-    if head.is_err() || metadata.len() > limit(media, attach) {
+    if metadata.len() > limit(media, attach) {
         return Looked::File { metadata, media, bytes: None };
     }
     let capacity = usize::try_from(metadata.len()).unwrap_or(0).saturating_add(1);
