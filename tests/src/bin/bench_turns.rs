@@ -205,6 +205,7 @@ async fn stop_signal(stdin: bool) -> Result<(), String> {
 fn write_log(path: &Path, clock: &Clock, requests: &[RecordedRequest]) -> Result<(), String> {
     let mut out = String::new();
     for request in requests {
+        let tool_result = last_tool_result(&request.json);
         let line = json!({
             "at_ms": millis(request.received_at.saturating_duration_since(clock.instant)),
             "at_unix_ms": clock.unix_ms(request.received_at),
@@ -215,8 +216,8 @@ fn write_log(path: &Path, clock: &Clock, requests: &[RecordedRequest]) -> Result
             "tools": request.tool_names().len(),
             "bytes": request.body.len(),
             "tokens": simulated_request_tokens(&request.json),
-            "tool_result_bytes": last_tool_result(&request.json).map(|r| r.len()),
-            "tool_result_tokens": last_tool_result(&request.json).map(|r| simulated_tokens(&r)),
+            "tool_result_bytes": tool_result.as_ref().map(String::len),
+            "tool_result_tokens": tool_result.as_deref().map(simulated_tokens),
         });
         out.push_str(&line.to_string());
         out.push('\n');
@@ -457,6 +458,11 @@ fn main_loop(log: &[Value]) -> impl Iterator<Item = &Value> {
     log.iter().filter(|r| r["path"] == "/v1/messages" && r["tools"].as_u64().unwrap_or(0) > 0)
 }
 
+/// A numeric field of every main-loop request of a server log that has it.
+fn field(log: &[Value], key: &str) -> Vec<f64> {
+    main_loop(log).filter_map(|r| r[key].as_f64()).collect()
+}
+
 /// The turn times of a server log: the gaps between main-loop requests.
 fn server_stats(log: &[Value]) -> Value {
     let main: Vec<f64> = main_loop(log).filter_map(|r| r["at_ms"].as_f64()).collect();
@@ -468,12 +474,12 @@ fn server_stats(log: &[Value]) -> Value {
         "median_ms": median(&turn_ms),
         "p90_ms": percentile(&turn_ms, 0.9),
         "span_ms": main.last().zip(main.first()).map(|(last, first)| last - first),
-        "median_request_bytes": median(&main_loop(log).filter_map(|r| r["bytes"].as_f64()).collect::<Vec<_>>()),
-        "total_request_bytes": main_loop(log).filter_map(|r| r["bytes"].as_f64()).sum::<f64>(),
-        "first_request_bytes": main_loop(log).next().and_then(|r| r["bytes"].as_f64()),
-        "median_request_tokens": median(&main_loop(log).filter_map(|r| r["tokens"].as_f64()).collect::<Vec<_>>()),
-        "tool_result_bytes": median(&main_loop(log).filter_map(|r| r["tool_result_bytes"].as_f64()).collect::<Vec<_>>()),
-        "tool_result_tokens": median(&main_loop(log).filter_map(|r| r["tool_result_tokens"].as_f64()).collect::<Vec<_>>()),
+        "median_request_bytes": median(&field(log, "bytes")),
+        "total_request_bytes": field(log, "bytes").iter().sum::<f64>(),
+        "first_request_bytes": field(log, "bytes").first(),
+        "median_request_tokens": median(&field(log, "tokens")),
+        "tool_result_bytes": median(&field(log, "tool_result_bytes")),
+        "tool_result_tokens": median(&field(log, "tool_result_tokens")),
         "turn_ms": turn_ms,
     })
 }
@@ -542,9 +548,13 @@ fn table(path: &Path) -> Result<(), String> {
          peak RSS | request size |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
+    let mut context = String::from(
+        "\n| harness | all requests of a session | first request | median request (est. tokens) | a tool result (est. tokens) |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
     let mut notes = String::new();
-    for harness in &harnesses {
-        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == *harness).collect();
+    for harness in harnesses {
+        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == harness).collect();
         let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
         out.push_str(&format!(
             "| {harness} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -555,7 +565,17 @@ fn table(path: &Path) -> Result<(), String> {
             ms(med("/server/span_ms")),
             ms(med("/wall_ms")),
             mib(med("/rss_kb")),
-            med("/server/median_request_bytes").map_or("–".to_owned(), |b| format!("{:.1} KB", b / 1e3)),
+            kb(med("/server/median_request_bytes")),
+        ));
+        let count = |v: Option<f64>| v.map_or("–".to_owned(), |t| format!("{t:.0}"));
+        context.push_str(&format!(
+            "| {harness} | {} | {} | {} ({}) | {} B ({}) |\n",
+            kb(med("/server/total_request_bytes")),
+            kb(med("/server/first_request_bytes")),
+            kb(med("/server/median_request_bytes")),
+            count(med("/server/median_request_tokens")),
+            count(med("/server/tool_result_bytes")),
+            count(med("/server/tool_result_tokens")),
         ));
         if runs.iter().any(|r| r["client"].is_object()) {
             notes.push_str(&format!(
@@ -572,26 +592,7 @@ fn table(path: &Path) -> Result<(), String> {
             ));
         }
     }
-    out.push_str(
-        "\n| harness | all requests of a session | first request | median request (est. tokens) | a tool result (est. tokens) |\n\
-         |---|---:|---:|---:|---:|\n",
-    );
-    for harness in &harnesses {
-        let runs: Vec<&Value> = results.iter().filter(|r| r["harness"] == *harness).collect();
-        let med = |pointer: &str| median(&runs.iter().filter_map(|r| r.pointer(pointer)?.as_f64()).collect::<Vec<_>>());
-        let kb = |v: Option<f64>| v.map_or("–".to_owned(), |b| format!("{:.1} KB", b / 1e3));
-        let n = |v: Option<f64>| v.map_or("–".to_owned(), |t| format!("{t:.0}"));
-        out.push_str(&format!(
-            "| {harness} | {} | {} | {} ({}) | {} B ({}) |\n",
-            kb(med("/server/total_request_bytes")),
-            kb(med("/server/first_request_bytes")),
-            kb(med("/server/median_request_bytes")),
-            n(med("/server/median_request_tokens")),
-            n(med("/server/tool_result_bytes")),
-            n(med("/server/tool_result_tokens")),
-        ));
-    }
-    print!("{out}{notes}");
+    print!("{out}{context}{notes}");
     Ok(())
 }
 
@@ -609,6 +610,10 @@ fn ms(value: Option<f64>) -> String {
         Some(v) => format!("{v:.1} ms"),
         None => "–".to_owned(),
     }
+}
+
+fn kb(bytes: Option<f64>) -> String {
+    bytes.map_or("–".to_owned(), |b| format!("{:.1} KB", b / 1e3))
 }
 
 fn mib(kib: Option<f64>) -> String {
