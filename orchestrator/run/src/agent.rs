@@ -166,6 +166,8 @@ pub struct Place {
     pub transcript: Option<PathBuf>,
     /// The model its loop calls, which SessionStart hooks see as `model`.
     pub model: String,
+    /// The git snapshot of `cwd` when the caller knows it ([`SessionSpec::git`]).
+    pub git: Option<orch_agents::prompt::GitSnapshot>,
 }
 
 /// A started agent session, and its effective permissions for the report.
@@ -184,7 +186,7 @@ pub async fn start(
     sink: Arc<dyn EventSink>,
     cancel: &CancellationToken,
 ) -> crate::error::Result<Started> {
-    let Place { run, cwd, read: extra_read, env, results, private, egress, source, session_id, transcript, model } =
+    let Place { run, cwd, read: extra_read, env, results, private, egress, source, session_id, transcript, model, git } =
         place;
     let mut read: Vec<PathBuf> = spec.sandbox.read.iter().map(PathBuf::from).collect();
     read.extend(extra_read);
@@ -240,6 +242,7 @@ pub async fn start(
         // No single file can grow past the agent's disk limit.
         file_size_limit: Some(max_disk(spec).bytes()),
         egress,
+        git,
     };
     let session = AgentSession::start(session, sink, cancel).await?;
     Ok(Started { session, permissions: listing })

@@ -117,6 +117,8 @@ pub async fn run(args: ExecOptions) -> crate::error::Result<Code> {
         session_id: Some(session_id.clone()),
         transcript: args.transcript.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
         model: models.model_of(&spec),
+        // The user's own directory: its status is read.
+        git: None,
     };
     args.reporter.agent_started(&spec.id);
     let started = std::time::Instant::now();

@@ -35,9 +35,23 @@ pub fn snapshot(cwd: &Path) -> Option<GitSnapshot> {
         }
         Err(_) => Vec::new(),
     };
+    let commits = repo.head().ok().and_then(|h| h.target()).map(|tip| commits(&repo, tip)).unwrap_or_default();
+    Some(GitSnapshot { branch, status, commits })
+}
+
+/// The snapshot of a checkout known to match its branch `branch` at `tip` (a worktree
+/// the coordinator has just checked out): what [`snapshot`] reads, without the status
+/// walk. That walk is no small cost there: every index entry of a fresh checkout is
+/// racily clean (written in the same second as its file), so it hashes every file.
+pub fn clean_snapshot(repo: &Repository, branch: &str, tip: git2::Oid) -> GitSnapshot {
+    GitSnapshot { branch: branch.to_string(), status: Vec::new(), commits: commits(repo, tip) }
+}
+
+/// The last [`SNAPSHOT_COMMITS`] commits from `tip`, newest first, as `<short id> <subject>`.
+fn commits(repo: &Repository, tip: git2::Oid) -> Vec<String> {
     let mut commits = Vec::new();
     if let Ok(mut walk) = repo.revwalk()
-        && walk.push_head().is_ok()
+        && walk.push(tip).is_ok()
     {
         for id in walk.flatten().take(SNAPSHOT_COMMITS) {
             if let Ok(commit) = repo.find_commit(id) {
@@ -45,7 +59,7 @@ pub fn snapshot(cwd: &Path) -> Option<GitSnapshot> {
             }
         }
     }
-    Some(GitSnapshot { branch, status, commits })
+    commits
 }
 
 /// The two-letter code of `git status --short`.

@@ -340,6 +340,25 @@ async fn many_worktrees_in_parallel() {
     assert_eq!(git(worktrees[0].path(), &["status", "--porcelain"]), "");
 }
 
+/// A fresh worktree's snapshot, made without the status walk, is the one the walk reads.
+#[tokio::test]
+async fn a_fresh_worktrees_snapshot_is_the_one_its_status_walk_reads() {
+    let fx = Fixture::new();
+    let clone = RunClone::create(&fx.user, &fx.run_dir, "main", "r9").await.unwrap();
+    let plain = clone.add_worktree("plain").await.unwrap();
+    let needs = vec![("plain".to_string(), git2::Oid::from_str(&fx.head()).unwrap())];
+    let merged = clone.add_worktree_on_needs("merged", &needs, &author()).await.unwrap().unwrap();
+    for wt in [&plain, &merged] {
+        let walked = super::snapshot(wt.path()).unwrap();
+        assert_eq!(wt.fresh_snapshot().await.unwrap(), walked, "{}", wt.name());
+        assert_eq!(walked.branch, wt.branch());
+        assert!(walked.status.is_empty() && walked.commits.len() == 2, "{walked:?}");
+    }
+    // Once the checkout changes, only the walk sees it.
+    write(&plain.path().join("new.txt"), "new\n");
+    assert_eq!(super::snapshot(plain.path()).unwrap().status, ["?? new.txt"]);
+}
+
 #[test]
 fn commit_patch_changed_files_and_fetch() {
     let fx = Fixture::new();

@@ -198,6 +198,20 @@ impl Worktree {
         &self.repo
     }
 
+    /// The git snapshot of this worktree as it was made: on its branch, clean, at the
+    /// branch's tip ([`super::snapshot::clean_snapshot`], no status walk). Call it right
+    /// after [`RunClone::add_worktree`] or its kin, before anything ran in the checkout;
+    /// a reopened worktree may hold changes, and [`super::snapshot`] reads those.
+    pub async fn fresh_snapshot(&self) -> Result<orch_agents::prompt::GitSnapshot> {
+        let this = self.clone();
+        blocking("read a new worktree's commits", move || {
+            let repo = this.open_repo()?;
+            let tip = repo.refname_to_id(&this.refname()).git(|| format!("find the branch {}", this.branch))?;
+            Ok(super::snapshot::clean_snapshot(&repo, &this.branch, tip))
+        })
+        .await
+    }
+
     /// The paths and environment the agent's sandbox needs for read-only git.
     pub fn git_paths(&self) -> GitPaths {
         let inner = &self.clone.inner;

@@ -297,6 +297,8 @@ async fn drive(
         session_id: None,
         transcript: report.transcript.as_ref().map(|rel| shared.run_dir.join(rel)),
         model: models.model_of(spec),
+        // Made for this agent just before (in `run`), nothing has run in it yet.
+        git: worktree.fresh_snapshot().await.ok(),
     };
     let started = crate::agent::start(&shared.sources, spec, place, sink.clone(), cancel).await?;
     report.permissions = Some(started.permissions);

@@ -103,6 +103,8 @@ pub async fn run(
         session_id: format!("{run_id}/setup"),
         transcript: None,
         file_size_limit: None,
+        // Setup sends no model request; its worktree is fresh anyway.
+        git: worktree.fresh_snapshot().await.ok(),
         egress: match (network.allowlist(), proxy) {
             (Some(list), Some(proxy)) => Some(
                 proxy

@@ -83,6 +83,9 @@ pub struct SessionSpec {
     /// Its access to the run's egress proxy, when its network is an allowlist (the
     /// sandbox's network is then `proxy`).
     pub egress: Option<crate::proxy::run::Grant>,
+    /// The git snapshot of `cwd` when the caller knows it (a worktree it has just made:
+    /// see [`crate::git::Worktree::fresh_snapshot`]); `None`: read from `cwd`.
+    pub git: Option<orch_agents::prompt::GitSnapshot>,
 }
 
 /// A started session. Stop it with [`AgentSession::stop`].
@@ -151,9 +154,14 @@ impl AgentSession {
             .collect();
         let core = host::select_tools(&host_tools)?;
         let name = host::sandbox_name(&format!("{}-{}", spec.run, spec.agent));
-        // Off the async workers: a status walk of the whole checkout.
-        let cwd = spec.cwd.clone();
-        let git = tokio::task::spawn_blocking(move || crate::git::snapshot(&cwd)).await.ok().flatten();
+        let git = match spec.git {
+            Some(known) => Some(known),
+            // Off the async workers: a status walk of the whole checkout.
+            None => {
+                let cwd = spec.cwd.clone();
+                tokio::task::spawn_blocking(move || crate::git::snapshot(&cwd)).await.ok().flatten()
+            }
+        };
         let mut sandbox = AgentSandbox::prepare(&spec.sandbox, &spec.cwd, spec.writes, spec.read, &name, spec.private)?;
         sandbox.policy.env.extend(spec.env);
         if let Some(warning) = crate::masks::apply(&mut sandbox.policy, &spec.permissions, &spec.cwd, &spec.agent) {
