@@ -10,12 +10,19 @@
 //! journal (`agents.jsonl`), which [`report::read`] lays over the report. A crash
 //! loses no ended agent either way.
 //!
+//! Both go to the disk from a thread of their own ([`DiskWriter`]), in the order they
+//! were made: the dispatcher never waits for an `fsync`, and journal lines waiting
+//! together share one. The writer is dropped, and so joined (everything sent is on
+//! disk), when dispatch ends; the interrupted report is waited for.
+//!
 //! On the first interrupt the report is written once more, before teardown: status
 //! `interrupted`, the real exit code (130 for SIGINT, 143 for SIGTERM), the `stopped`
 //! reason, running agents `cancelled`, and `partial: true` until the final report
 //! replaces it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::SystemTime;
 
 use orch_workflows::PlanNode;
@@ -34,6 +41,7 @@ pub struct LiveReport {
     github: Option<github::Actions>,
     interrupts: Interrupts,
     interrupted: bool,
+    writer: DiskWriter,
 }
 
 /// What the dispatcher knows at one moment.
@@ -47,13 +55,15 @@ pub struct Snapshot<'a> {
 }
 
 impl LiveReport {
-    pub fn new(base: RunReport, github: Option<github::Actions>, interrupts: Interrupts) -> Self {
-        LiveReport { base, github, interrupts, interrupted: false }
+    /// The report of a run whose report and journal `writer` writes; `base` is the run's
+    /// report as dispatch starts.
+    pub fn new(base: RunReport, github: Option<github::Actions>, interrupts: Interrupts, writer: DiskWriter) -> Self {
+        LiveReport { base, github, interrupts, interrupted: false, writer }
     }
 
     /// Rewrites the report with where the agents stand now (not after an interrupt:
     /// the interrupted report stays until the final one).
-    pub fn progress(&self, run_dir: &Path, now: Snapshot<'_>) {
+    pub fn progress(&self, now: Snapshot<'_>) {
         if self.interrupted {
             return;
         }
@@ -64,23 +74,22 @@ impl LiveReport {
         r.partial = true;
         r.totals = Totals::of(&r.agents, None);
         r.finished_at = clock::rfc3339(SystemTime::now());
-        if let Err(e) = report::write(run_dir, &r) {
-            tracing::warn!("cannot rewrite the report: {e}");
-        }
+        self.writer.report(r, "rewrite the report");
     }
 
     /// Appends `report`, an agent's final report, to the run's journal
     /// ([`report::JOURNAL`]), which [`report::read`] lays over a report still in
-    /// progress: an ended agent is on disk at once, whenever the whole report is next
-    /// rewritten.
-    pub fn finished(&self, run_dir: &Path, report: &AgentReport) {
-        if let Err(e) = report::journal(run_dir, report) {
-            tracing::warn!("cannot add {} to the run's journal: {e}", report.id);
+    /// progress: an ended agent is on disk at once (as soon as the writer has flushed
+    /// it), whenever the whole report is next rewritten.
+    pub fn finished(&self, report: &AgentReport) {
+        match report::journal_line(report) {
+            Ok(line) => self.writer.line(line),
+            Err(e) => tracing::warn!("cannot add {} to the run's journal: {e}", report.id),
         }
     }
 
     /// Writes the report of an interrupted run, once, before teardown.
-    pub fn interrupted(&mut self, run_dir: &Path, now: Snapshot<'_>, stop: Option<StopReason>) {
+    pub fn interrupted(&mut self, now: Snapshot<'_>, stop: Option<StopReason>) {
         if std::mem::replace(&mut self.interrupted, true) {
             return;
         }
@@ -97,9 +106,9 @@ impl LiveReport {
             None => "the run was stopped (this report was written before teardown; the final one replaces it)".into(),
         });
         r.finished_at = clock::rfc3339(SystemTime::now());
-        if let Err(e) = report::write(run_dir, &r) {
-            tracing::warn!("cannot write the partial report: {e}");
-        }
+        // On disk before teardown starts: wait for it (and for everything before it).
+        self.writer.report(r.clone(), "write the partial report");
+        self.writer.flush();
         if let Some(g) = &self.github
             && let Err(e) = g.write_summary(&r)
         {
@@ -108,10 +117,135 @@ impl LiveReport {
     }
 }
 
+/// What the writer's thread is given.
+enum Write {
+    /// A journal line.
+    Line(Vec<u8>),
+    /// A whole report, with what its failure is called in the warning.
+    Report(Box<RunReport>, &'static str),
+    /// Answered once everything sent before is on disk.
+    Flush(mpsc::SyncSender<()>),
+}
+
+/// Writes a run's report and journal from a thread of its own, in the order they were
+/// sent: each time it wakes it takes everything waiting, writes the journal lines in
+/// one write with one `fdatasync`, and a report (when several wait, only the last: it
+/// holds all the earlier ones hold) through [`report::write`]. Without a thread (it
+/// could not start) each write happens in the caller. Dropping the writer waits until
+/// everything sent is on disk.
+pub struct DiskWriter {
+    dir: PathBuf,
+    queue: Option<mpsc::Sender<Write>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DiskWriter {
+    /// The writer of the run in `run_dir`.
+    pub fn start(run_dir: &Path) -> DiskWriter {
+        let dir = run_dir.to_path_buf();
+        let (tx, rx) = mpsc::channel::<Write>();
+        let thread_dir = dir.clone();
+        let thread = std::thread::Builder::new()
+            .name("orch-report".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    write_batch(&thread_dir, batch);
+                }
+            })
+            .map_err(|e| tracing::warn!("cannot start the report's writer thread ({e}); reports are written in turn"))
+            .ok();
+        let queue = thread.is_some().then_some(tx);
+        DiskWriter { dir, queue, thread }
+    }
+
+    /// Appends a journal line.
+    pub fn line(&self, line: Vec<u8>) {
+        self.send(Write::Line(line));
+    }
+
+    /// Writes `report` as the run's report (`what` names a failure in the warning).
+    pub fn report(&self, report: RunReport, what: &'static str) {
+        self.send(Write::Report(Box::new(report), what));
+    }
+
+    /// Waits until everything sent so far is on disk.
+    pub fn flush(&self) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Write::Flush(tx));
+        let _ = rx.recv();
+    }
+
+    fn send(&self, write: Write) {
+        let write = match &self.queue {
+            Some(queue) => match queue.send(write) {
+                Ok(()) => return,
+                Err(e) => e.0,
+            },
+            None => write,
+        };
+        // No thread to take it: write it here.
+        write_batch(&self.dir, vec![write]);
+    }
+}
+
+impl Drop for DiskWriter {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Writes what was sent, in order: journal lines next to each other in one append, the
+/// last of reports next to each other only, and a flush answered once all before it is.
+fn write_batch(dir: &Path, batch: Vec<Write>) {
+    let mut lines: Vec<u8> = Vec::new();
+    let mut report: Option<(Box<RunReport>, &'static str)> = None;
+    let put_lines = |lines: &mut Vec<u8>| {
+        if !lines.is_empty()
+            && let Err(e) = report::append_journal(dir, lines)
+        {
+            tracing::warn!("cannot append to the run's journal: {e}");
+        }
+        lines.clear();
+    };
+    let put_report = |report: &mut Option<(Box<RunReport>, &'static str)>| {
+        if let Some((r, what)) = report.take()
+            && let Err(e) = report::write(dir, &r)
+        {
+            tracing::warn!("cannot {what}: {e}");
+        }
+    };
+    for write in batch {
+        match write {
+            Write::Line(line) => {
+                put_report(&mut report);
+                lines.extend_from_slice(&line);
+            }
+            Write::Report(r, what) => {
+                put_lines(&mut lines);
+                report = Some((r, what));
+            }
+            Write::Flush(done) => {
+                put_lines(&mut lines);
+                put_report(&mut report);
+                let _ = done.send(());
+            }
+        }
+    }
+    put_lines(&mut lines);
+    put_report(&mut report);
+}
+
 /// Every agent of the plan, in plan order: finished, then running ones as `running`
 /// (with `why`), then those not started as `pending`.
 fn agents(now: Snapshot<'_>, running: AgentStatus, why: &str) -> Vec<AgentReport> {
-    let mut all: Vec<AgentReport> = now.done.to_vec();
+    // Sized once: a report is large, and growing a vector of a thousand copies them all.
+    let mut all: Vec<AgentReport> = Vec::with_capacity(now.done.len() + now.running.len() + now.pending.len());
+    all.extend_from_slice(now.done);
     all.extend(now.running.iter().map(|(id, key)| AgentReport::empty(id, key, None, running, why.into())));
     for node in now.pending {
         let (id, key, item) = match node {
@@ -125,4 +259,70 @@ fn agents(now: Snapshot<'_>, running: AgentStatus, why: &str) -> Vec<AgentReport
         all.push(r);
     }
     super::schedule::sorted(all, now.order)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    /// Lines sent from many threads at once all reach the journal, whole, once each,
+    /// and every one is on disk when the writer is dropped.
+    #[test]
+    fn the_writer_loses_no_journal_line_and_flushes_before_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = std::sync::Arc::new(DiskWriter::start(dir.path()));
+        let senders: Vec<_> = (0..4)
+            .map(|t| {
+                let writer = writer.clone();
+                std::thread::spawn(move || {
+                    for n in 0..250 {
+                        writer.line(format!("{{\"t\":{t},\"n\":{n}}}\n").into_bytes());
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.join().unwrap();
+        }
+        drop(std::sync::Arc::into_inner(writer).unwrap());
+        let text = std::fs::read_to_string(dir.path().join(report::JOURNAL)).unwrap();
+        let mut seen: Vec<(u64, u64)> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["t"].as_u64().unwrap(), v["n"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(seen.len(), 1000);
+        // Each sender's lines in the order it sent them.
+        for t in 0..4 {
+            let ns: Vec<u64> = seen.iter().filter(|(s, _)| *s == t).map(|(_, n)| *n).collect();
+            assert_eq!(ns, (0..250).collect::<Vec<_>>());
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 1000);
+    }
+
+    /// Reports land in the order they were sent (the last one stays), and a flush
+    /// returns once what came before it is on disk.
+    #[test]
+    fn reports_land_in_order_and_a_flush_waits_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let base: RunReport = serde_json::from_str(include_str!("testdata/report.json")).unwrap();
+        let writer = DiskWriter::start(dir.path());
+        for n in 0..50 {
+            let mut r = base.clone();
+            r.duration_ms = n;
+            writer.report(r, "write a report");
+        }
+        writer.flush();
+        let on_disk: RunReport =
+            serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+        assert_eq!(on_disk.duration_ms, 49);
+        assert!(std::fs::read_to_string(dir.path().join("report.md")).unwrap().starts_with("# orch run "));
+        drop(writer);
+    }
 }

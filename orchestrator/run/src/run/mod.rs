@@ -355,9 +355,9 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     // What `orch recover` starts from if the run is killed before dispatch.
     let mut first = report.clone();
     (first.status, first.exit_code, first.partial) = (RunStatus::Running, recover::KILLED, true);
-    if let Err(e) = report::write(&run_dir, &first) {
-        tracing::warn!("cannot write the first report: {e}");
-    }
+    // Written by its own thread from here to the end of dispatch (see `live_report`).
+    let writer = live_report::DiskWriter::start(&run_dir);
+    writer.report(first, "write the first report");
     fresh.keep();
 
     let mut setup_failed = None;
@@ -381,13 +381,15 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
     report.timings.setup_ms = ms(at);
     let shared = Arc::new(shared);
     if let Some(why) = &setup_failed {
+        // Its first report on disk before anything later is written.
+        drop(writer);
         crate::notice::note(format_args!("{why}"));
         let why = if interrupts.code().is_some() { "interrupted during setup" } else { "setup failed" };
         report.stopped = Some(why.into());
         report.agents =
             plan.nodes().map(|n| AgentReport::empty(n.id(), n.id(), None, AgentStatus::Skipped, why.into())).collect();
     } else {
-        let live = live_report::LiveReport::new(report.clone(), github.clone(), interrupts.clone());
+        let live = live_report::LiveReport::new(report.clone(), github.clone(), interrupts.clone(), writer);
         let concurrency = args.concurrency.or(plan.concurrency).unwrap_or(DEFAULT_CONCURRENCY).max(1);
         let at = Instant::now();
         let dispatch = schedule::Dispatch {
@@ -400,7 +402,7 @@ pub async fn run(args: RunOptions) -> crate::error::Result<Code> {
             meter: shared.meter.clone(),
             stop: shared.stop.clone(),
             run_cancel: shared.run_cancel.clone(),
-            progress: Box::new(schedule::OnDisk { live, run_dir: shared.run_dir.clone() }),
+            progress: Box::new(schedule::OnDisk { live }),
         };
         report.agents = schedule::run(&agent::Runner(shared.clone()), env, &plan, dispatch).await;
         report.timings.agents_ms = ms(at);

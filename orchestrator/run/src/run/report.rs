@@ -336,7 +336,7 @@ impl ChangedFile {
 
 /// Per agent (and setup) under a network allowlist: the hosts it contacted, with bytes,
 /// and the hosts it was denied. Host names come from the sandbox: code spans.
-fn network_lines(md: &mut String, r: &RunReport) {
+fn network_lines(md: &mut impl std::fmt::Write, r: &RunReport) {
     let setup = r.setup.as_ref().and_then(|s| s.network.as_ref()).map(|n| ("setup", n));
     let agents = r.agents.iter().filter_map(|a| a.network.as_ref().map(|n| (a.id.as_str(), n)));
     for (id, net) in setup.into_iter().chain(agents).filter(|(_, n)| !n.is_empty()) {
@@ -611,13 +611,24 @@ pub fn read(dir: &Path) -> Result<RunReport, crate::exit::UsageError> {
 pub const JOURNAL: &str = "agents.jsonl";
 
 /// Appends `agent`'s final report to the journal of the run in `dir`, as one line
-/// written at once.
+/// written at once, flushed to disk.
 pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
-    use std::io::Write;
+    append_journal(dir, &journal_line(agent)?)
+}
+
+/// `agent`'s final report as a journal line (JSON and a newline).
+pub fn journal_line(agent: &AgentReport) -> std::io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
     line.push(b'\n');
+    Ok(line)
+}
+
+/// Appends `lines` (whole journal lines) to the journal of the run in `dir` in one
+/// write, flushed to disk before it returns.
+pub fn append_journal(dir: &Path, lines: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(JOURNAL))?;
-    file.write_all(&line)?;
+    file.write_all(lines)?;
     file.sync_data()
 }
 
@@ -655,11 +666,35 @@ pub(crate) fn overlay_journal(dir: &Path, report: &mut RunReport) {
 }
 
 /// Writes `report.json` and `report.md` into `dir` (each through a temporary file and
-/// a rename, so a reader never sees half a report).
+/// a rename, so a reader never sees half a report). Both are streamed to their files:
+/// the report of a thousand agents is megabytes, rewritten while they run.
 pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
-    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
-    write_atomic(&dir.join("report.json"), &json)?;
-    write_atomic(&dir.join("report.md"), markdown(report).as_bytes())
+    write_atomic_with(&dir.join("report.json"), |out| {
+        serde_json::to_writer_pretty(out, report).map_err(std::io::Error::other)
+    })?;
+    write_atomic_with(&dir.join("report.md"), |out| {
+        let mut md = FmtToIo { out, error: None };
+        markdown_to(&mut md, report);
+        md.error.map_or(Ok(()), Err)
+    })
+}
+
+/// `std::fmt::Write` over an `std::io::Write`, keeping the first I/O error.
+struct FmtToIo<'a, W: std::io::Write> {
+    out: &'a mut W,
+    error: Option<std::io::Error>,
+}
+
+impl<W: std::io::Write> std::fmt::Write for FmtToIo<'_, W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.error.is_some() {
+            return Err(std::fmt::Error);
+        }
+        self.out.write_all(s.as_bytes()).map_err(|e| {
+            self.error = Some(e);
+            std::fmt::Error
+        })
+    }
 }
 
 /// Writes `bytes` to `path` through `<path>.tmp`: written, flushed to disk (`fsync`),
@@ -668,12 +703,21 @@ pub fn write(dir: &Path, report: &RunReport) -> std::io::Result<()> {
 /// (a full disk) leaves `path` as it was and removes the temporary file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
+    write_atomic_with(path, |out| out.write_all(bytes))
+}
+
+/// [`write_atomic`] of what `fill` writes, through a buffer.
+pub(crate) fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let tmp = path.with_file_name(name);
-    let written = std::fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()
+    let written = std::fs::File::create(&tmp).and_then(|f| {
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, f);
+        fill(&mut out)?;
+        out.into_inner().map_err(std::io::IntoInnerError::into_error)?.sync_all()
     });
     if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
@@ -694,6 +738,13 @@ const REPORT_COLUMNS: &[Column] =
 /// `report.md`: the summary a person reads first.
 pub fn markdown(r: &RunReport) -> String {
     let mut md = String::new();
+    markdown_to(&mut md, r);
+    md
+}
+
+/// [`markdown`], written into `md` as it is made (a run of many agents has a long
+/// report: [`write`] streams it to the file instead of holding it whole).
+fn markdown_to(md: &mut impl std::fmt::Write, r: &RunReport) {
     let _ = writeln!(md, "# orch run {}: {}\n", render::code(&r.run_id), render::cell(&r.workflow.name));
     let _ = writeln!(
         md,
@@ -712,21 +763,21 @@ pub fn markdown(r: &RunReport) -> String {
     if let Some(why) = &r.stopped {
         let _ = writeln!(md, "Stopped early: {}\n", render::cell(why));
     }
-    md.push_str(&render::agent_table(r, REPORT_COLUMNS, None, usize::MAX));
+    let _ = md.write_str(&render::agent_table(r, REPORT_COLUMNS, None, usize::MAX));
     for a in r.agents.iter().filter(|a| !a.too_large_files.is_empty()) {
         let files: Vec<String> =
             a.too_large_files.iter().map(|f| format!("`{}` ({} bytes)", f.path.display(), f.size)).collect();
         let _ = writeln!(md, "\n`{}`: not committed, over the file size limit: {}", a.id, files.join(", "));
     }
-    network_lines(&mut md, r);
+    network_lines(md, r);
     if let Some(s) = &r.synthesis {
-        md.push_str(&render::synthesis_head(s, "##"));
+        let _ = md.write_str(&render::synthesis_head(s, "##"));
         if !s.text.trim().is_empty() {
             let _ = writeln!(md, "{}\n", s.text.trim());
         }
-        md.push_str(&synthesis_tree(s));
+        let _ = md.write_str(&synthesis_tree(s));
     }
-    md.push_str(&render::overlaps(r, "##"));
+    let _ = md.write_str(&render::overlaps(r, "##"));
     if let Some(merge) = &r.integration.merge {
         let _ = writeln!(md, "\n## Integration branch `{}`\n", merge.branch);
         for m in &merge.merges {
@@ -749,7 +800,7 @@ pub fn markdown(r: &RunReport) -> String {
         let fold_as = (fold && !matches!(a.status, AgentStatus::Failed | AgentStatus::Partial)).then_some(a.status);
         if fold_as != folded {
             if folded.is_some() {
-                md.push_str("\n</details>\n");
+                let _ = md.write_str("\n</details>\n");
             }
             if let Some(status) = fold_as {
                 let n = r.agents.iter().filter(|b| b.status == status).count();
@@ -790,19 +841,18 @@ pub fn markdown(r: &RunReport) -> String {
             let _ = writeln!(md, "- {} `{}`", f.kind, f.path.display());
         }
         if !a.changed_files.is_empty() {
-            md.push('\n');
+            let _ = md.write_char('\n');
         }
         if !a.text.trim().is_empty() {
             let _ = writeln!(md, "{}", a.text.trim());
         }
     }
     if folded.is_some() {
-        md.push_str("\n</details>\n");
+        let _ = md.write_str("\n</details>\n");
     }
     if let Some(published) = &r.publish {
-        md.push_str(&crate::publish::markdown(published));
+        let _ = md.write_str(&crate::publish::markdown(published));
     }
-    md
 }
 
 /// The levels and groups of a tree synthesis, folded (empty for one request).

@@ -18,7 +18,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use orch_workflows::{AgentSpec, Plan, PlanNode, RunContext, expand_dynamic, render_prompt};
@@ -67,12 +66,11 @@ pub trait Progress: Send {
 /// The report on disk in the run directory (see [`LiveReport`]).
 pub struct OnDisk {
     pub live: LiveReport,
-    pub run_dir: PathBuf,
 }
 
 impl Progress for OnDisk {
     fn progress(&mut self, now: Snapshot<'_>) {
-        self.live.progress(&self.run_dir, now);
+        self.live.progress(now);
     }
 
     /// Each rewrite holds every agent (a few MB with a thousand reports): at most one a
@@ -82,11 +80,11 @@ impl Progress for OnDisk {
     }
 
     fn finished(&mut self, report: &AgentReport) {
-        self.live.finished(&self.run_dir, report);
+        self.live.finished(report);
     }
 
     fn interrupted(&mut self, now: Snapshot<'_>) {
-        self.live.interrupted(&self.run_dir, now, None);
+        self.live.interrupted(now, None);
     }
 }
 

@@ -759,13 +759,14 @@ async fn the_report_on_disk_shows_where_the_agents_stand() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let base: super::super::report::RunReport =
         serde_json::from_str(include_str!("../testdata/report.json")).expect("the fixed report parses");
-    let live = LiveReport::new(base, None, crate::signals::Interrupts::default());
+    let writer = super::super::live_report::DiskWriter::start(dir.path());
+    let live = LiveReport::new(base, None, crate::signals::Interrupts::default(), writer);
     let env = DispatchEnv {
         reporter: Arc::new(Lines::default()),
         meter: Arc::new(Meter::default()),
         stop: Arc::new(Stop::default()),
         run_cancel: CancellationToken::new(),
-        progress: Box::new(OnDisk { live, run_dir: dir.path().to_path_buf() }),
+        progress: Box::new(OnDisk { live }),
     };
     let yaml = format!("{HEAD}agents:\n  a: {{ prompt: x }}\n  b: {{ prompt: x }}\n  c: {{ needs: [a], prompt: x }}\n");
     let plan = plan(&yaml);
