@@ -21,7 +21,7 @@
 //! replaces it.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
@@ -121,20 +121,25 @@ impl LiveReport {
 enum Write {
     /// A journal line.
     Line(Vec<u8>),
-    /// A whole report, with what its failure is called in the warning.
-    Report(Box<RunReport>, &'static str),
+    /// The report waiting in the writer's slot is due.
+    Report,
     /// Answered once everything sent before is on disk.
     Flush(mpsc::SyncSender<()>),
 }
 
+/// The newest report not yet written, with what its failure is called in the warning.
+type Slot = Arc<Mutex<Option<(Box<RunReport>, &'static str)>>>;
+
 /// Writes a run's report and journal from a thread of its own, in the order they were
-/// sent: each time it wakes it takes everything waiting, writes the journal lines in
-/// one write with one `fdatasync`, and a report (when several wait, only the last: it
-/// holds all the earlier ones hold) through [`report::write`]. Without a thread (it
-/// could not start) each write happens in the caller. Dropping the writer waits until
-/// everything sent is on disk.
+/// sent: each time it wakes it takes everything waiting and writes the journal lines
+/// in one write with one `fdatasync`. Reports wait in a slot of one: a newer report
+/// replaces one not yet written (it holds all the older one held), so a disk that
+/// stalls never piles up copies of a large report. Without a thread (it could not
+/// start) each write happens in the caller. Dropping the writer waits until everything
+/// sent is on disk.
 pub struct DiskWriter {
     dir: PathBuf,
+    slot: Slot,
     queue: Option<mpsc::Sender<Write>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -143,21 +148,22 @@ impl DiskWriter {
     /// The writer of the run in `run_dir`.
     pub fn start(run_dir: &Path) -> DiskWriter {
         let dir = run_dir.to_path_buf();
+        let slot: Slot = Arc::default();
         let (tx, rx) = mpsc::channel::<Write>();
-        let thread_dir = dir.clone();
+        let (thread_dir, thread_slot) = (dir.clone(), slot.clone());
         let thread = std::thread::Builder::new()
             .name("orch-report".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
-                    write_batch(&thread_dir, batch);
+                    write_batch(&thread_dir, &thread_slot, batch);
                 }
             })
             .map_err(|e| tracing::warn!("cannot start the report's writer thread ({e}); reports are written in turn"))
             .ok();
         let queue = thread.is_some().then_some(tx);
-        DiskWriter { dir, queue, thread }
+        DiskWriter { dir, slot, queue, thread }
     }
 
     /// Appends a journal line.
@@ -167,7 +173,11 @@ impl DiskWriter {
 
     /// Writes `report` as the run's report (`what` names a failure in the warning).
     pub fn report(&self, report: RunReport, what: &'static str) {
-        self.send(Write::Report(Box::new(report), what));
+        let waiting = self.slot.lock().unwrap_or_else(PoisonError::into_inner).replace((Box::new(report), what));
+        // A report already waiting is due already: it is now this one.
+        if waiting.is_none() {
+            self.send(Write::Report);
+        }
     }
 
     /// Waits until everything sent so far is on disk.
@@ -186,7 +196,7 @@ impl DiskWriter {
             None => write,
         };
         // No thread to take it: write it here.
-        write_batch(&self.dir, vec![write]);
+        write_batch(&self.dir, &self.slot, vec![write]);
     }
 }
 
@@ -200,10 +210,9 @@ impl Drop for DiskWriter {
 }
 
 /// Writes what was sent, in order: journal lines next to each other in one append, the
-/// last of reports next to each other only, and a flush answered once all before it is.
-fn write_batch(dir: &Path, batch: Vec<Write>) {
+/// slot's report where it fell due, and a flush answered once all before it is.
+fn write_batch(dir: &Path, slot: &Slot, batch: Vec<Write>) {
     let mut lines: Vec<u8> = Vec::new();
-    let mut report: Option<(Box<RunReport>, &'static str)> = None;
     let put_lines = |lines: &mut Vec<u8>| {
         if !lines.is_empty()
             && let Err(e) = report::append_journal(dir, lines)
@@ -212,32 +221,25 @@ fn write_batch(dir: &Path, batch: Vec<Write>) {
         }
         lines.clear();
     };
-    let put_report = |report: &mut Option<(Box<RunReport>, &'static str)>| {
-        if let Some((r, what)) = report.take()
-            && let Err(e) = report::write(dir, &r)
-        {
-            tracing::warn!("cannot {what}: {e}");
-        }
-    };
     for write in batch {
         match write {
-            Write::Line(line) => {
-                put_report(&mut report);
-                lines.extend_from_slice(&line);
-            }
-            Write::Report(r, what) => {
+            Write::Line(line) => lines.extend_from_slice(&line),
+            Write::Report => {
                 put_lines(&mut lines);
-                report = Some((r, what));
+                let due = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let Some((r, what)) = due
+                    && let Err(e) = report::write(dir, &r)
+                {
+                    tracing::warn!("cannot {what}: {e}");
+                }
             }
             Write::Flush(done) => {
                 put_lines(&mut lines);
-                put_report(&mut report);
                 let _ = done.send(());
             }
         }
     }
     put_lines(&mut lines);
-    put_report(&mut report);
 }
 
 /// Every agent of the plan, in plan order: finished, then running ones as `running`
