@@ -38,6 +38,16 @@ pub fn sniff(head: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// The most `Read` takes of a file of `media_type` sent as a block: an image, a whole
+/// PDF, or a PDF of which only some `pages` are sent.
+pub fn limit(media_type: &str, pages: bool) -> u64 {
+    match (media_type == "application/pdf", pages) {
+        (false, _) => MAX_IMAGE_BYTES,
+        (true, false) => MAX_PDF_BYTES,
+        (true, true) => MAX_PDF_SOURCE_BYTES,
+    }
+}
+
 /// Sends the file at `path`, already found to be of `media_type` (by [`sniff`]) and
 /// read whole into `bytes` (`None`: it was larger than its kind's limit and not read),
 /// as an image or document block. `pages` (already checked by [`PageRange::parse`])
@@ -57,11 +67,7 @@ pub async fn attach(
             path.display()
         )));
     }
-    let limit = match (pdf, pages) {
-        (false, _) => MAX_IMAGE_BYTES,
-        (true, None) => MAX_PDF_BYTES,
-        (true, Some(_)) => MAX_PDF_SOURCE_BYTES,
-    };
+    let limit = limit(media_type, pages.is_some());
     let size = metadata.len();
     let bytes = match bytes {
         Some(bytes) if size <= limit => bytes,

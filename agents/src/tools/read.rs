@@ -139,12 +139,9 @@ enum Looked {
 /// `Some(pages given)` when images and PDFs are sent as blocks, `None` when every file
 /// is read as text.
 fn limit(media: Option<&str>, attach: Option<bool>) -> u64 {
-    use super::media::{MAX_IMAGE_BYTES, MAX_PDF_BYTES, MAX_PDF_SOURCE_BYTES};
     match (media, attach) {
-        (None, _) | (_, None) => MAX_TEXT_FILE_BYTES,
-        (Some("application/pdf"), Some(true)) => MAX_PDF_SOURCE_BYTES,
-        (Some("application/pdf"), Some(false)) => MAX_PDF_BYTES,
-        (Some(_), Some(_)) => MAX_IMAGE_BYTES,
+        (Some(media_type), Some(pages)) => super::media::limit(media_type, pages),
+        _ => MAX_TEXT_FILE_BYTES,
     }
 }
 
