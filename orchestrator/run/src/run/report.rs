@@ -610,13 +610,8 @@ pub fn read(dir: &Path) -> Result<RunReport, crate::exit::UsageError> {
 /// The final report replaces it.
 pub const JOURNAL: &str = "agents.jsonl";
 
-/// Appends `agent`'s final report to the journal of the run in `dir`, as one line
-/// written at once, flushed to disk.
-pub fn journal(dir: &Path, agent: &AgentReport) -> std::io::Result<()> {
-    append_journal(dir, &journal_line(agent)?)
-}
-
-/// `agent`'s final report as a journal line (JSON and a newline).
+/// `agent`'s final report as a journal line (JSON and a newline), for
+/// [`append_journal`].
 pub fn journal_line(agent: &AgentReport) -> std::io::Result<Vec<u8>> {
     let mut line = serde_json::to_vec(agent).map_err(std::io::Error::other)?;
     line.push(b'\n');
